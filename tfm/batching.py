@@ -1,0 +1,119 @@
+"""Token-sized, length-bucketed batches, and the collate step that pads them into tensors.
+
+An epoch's batches are a pure function of (lengths, max_tokens, seed, epoch): a run resumed at
+batch k of epoch e sees exactly the batches it would have seen, and each process of a
+multi-process run takes its own shard of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from tfm.data import TokenizedSplit
+from tfm.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+def batch_sizes(src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> np.ndarray:
+    """Padded positions one example needs: its source (EOS included) or its decoder input
+    (BOS + target), whichever is longer."""
+    return np.maximum(src_lengths, tgt_lengths + 1)
+
+
+def make_batches(
+    src_lengths: np.ndarray,
+    tgt_lengths: np.ndarray,
+    max_tokens: int,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+) -> list[np.ndarray]:
+    """Indices of each batch, so that rows x longest example <= ``max_tokens``.
+
+    Examples are sorted by source then target length, with ties broken at random, so that a
+    batch holds sentences of nearly one length (little padding) and the batches differ from
+    epoch to epoch; then the order of the batches is shuffled.
+    """
+    n = len(src_lengths)
+    rng = np.random.default_rng([seed, epoch])
+    tie_break = rng.permutation(n) if shuffle else np.arange(n)
+    order = np.lexsort((tie_break, tgt_lengths, src_lengths))  # last key sorts first
+    sizes = batch_sizes(src_lengths, tgt_lengths)[order]
+
+    batches = []
+    start = 0
+    longest = 0
+    for i in range(n):
+        longest_with_i = max(longest, int(sizes[i]))
+        if i > start and longest_with_i * (i - start + 1) > max_tokens:
+            batches.append(order[start:i])
+            start, longest_with_i = i, int(sizes[i])
+        longest = longest_with_i
+    if start < n:
+        batches.append(order[start:n])
+    if shuffle:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
+def shard(batches: list[np.ndarray], rank: int, world_size: int) -> list[np.ndarray]:
+    """This process's share of the batches: every ``world_size``-th one, equally many per
+    process (a remainder is dropped) so that all processes step together."""
+    usable = len(batches) // world_size * world_size
+    return batches[rank:usable:world_size]
+
+
+@dataclass
+class Batch:
+    """Padded tensors of one batch.
+
+    src (B, S): source ids + EOS; tgt_in (B, T): BOS + target ids; tgt_out (B, T): target ids +
+    EOS, the labels. Padding is PAD_ID in all three.
+    """
+
+    src: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+
+    @property
+    def src_mask(self) -> Tensor:
+        """(B, S) True for real source tokens."""
+        return self.src != PAD_ID
+
+    @property
+    def tgt_mask(self) -> Tensor:
+        """(B, T) True for real target positions."""
+        return self.tgt_out != PAD_ID
+
+    @property
+    def n_src_tokens(self) -> int:
+        return int(self.src_mask.sum())
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        return int(self.tgt_mask.sum())
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(*(t.to(device, non_blocking=True) for t in (self.src, self.tgt_in,
+                                                                 self.tgt_out)))
+
+
+def collate(split: TokenizedSplit, indices: np.ndarray) -> Batch:
+    """Rows ``indices`` of a split -> a padded Batch."""
+    src_len = split.src_lengths[indices]
+    tgt_len = split.tgt_lengths[indices] + 1
+    b = len(indices)
+    src = np.full((b, int(src_len.max())), PAD_ID, dtype=np.int64)
+    tgt_in = np.full((b, int(tgt_len.max())), PAD_ID, dtype=np.int64)
+    tgt_out = np.full_like(tgt_in, PAD_ID)
+    for row, i in enumerate(indices):
+        s, t = split.src(i), split.tgt(i)
+        src[row, : len(s)] = s
+        tgt_in[row, 0] = BOS_ID
+        tgt_in[row, 1 : len(t) + 1] = t
+        tgt_out[row, : len(t)] = t
+        tgt_out[row, len(t)] = EOS_ID
+    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out))

@@ -1,0 +1,253 @@
+"""Model directories and atomic file writes.
+
+A model directory is self-contained; ``translate`` and ``eval`` need nothing else:
+
+    config.json         format version, tfm version, architecture, languages, generation
+                        defaults, provenance (no absolute paths)
+    tokenizer.json      the vocabulary, normalisation and special tokens (HF tokenizers)
+    model.safetensors   weights (the best checkpoint); tied weights stored once
+
+Weights are read only through safetensors and training state only through
+``torch.load(weights_only=True)``: loading a model never executes code from it.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from tokenizers import Tokenizer
+
+from tfm import __version__
+from tfm.config import ModelConfig, model_config_from_dict
+from tfm.errors import ModelError, ResourceError, UsageError
+from tfm.model import Transformer
+
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never a
+    part: write a temporary file in the same directory, fsync it, then rename over ``path``.
+    A full disk raises ResourceError and leaves any previous file untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a model directory is meant to be shared
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        _remove_quietly(tmp)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise ResourceError(
+                f"{path}: no space left on the device; the previous file is intact. "
+                "Free some disk space and try again."
+            ) from e
+        raise
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --- weights ---------------------------------------------------------------------------------
+
+def weights_to_bytes(model: torch.nn.Module, metadata: dict[str, str] | None = None) -> bytes:
+    """safetensors bytes of the model's parameters; a tensor shared by several names (tied
+    embeddings) is stored once, under its first name."""
+    tensors: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        tensors[name] = tensor.detach().to("cpu").contiguous()
+    return st_save(tensors, metadata=metadata)
+
+
+def load_weights(model: Transformer, path: Path) -> None:
+    """Load safetensors weights into ``model``, refusing anything that does not fit exactly."""
+    try:
+        tensors = st_load(Path(path).read_bytes())
+    except FileNotFoundError as e:
+        raise ModelError(f"{path}: no such weights file") from e
+    except (SafetensorError, ValueError, OSError) as e:
+        raise ModelError(f"{path}: not a readable safetensors file ({e}); "
+                         "the file may be truncated or foreign") from e
+    expected = model.state_dict()
+    aliases = _tied_aliases(model)
+    missing = [k for k in expected if k not in tensors and k not in aliases]
+    unexpected = [k for k in tensors if k not in expected]
+    if missing or unexpected:
+        detail = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
+        raise ModelError(f"{path}: weights do not match the model in config.json ({detail})")
+    for name, tensor in tensors.items():
+        if tensor.shape != expected[name].shape:
+            raise ModelError(
+                f"{path}: {name} has shape {tuple(tensor.shape)} but config.json implies "
+                f"{tuple(expected[name].shape)}"
+            )
+    model.load_state_dict(tensors, strict=False)
+
+
+def _tied_aliases(model: torch.nn.Module) -> set[str]:
+    """State-dict names that are second names of a shared tensor."""
+    seen: set[int] = set()
+    aliases = set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            aliases.add(name)
+        seen.add(tensor.data_ptr())
+    return aliases
+
+
+# --- model directories -----------------------------------------------------------------------
+
+@dataclass
+class GenerationDefaults:
+    """Decoding settings saved with a model, used when the user gives none."""
+
+    beam: int = 5
+    length_penalty: float = 1.0
+    max_len_a: float = 1.5  # maximum output length: a * source length + b
+    max_len_b: int = 10
+
+
+@dataclass
+class ModelInfo:
+    """The contents of config.json."""
+
+    model: ModelConfig
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+    generation: GenerationDefaults = field(default_factory=GenerationDefaults)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return {
+            "format_version": FORMAT_VERSION,
+            "tfm_version": __version__,
+            "model": asdict(self.model),
+            "src_lang": self.src_lang,
+            "tgt_lang": self.tgt_lang,
+            "generation": asdict(self.generation),
+            "provenance": self.provenance,
+        }
+
+
+def save_model_dir(directory: Path, model: Transformer, tokenizer: Tokenizer, info: ModelInfo,
+                   weights_file: str = WEIGHTS_FILE) -> None:
+    """Write (or update) a self-contained model directory."""
+    directory = Path(directory)
+    from tfm.tokenizer import save_tokenizer
+
+    save_tokenizer(tokenizer, directory / TOKENIZER_FILE)
+    atomic_write_bytes(directory / weights_file, weights_to_bytes(model, {"format": "pt"}))
+    atomic_write_bytes(directory / CONFIG_FILE,
+                       (json.dumps(info.to_json(), indent=2, ensure_ascii=False) + "\n").encode())
+
+
+def read_model_info(directory: Path) -> ModelInfo:
+    path = Path(directory) / CONFIG_FILE
+    if not Path(directory).is_dir():
+        raise ModelError(f"{directory}: no such model directory (train one with `tfm train`)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise ModelError(f"{directory}: not a tfm model directory (no {CONFIG_FILE})") from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(data, dict) or "format_version" not in data or "model" not in data:
+        raise ModelError(f"{path}: not a tfm model config (no format_version/model)")
+    version = data["format_version"]
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ModelError(
+            f"{path}: model format version {version} is newer than this tfm understands "
+            f"({FORMAT_VERSION}); upgrade tfm"
+        )
+    try:
+        return ModelInfo(
+            model=model_config_from_dict(data["model"]),
+            src_lang=data.get("src_lang"),
+            tgt_lang=data.get("tgt_lang"),
+            generation=GenerationDefaults(**data.get("generation", {})),
+            provenance=data.get("provenance", {}),
+        )
+    except (TypeError, UsageError) as e:
+        raise ModelError(f"{path}: invalid model config ({e})") from e
+
+
+def load_model_dir(directory: Path, weights_file: str = WEIGHTS_FILE
+                   ) -> tuple[Transformer, Tokenizer, ModelInfo]:
+    """Model (in eval mode, on CPU), tokenizer and info from a model directory."""
+    from tfm.tokenizer import load_tokenizer
+
+    directory = Path(directory)
+    info = read_model_info(directory)
+    tokenizer = load_tokenizer(directory / TOKENIZER_FILE)
+    vocab = tokenizer.get_vocab_size()
+    if vocab != info.model.tgt_vocab_size or vocab != info.model.src_vocab_size:
+        raise ModelError(
+            f"{directory}: the tokenizer has {vocab} entries but the model was built for "
+            f"{info.model.src_vocab_size}/{info.model.tgt_vocab_size}; "
+            "the tokenizer does not belong to this model"
+        )
+    model = Transformer(info.model)
+    load_weights(model, directory / weights_file)
+    model.eval()
+    return model, tokenizer, info
+
+
+def save_train_state(path: Path, state: dict[str, Any]) -> None:
+    """Optimizer, schedule, RNG and data position: plain tensors and numbers only."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_train_state(path: Path) -> dict[str, Any]:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError as e:
+        raise ModelError(f"{path}: no training state to resume from") from e
+    except Exception as e:  # unpickling refusals and corrupt files raise many types
+        raise ModelError(f"{path}: unreadable training state, refused ({str(e)[:200]})") from e

@@ -1,0 +1,152 @@
+"""Configuration dataclasses: one per concern, defaults in one place, saved as JSON.
+
+``ModelConfig`` describes the architecture and is stored in every model directory's
+``config.json``; ``TrainConfig`` describes a training run and is stored beside it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tfm.errors import UsageError
+
+T = TypeVar("T")
+
+
+@dataclass
+class ModelConfig:
+    """The encoder-decoder Transformer of "Attention is all you need" (Vaswani et al., 2017)."""
+
+    src_vocab_size: int = 8000
+    tgt_vocab_size: int = 8000
+    d_model: int = 512
+    n_heads: int = 8
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1  # on embeddings and on every sub-layer output, before the residual add
+    attention_dropout: float = 0.0  # on attention weights
+    activation_dropout: float = 0.0  # inside the FFN, after the ReLU
+    max_positions: int = 1024  # longest sequence (tokens, BOS/EOS included) the model accepts
+    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
+    share_embeddings: bool = True  # one embedding table for source and target (joint vocabulary)
+    tie_output: bool = True  # output projection shares the target embedding matrix
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise UsageError(
+                f"d_model ({self.d_model}) must be divisible by the number of heads "
+                f"({self.n_heads})"
+            )
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise UsageError(
+                "shared embeddings need one joint vocabulary, but the source has "
+                f"{self.src_vocab_size} entries and the target {self.tgt_vocab_size}"
+            )
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+# Presets: architecture sizes only; vocabulary sizes come from the tokenizer.
+PRESETS: dict[str, dict[str, Any]] = {
+    # The paper's base model (Table 3): 6+6 layers, d_model 512, 8 heads, d_ff 2048.
+    "base": dict(d_model=512, n_heads=8, encoder_layers=6, decoder_layers=6, d_ff=2048,
+                 dropout=0.1),
+    # The paper's big model.
+    "big": dict(d_model=1024, n_heads=16, encoder_layers=6, decoder_layers=6, d_ff=4096,
+                dropout=0.3),
+    # Multi30k-sized data (~30k pairs): the size the peers are compared at.
+    "small": dict(d_model=256, n_heads=4, encoder_layers=3, decoder_layers=3, d_ff=1024,
+                  dropout=0.1),
+    # Toy corpora and tests: trains in minutes on a laptop CPU.
+    "tiny": dict(d_model=128, n_heads=4, encoder_layers=2, decoder_layers=2, d_ff=512,
+                 dropout=0.1),
+}
+
+
+def model_config_from_preset(preset: str, **overrides: Any) -> ModelConfig:
+    """A ModelConfig from a named preset, with any field overridden (None means keep)."""
+    if preset not in PRESETS:
+        raise UsageError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    values = dict(PRESETS[preset])
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return ModelConfig(**values)
+
+
+@dataclass
+class TrainConfig:
+    """A training run: data, optimisation, stopping and checkpointing."""
+
+    max_tokens: int = 4096  # padded positions per batch (max of source and target side)
+    update_freq: int = 1  # gradient accumulation: batches per optimizer step
+    lr: float = 7e-4  # peak learning rate, reached at the end of warmup
+    warmup_steps: int = 4000
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    weight_decay: float = 0.0
+    clip_norm: float = 1.0  # 0 disables gradient clipping
+    label_smoothing: float = 0.1
+    max_steps: int = 0  # 0: no limit
+    max_epochs: int = 0  # 0: no limit
+    max_time: float = 0.0  # minutes; 0: no limit
+    valid_every: int = 1000  # steps between validations (and at every epoch end)
+    valid_bleu: bool = True  # greedy BLEU on the validation set at each validation
+    patience: int = 0  # stop after this many validations without a better BLEU; 0: never
+    save_every: int = 1000  # steps between checkpoints of the training state
+    keep_last: int = 5  # numbered checkpoints kept for averaging
+    log_every: int = 50  # steps between metrics.jsonl lines
+    seed: int = 1
+    device: str = "auto"
+    precision: str = "auto"
+    compile: bool = False
+    num_threads: int = 0  # 0: torch's default
+
+
+def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = set(data) - known
+    if unknown:
+        raise UsageError(f"unknown {cls.__name__} fields: {', '.join(sorted(unknown))}")
+    values = dict(data)
+    for f in fields(cls):  # type: ignore[arg-type]
+        # JSON has no tuples; restore the ones the dataclass declares.
+        if f.name in values and isinstance(values[f.name], list) and "tuple" in str(f.type):
+            values[f.name] = tuple(values[f.name])
+    return cls(**values)
+
+
+def model_config_from_dict(data: dict[str, Any]) -> ModelConfig:
+    return _from_dict(ModelConfig, data)
+
+
+def train_config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    return _from_dict(TrainConfig, data)
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    return asdict(config)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (temporary file, then rename)."""
+    from tfm.checkpoint import atomic_write_bytes
+
+    atomic_write_bytes(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
+
+
+__all__ = [
+    "ModelConfig",
+    "TrainConfig",
+    "PRESETS",
+    "model_config_from_preset",
+    "model_config_from_dict",
+    "train_config_from_dict",
+    "to_dict",
+    "write_json",
+]

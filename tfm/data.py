@@ -1,0 +1,271 @@
+"""``tfm prepare``: a parallel corpus in, a cleaned and tokenized dataset on disk out.
+
+The prepared directory is a Hugging Face ``DatasetDict`` (``train``, and ``valid`` when given)
+saved with ``save_to_disk``: token ids in memory-mapped Arrow files, plus ``prepare.json`` (what
+was read, how it was cleaned, how many pairs were kept) and a copy of the tokenizer, so that
+``tfm train`` needs nothing but this directory. A second ``prepare`` of the same input with the
+same tokenizer and options finds ``prepare.json`` up to date and returns at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tfm.corpus import CorpusSpec, corpus_fingerprint, iter_pairs, resolve_corpus
+from tfm.errors import DataError
+from tfm.tokenizer import EOS_ID, encode_batch, load_tokenizer, save_tokenizer
+
+PREPARE_FILE = "prepare.json"
+TOKENIZER_FILE = "tokenizer.json"
+PREPARE_VERSION = 1
+_CHUNK = 20_000  # pairs tokenized at a time
+_WHITESPACE = re.compile(r"\s+")
+
+
+@dataclass
+class CleanConfig:
+    """Which pairs ``prepare`` keeps."""
+
+    max_tokens: int = 250  # per side, BPE tokens (the end-of-sentence token not counted)
+    max_ratio: float = 3.0  # longer side / shorter side in tokens, each +1; 0 disables
+    dedup: bool = False  # drop repeated (source, target) pairs
+
+
+@dataclass
+class SplitReport:
+    """What happened to the pairs of one split."""
+
+    read: int = 0
+    kept: int = 0
+    dropped: dict[str, int] = field(default_factory=lambda: {
+        "empty": 0, "too long": 0, "length ratio": 0, "duplicate": 0})
+    src_tokens: int = 0
+    tgt_tokens: int = 0
+
+
+@dataclass
+class PrepareReport:
+    output: str
+    up_to_date: bool
+    splits: dict[str, SplitReport]
+
+
+def normalize_text(text: str) -> str:
+    """Whitespace runs (tabs, non-breaking spaces, ...) become one space; ends are stripped."""
+    return _WHITESPACE.sub(" ", text).strip()
+
+
+def prepare(
+    train: CorpusSpec,
+    tokenizer_path: Path,
+    output: Path,
+    valid: CorpusSpec | None = None,
+    clean: CleanConfig | None = None,
+    force: bool = False,
+) -> PrepareReport:
+    """Clean and tokenize ``train`` (and ``valid``) into the dataset directory ``output``."""
+    clean = clean or CleanConfig()
+    output = Path(output)
+    tokenizer = load_tokenizer(tokenizer_path)
+    splits = {"train": train} if valid is None else {"train": train, "valid": valid}
+    resolved = {name: resolve_corpus(spec) for name, spec in splits.items()}
+    fingerprint = _fingerprint(splits, Path(tokenizer_path), clean)
+
+    previous = read_prepare_info(output) if (output / PREPARE_FILE).is_file() else None
+    if previous and previous.get("fingerprint") == fingerprint and not force:
+        return PrepareReport(str(output), True, {
+            name: SplitReport(**report) for name, report in previous["splits"].items()})
+
+    import datasets
+    import pyarrow as pa
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        reports: dict[str, SplitReport] = {}
+        tables = {}
+        for name, spec in splits.items():
+            report = SplitReport()
+            arrow_path = work / f"{name}.arrow"
+            schema = _schema(pa, with_text=name != "train")
+            with pa.OSFile(str(arrow_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+                for batch in _tokenized_chunks(spec, tokenizer, clean, report, name != "train"):
+                    w.write_batch(pa.RecordBatch.from_pydict(batch, schema=schema))
+            if report.kept == 0:
+                raise DataError(f"{resolved[name].description}: no pair is left after cleaning "
+                                f"({report.read} read); check the files and --max-tokens")
+            reports[name] = report
+            tables[name] = datasets.Dataset.from_file(str(arrow_path))
+        final = work / "dataset"
+        datasets.DatasetDict(tables).save_to_disk(str(final))
+        save_tokenizer(tokenizer, final / TOKENIZER_FILE)
+        info = {
+            "prepare_version": PREPARE_VERSION,
+            "fingerprint": fingerprint,
+            "src_lang": resolved["train"].src_lang,
+            "tgt_lang": resolved["train"].tgt_lang,
+            "inputs": {name: r.description for name, r in resolved.items()},
+            "clean": asdict(clean),
+            "splits": {name: asdict(r) for name, r in reports.items()},
+        }
+        (final / PREPARE_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+        # Swap the finished directory in: an interrupted prepare leaves the old one intact.
+        if output.exists():
+            shutil.rmtree(output)
+        final.rename(output)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return PrepareReport(str(output), False, reports)
+
+
+def _schema(pa: Any, with_text: bool) -> Any:
+    ids = pa.list_(pa.int32())
+    columns = [("src_ids", ids), ("tgt_ids", ids)]
+    if with_text:  # validation keeps the text: references for BLEU
+        columns += [("src_text", pa.string()), ("tgt_text", pa.string())]
+    return pa.schema(columns)
+
+
+def _tokenized_chunks(spec: CorpusSpec, tokenizer: Any, clean: CleanConfig, report: SplitReport,
+                      with_text: bool) -> Iterator[dict[str, list]]:
+    seen: set[int] = set()
+    pairs: list[tuple[str, str]] = []
+
+    def flush() -> dict[str, list]:
+        src_ids = encode_batch(tokenizer, [s for s, _ in pairs])
+        tgt_ids = encode_batch(tokenizer, [t for _, t in pairs])
+        out: dict[str, list] = {"src_ids": [], "tgt_ids": []}
+        if with_text:
+            out["src_text"], out["tgt_text"] = [], []
+        for (s_text, t_text), s, t in zip(pairs, src_ids, tgt_ids):
+            if max(len(s), len(t)) > clean.max_tokens:
+                report.dropped["too long"] += 1
+                continue
+            if clean.max_ratio and (max(len(s), len(t)) + 1) / (min(len(s), len(t)) + 1) \
+                    > clean.max_ratio:
+                report.dropped["length ratio"] += 1
+                continue
+            out["src_ids"].append(s + [EOS_ID])
+            out["tgt_ids"].append(t)
+            if with_text:
+                out["src_text"].append(s_text)
+                out["tgt_text"].append(t_text)
+            report.kept += 1
+            report.src_tokens += len(s) + 1
+            report.tgt_tokens += len(t) + 1
+        pairs.clear()
+        return out
+
+    for src, tgt in iter_pairs(spec):
+        report.read += 1
+        src, tgt = normalize_text(src), normalize_text(tgt)
+        if not src or not tgt:
+            report.dropped["empty"] += 1
+            continue
+        if clean.dedup:
+            key = hash((src, tgt))
+            if key in seen:
+                report.dropped["duplicate"] += 1
+                continue
+            seen.add(key)
+        pairs.append((src, tgt))
+        if len(pairs) == _CHUNK:
+            yield flush()
+    if pairs:
+        yield flush()
+
+
+def _fingerprint(splits: dict[str, CorpusSpec], tokenizer_path: Path, clean: CleanConfig) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([PREPARE_VERSION, asdict(clean)]).encode())
+    h.update(tokenizer_path.read_bytes())
+    for name, spec in splits.items():
+        h.update(name.encode())
+        h.update(corpus_fingerprint(spec).encode())
+    return h.hexdigest()
+
+
+def read_prepare_info(directory: Path) -> dict[str, Any]:
+    path = Path(directory) / PREPARE_FILE
+    if not Path(directory).is_dir():
+        raise DataError(f"{directory}: no such prepared dataset (make one with `tfm prepare`)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise DataError(f"{directory}: not a prepared dataset (no {PREPARE_FILE}); "
+                        "make one with `tfm prepare`") from e
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON ({e}); run `tfm prepare` again") from e
+
+
+@dataclass
+class TokenizedSplit:
+    """One split's token ids as flat arrays: row i of a column is values[offsets[i]:offsets[i+1]].
+
+    The arrays view the memory-mapped Arrow files, so a corpus of millions of pairs costs
+    almost no memory.
+    """
+
+    src_values: np.ndarray
+    src_offsets: np.ndarray
+    tgt_values: np.ndarray
+    tgt_offsets: np.ndarray
+    src_text: list[str] | None = None
+    tgt_text: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.src_offsets) - 1
+
+    @property
+    def src_lengths(self) -> np.ndarray:
+        return np.diff(self.src_offsets)
+
+    @property
+    def tgt_lengths(self) -> np.ndarray:
+        return np.diff(self.tgt_offsets)
+
+    def src(self, i: int) -> np.ndarray:
+        return self.src_values[self.src_offsets[i]:self.src_offsets[i + 1]]
+
+    def tgt(self, i: int) -> np.ndarray:
+        return self.tgt_values[self.tgt_offsets[i]:self.tgt_offsets[i + 1]]
+
+
+def load_split(directory: Path, split: str) -> TokenizedSplit:
+    """A split of a prepared dataset directory."""
+    import datasets
+
+    read_prepare_info(directory)
+    try:
+        dataset = datasets.load_from_disk(str(directory))[split]
+    except KeyError as e:
+        raise DataError(f"{directory}: the prepared dataset has no {split!r} split") from e
+    except (FileNotFoundError, ValueError) as e:
+        raise DataError(f"{directory}: unreadable prepared dataset ({e}); "
+                        "run `tfm prepare` again") from e
+    table = dataset.data.table
+
+    def flat(column: str) -> tuple[np.ndarray, np.ndarray]:
+        array = table.column(column).combine_chunks()
+        offsets = array.offsets.to_numpy().astype(np.int64)
+        # Offsets index into the whole child array, also for a sliced list array.
+        return array.values.to_numpy(), offsets
+
+    src_values, src_offsets = flat("src_ids")
+    tgt_values, tgt_offsets = flat("tgt_ids")
+    texts = {}
+    for column in ("src_text", "tgt_text"):
+        if column in table.column_names:
+            texts[column] = table.column(column).to_pylist()
+    return TokenizedSplit(src_values, src_offsets, tgt_values, tgt_offsets,
+                          texts.get("src_text"), texts.get("tgt_text"))

@@ -1,0 +1,43 @@
+"""User-facing errors.
+
+Anything the user can fix (a missing file, misaligned corpora, a bad option, a model directory
+that is not one) is raised as a :class:`TfmError`. The CLI prints its message as one line on
+stderr and exits with the error's code; the traceback is shown only with ``--debug``.
+Library code raises these; it never calls ``sys.exit`` itself.
+"""
+
+from __future__ import annotations
+
+
+class TfmError(Exception):
+    """An error the user can fix. The message says what is wrong and what to do."""
+
+    exit_code = 1
+
+
+class UsageError(TfmError):
+    """Options that contradict each other or are out of range."""
+
+    exit_code = 2
+
+
+class DataError(TfmError):
+    """A corpus or input file that is missing, unreadable, misaligned or malformed."""
+
+    exit_code = 3
+
+
+class ModelError(TfmError):
+    """A model directory that is missing, incomplete, foreign or of an unknown version."""
+
+    exit_code = 4
+
+
+class ResourceError(TfmError):
+    """Out of memory or out of disk."""
+
+    exit_code = 5
+
+
+# Exit code for a run stopped by Ctrl-C / SIGTERM (the shell convention 128 + SIGINT).
+EXIT_INTERRUPTED = 130

@@ -1,0 +1,174 @@
+"""Embeddings, the position-wise feed-forward network, and the encoder and decoder layers.
+
+Every sub-layer is wrapped in a residual connection and LayerNorm (paper section 3.1):
+post-norm ``LayerNorm(x + Dropout(Sublayer(x)))`` as in the paper, or pre-norm
+``x + Dropout(Sublayer(LayerNorm(x)))`` when ``norm_first``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tfm.model.attention import MultiHeadAttention
+
+
+def sinusoidal_positions(length: int, d_model: int) -> Tensor:
+    """(length, d_model) table: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)."""
+    position = torch.arange(length, dtype=torch.float64)[:, None]  # (L, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
+    angle = position / torch.pow(10000.0, two_i / d_model)  # (L, D/2)
+    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return table.float()
+
+
+class Embeddings(nn.Module):
+    """Token embedding scaled by sqrt(d_model) plus sinusoidal positional encoding, then dropout."""
+
+    def __init__(self, token_embedding: nn.Embedding, max_positions: int, dropout: float) -> None:
+        super().__init__()
+        self.token = token_embedding
+        self.scale = math.sqrt(token_embedding.embedding_dim)
+        # Not a parameter and not saved: it is a function of the shape alone.
+        self.register_buffer(
+            "positions",
+            sinusoidal_positions(max_positions, token_embedding.embedding_dim),
+            persistent=False,
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """(B, L) ids -> (B, L, D); ``offset`` is the position of the first token (decoding)."""
+        length = tokens.size(1)
+        if offset + length > self.positions.size(0):
+            raise ValueError(
+                f"sequence of {offset + length} positions exceeds max_positions "
+                f"{self.positions.size(0)}"
+            )
+        x = self.token(tokens) * self.scale + self.positions[offset : offset + length]
+        return self.dropout(x)
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position separately."""
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+        self.activation_dropout = activation_dropout
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = F.relu(self.fc1(x))
+        if self.activation_dropout > 0.0:
+            h = F.dropout(h, self.activation_dropout, self.training)
+        return self.fc2(h)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then the FFN; each in residual + LayerNorm."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float,
+                 attention_dropout: float, activation_dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(d_model)
+        self.ffn = FeedForward(d_model, d_ff, activation_dropout)
+        self.final_layer_norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
+
+        def self_attention(h: Tensor) -> Tensor:
+            return self.self_attn(h, self.self_attn.project_kv(h), src_mask)[0]
+
+        x = _residual(x, self_attention, self.self_attn_layer_norm, self.dropout, self.norm_first)
+        return _residual(x, self.ffn, self.final_layer_norm, self.dropout, self.norm_first)
+
+
+@dataclass
+class LayerCache:
+    """One decoder layer's keys and values, each (B, H, L, Dh).
+
+    ``self_k``/``self_v`` grow by one position per decoding step; ``cross_k``/``cross_v`` are the
+    projected encoder output, computed once per sentence.
+    """
+
+    self_k: Tensor
+    self_v: Tensor
+    cross_k: Tensor
+    cross_v: Tensor
+
+    def index_select(self, index: Tensor) -> LayerCache:
+        return LayerCache(*(t.index_select(0, index) for t in
+                            (self.self_k, self.self_v, self.cross_k, self.cross_v)))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder output, then the FFN."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float,
+                 attention_dropout: float, activation_dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.self_attn_layer_norm = nn.LayerNorm(d_model)
+        self.encoder_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.encoder_attn_layer_norm = nn.LayerNorm(d_model)
+        self.ffn = FeedForward(d_model, d_ff, activation_dropout)
+        self.final_layer_norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(
+        self,
+        x: Tensor,
+        cross_kv: tuple[Tensor, Tensor],
+        self_mask: Tensor | None,
+        src_mask: Tensor,
+        cache: LayerCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, LayerCache | None, Tensor | None]:
+        """x (B, T, D) -> (B, T, D), the extended cache, and cross-attention weights (B, H, T, S).
+
+        Without a cache, x is the whole target prefix and ``self_mask`` (B, 1, T, T) hides later
+        positions. With a cache, x holds only the newest position(s): their keys and values are
+        appended to the cache, and they may attend to every cached position, so no mask is needed.
+        """
+        new_cache = None
+        weights = None
+
+        def self_attention(h: Tensor) -> Tensor:
+            nonlocal new_cache
+            k, v = self.self_attn.project_kv(h)  # (B, H, T, Dh)
+            if cache is not None:
+                k = torch.cat([cache.self_k, k], dim=2)
+                v = torch.cat([cache.self_v, v], dim=2)
+                new_cache = LayerCache(k, v, cache.cross_k, cache.cross_v)
+            return self.self_attn(h, (k, v), self_mask if cache is None else None)[0]
+
+        def cross_attention(h: Tensor) -> Tensor:
+            nonlocal weights
+            out, weights = self.encoder_attn(h, cross_kv, src_mask, need_weights)
+            return out
+
+        x = _residual(x, self_attention, self.self_attn_layer_norm, self.dropout, self.norm_first)
+        x = _residual(x, cross_attention, self.encoder_attn_layer_norm, self.dropout,
+                      self.norm_first)
+        x = _residual(x, self.ffn, self.final_layer_norm, self.dropout, self.norm_first)
+        return x, new_cache, weights
+
+
+def _residual(x: Tensor, sublayer, norm: nn.LayerNorm, dropout: nn.Dropout,
+              norm_first: bool) -> Tensor:
+    """Post-norm LayerNorm(x + Dropout(f(x))) or pre-norm x + Dropout(f(LayerNorm(x)))."""
+    if norm_first:
+        return x + dropout(sublayer(norm(x)))
+    return norm(x + dropout(sublayer(x)))

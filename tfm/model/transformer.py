@@ -1,0 +1,147 @@
+"""The encoder-decoder Transformer, and the state it carries through incremental decoding.
+
+Training calls ``model(src, tgt_in)`` for logits at every target position. Search calls
+``encode`` once, ``start_decoding`` once (cross-attention keys/values are projected here, once
+per sentence) and then ``decode_step`` once per output token, which extends the self-attention
+cache by one position. The model knows nothing of tokenizers, files or search strategies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from tfm.config import ModelConfig
+from tfm.model.attention import decoder_self_attention_mask, padding_mask
+from tfm.model.layers import DecoderLayer, Embeddings, EncoderLayer, LayerCache
+
+
+@dataclass
+class DecoderState:
+    """Everything incremental decoding needs besides the next input token.
+
+    memory_mask: (B, 1, 1, S) source padding mask; layers: one LayerCache per decoder layer;
+    step: how many target positions have been fed so far.
+    """
+
+    memory_mask: Tensor
+    layers: list[LayerCache]
+    step: int = 0
+
+    def index_select(self, index: Tensor) -> DecoderState:
+        """Keep and reorder batch rows: beam search reorders by ``index``, and finished
+        sentences are pruned by leaving their rows out."""
+        return DecoderState(
+            self.memory_mask.index_select(0, index),
+            [layer.index_select(index) for layer in self.layers],
+            self.step,
+        )
+
+    @property
+    def batch_size(self) -> int:
+        return self.memory_mask.size(0)
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
+        tgt_embed = src_embed if c.share_embeddings else nn.Embedding(
+            c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.src_embed = Embeddings(src_embed, c.max_positions, c.dropout)
+        self.tgt_embed = Embeddings(tgt_embed, c.max_positions, c.dropout)
+        layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.attention_dropout,
+                      c.activation_dropout, c.norm_first)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args)
+                                            for _ in range(c.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args)
+                                            for _ in range(c.decoder_layers))
+        # Pre-norm leaves the last residual sum un-normalised: normalise it once at the end.
+        self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.output_proj = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        self.reset_parameters()
+        if c.tie_output:
+            self.output_proj.weight = tgt_embed.weight
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform matrices, zero biases, N(0, d^-1/2) embeddings with a zero pad row.
+
+        With the sqrt(d_model) scaling the embedded tokens start at unit variance, like the
+        positional encoding they are added to.
+        """
+        for name, p in self.named_parameters():
+            if p.dim() > 1 and "embed" not in name:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        for embed in {self.src_embed.token, self.tgt_embed.token}:
+            nn.init.normal_(embed.weight, mean=0.0, std=self.config.d_model ** -0.5)
+            with torch.no_grad():
+                embed.weight[self.config.pad_id].zero_()
+
+    # --- encoder -------------------------------------------------------------------------------
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src (B, S) ids -> memory (B, S, D) and its padding mask (B, 1, 1, S)."""
+        src_mask = padding_mask(src, self.config.pad_id)
+        x = self.src_embed(src)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x), src_mask
+
+    # --- decoder, all positions at once (training, scoring) ------------------------------------
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor,
+               need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """tgt_in (B, T) ids -> logits (B, T, V), and the last layer's cross-attention weights
+        (B, H, T, S) when asked."""
+        self_mask = decoder_self_attention_mask(tgt_in, self.config.pad_id)  # (B, 1, T, T)
+        x = self.tgt_embed(tgt_in)
+        weights = None
+        for layer in self.decoder_layers:
+            cross_kv = layer.encoder_attn.project_kv(memory)
+            x, _, weights = layer(x, cross_kv, self_mask, memory_mask, None, need_weights)
+        return self.output_proj(self.decoder_norm(x)), weights
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing: src (B, S), tgt_in (B, T) = BOS + target -> logits (B, T, V)."""
+        memory, memory_mask = self.encode(src)
+        return self.decode(tgt_in, memory, memory_mask)[0]
+
+    # --- decoder, one position at a time (search) ----------------------------------------------
+
+    def start_decoding(self, memory: Tensor, memory_mask: Tensor) -> DecoderState:
+        """An empty self-attention cache, and cross-attention keys/values projected once."""
+        b = memory.size(0)
+        c = self.config
+        empty = memory.new_zeros(b, c.n_heads, 0, c.d_head)
+        layers = []
+        for layer in self.decoder_layers:
+            cross_k, cross_v = layer.encoder_attn.project_kv(memory)
+            layers.append(LayerCache(empty, empty, cross_k, cross_v))
+        return DecoderState(memory_mask, layers, 0)
+
+    def decode_step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False
+                    ) -> tuple[Tensor, DecoderState, Tensor | None]:
+        """tokens (B,) fed at position ``state.step`` -> logits (B, V) for the next position,
+        the extended state, and the last layer's cross-attention weights (B, H, S)."""
+        x = self.tgt_embed(tokens[:, None], offset=state.step)  # (B, 1, D)
+        new_layers = []
+        weights = None
+        for layer, cache in zip(self.decoder_layers, state.layers):
+            x, new_cache, weights = layer(x, (cache.cross_k, cache.cross_v), None,
+                                          state.memory_mask, cache, need_weights)
+            new_layers.append(new_cache)
+        logits = self.output_proj(self.decoder_norm(x))[:, 0]  # (B, V)
+        new_state = DecoderState(state.memory_mask, new_layers, state.step + 1)
+        return logits, new_state, None if weights is None else weights[:, :, 0]
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Trainable parameters, each shared tensor counted once."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

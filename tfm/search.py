@@ -1,0 +1,160 @@
+"""Greedy and beam search over the model's key/value cache.
+
+Search knows the model only through ``encode``, ``start_decoding`` and ``decode_step``. Both
+searches are batched: sentences that are finished leave the batch (their rows are pruned from
+the cache), so a long sentence does not keep short ones computing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from tfm.model import Transformer
+from tfm.tokenizer import BOS_ID, EOS_ID
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS/EOS
+    score: float  # sum of log-probabilities (EOS included) / length ** length_penalty
+    log_prob: float  # sum of log-probabilities, EOS included
+
+
+def max_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> Tensor:
+    """(B,) most output tokens (EOS included) per sentence: a * source length + b, capped."""
+    src_len = (src != pad_id).sum(dim=1)
+    return (a * src_len.float() + b).floor().long().clamp(min=1, max=limit)
+
+
+def _step_log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor) -> Tensor:
+    """Log-probabilities for output position ``step``; EOS is forbidden before ``min_len`` and
+    forced at each row's last allowed position."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    if step < min_len:
+        logp[:, EOS_ID] = float("-inf")
+    last = max_len == step + 1
+    if last.any():
+        eos = logp[last, EOS_ID].clone()
+        logp[last] = float("-inf")
+        logp[last, EOS_ID] = eos
+    return logp
+
+
+@torch.inference_mode()
+def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
+                  min_len: int = 0) -> list[list[Hypothesis]]:
+    """The most probable next token at every step; one hypothesis per sentence."""
+    pad = model.config.pad_id
+    max_len = max_lengths(src, pad, max_len_a, max_len_b, model.config.max_positions)
+    memory, memory_mask = model.encode(src)
+    state = model.start_decoding(memory, memory_mask)
+    b = src.size(0)
+    alive = torch.arange(b, device=src.device)  # original row of each row still decoding
+    tokens = torch.full((b,), BOS_ID, dtype=torch.long, device=src.device)
+    outputs: list[list[int]] = [[] for _ in range(b)]
+    log_probs = [0.0] * b
+    step = 0
+    while alive.numel():
+        logits, state, _ = model.decode_step(tokens, state)
+        logp = _step_log_probs(logits, step, min_len, max_len[alive])
+        best_logp, tokens = logp.max(dim=-1)
+        done = (tokens == EOS_ID).tolist()
+        for row, (orig, token, lp) in enumerate(zip(alive.tolist(), tokens.tolist(),
+                                                    best_logp.tolist())):
+            log_probs[orig] += lp
+            if not done[row]:
+                outputs[orig].append(token)
+        step += 1
+        if any(done):
+            keep = torch.tensor([i for i, d in enumerate(done) if not d], dtype=torch.long,
+                                device=src.device)
+            alive, tokens = alive[keep], tokens[keep]
+            state = state.index_select(keep)
+    return [[Hypothesis(out, lp / (len(out) + 1), lp)] for out, lp in zip(outputs, log_probs)]
+
+
+@torch.inference_mode()
+def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: float = 1.0,
+                max_len_a: float = 1.5, max_len_b: int = 10, min_len: int = 0,
+                n_best: int = 1) -> list[list[Hypothesis]]:
+    """Beam search; for each sentence the ``n_best`` finished hypotheses, best first.
+
+    A sentence is finished when ``beam`` hypotheses have ended with EOS (or its length limit is
+    reached). Scores are length-normalised: log P / length ** length_penalty.
+    """
+    pad = model.config.pad_id
+    device = src.device
+    b = src.size(0)
+    k = beam
+    max_len_all = max_lengths(src, pad, max_len_a, max_len_b, model.config.max_positions)
+    memory, memory_mask = model.encode(src)
+    # Every sentence's encoder output and cross-attention keys/values, repeated for its k beams.
+    state = model.start_decoding(memory, memory_mask).index_select(
+        torch.arange(b, device=device).repeat_interleave(k))
+
+    alive = torch.arange(b, device=device)  # original sentence of each live sentence
+    scores = torch.full((b, k), float("-inf"), device=device)  # summed log P of each beam
+    scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 0
+    history = torch.full((b * k, 0), BOS_ID, dtype=torch.long, device=device)  # (N*k, t)
+    tokens = torch.full((b * k,), BOS_ID, dtype=torch.long, device=device)
+    finished: list[list[Hypothesis]] = [[] for _ in range(b)]
+    step = 0
+    while alive.numel():
+        n = alive.numel()
+        logits, state, _ = model.decode_step(tokens, state)
+        max_len = max_len_all[alive].repeat_interleave(k)
+        logp = _step_log_probs(logits, step, min_len, max_len)  # (n*k, V)
+        vocab = logp.size(-1)
+        candidates = (scores.view(n, k, 1) + logp.view(n, k, vocab)).view(n, k * vocab)
+        # 2k candidates always leave at least k that do not end the sentence.
+        top_scores, top_index = candidates.topk(2 * k, dim=-1)  # (n, 2k)
+        top_beam = top_index // vocab
+        top_token = top_index % vocab
+
+        is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)
+        done_rows: list[int] = []
+        eos_rows, eos_cols = is_eos.nonzero(as_tuple=True)
+        hist_cpu = history.cpu() if eos_rows.numel() else history
+        for row, col in zip(eos_rows.tolist(), eos_cols.tolist()):
+            sent = int(alive[row])
+            if len(finished[sent]) >= k or col >= k:
+                continue  # only EOS among the top k candidates ends a hypothesis
+            beam_row = row * k + int(top_beam[row, col])
+            out = hist_cpu[beam_row].tolist()
+            lp = float(top_scores[row, col])
+            finished[sent].append(Hypothesis(out, lp / (len(out) + 1) ** length_penalty, lp))
+        at_limit = (max_len_all[alive] == step + 1).tolist()
+        for row in range(n):
+            # Done with k finished hypotheses, or at the length limit (where every live beam
+            # was just forced to end: a tiny vocabulary can leave fewer than k).
+            if len(finished[int(alive[row])]) >= k or at_limit[row]:
+                done_rows.append(row)
+
+        # The k best candidates that do not end in EOS continue as the new beams.
+        cont_scores = top_scores.masked_fill(is_eos, float("-inf"))
+        cont_scores, order = cont_scores.topk(k, dim=-1)  # (n, k)
+        new_beam = top_beam.gather(1, order)
+        new_token = top_token.gather(1, order)
+        source_rows = (torch.arange(n, device=device)[:, None] * k + new_beam).view(-1)
+        history = torch.cat([history.index_select(0, source_rows), new_token.view(-1, 1)], 1)
+        tokens = new_token.view(-1)
+        scores = cont_scores
+        state = state.index_select(source_rows)
+        step += 1
+
+        if done_rows:
+            done_set = set(done_rows)
+            keep = torch.tensor([r for r in range(n) if r not in done_set], dtype=torch.long,
+                                device=device)
+            beam_keep = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
+            alive, scores = alive[keep], scores[keep]
+            history, tokens = history[beam_keep], tokens[beam_keep]
+            state = state.index_select(beam_keep)
+    results = []
+    for hyps in finished:
+        hyps.sort(key=lambda h: h.score, reverse=True)
+        results.append(hyps[:n_best])
+    return results

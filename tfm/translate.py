@@ -1,0 +1,115 @@
+"""Translator: sentences in, translations out.
+
+Tokenizes with the model directory's own tokenizer, sorts the input by length into token-sized
+batches (little padding), searches, and returns the results in input order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tfm.checkpoint import load_model_dir
+from tfm.data import normalize_text
+from tfm.device import resolve_device
+from tfm.errors import UsageError
+from tfm.search import Hypothesis, beam_search, greedy_search
+from tfm.tokenizer import EOS_ID, PAD_ID, decode, encode_batch
+
+
+@dataclass
+class SearchOptions:
+    beam: int = 5  # 1 = greedy
+    length_penalty: float = 1.0
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    min_len: int = 0
+    n_best: int = 1
+    max_tokens: int = 4096  # source tokens x beam per batch
+
+    def __post_init__(self) -> None:
+        if self.beam < 1:
+            raise UsageError(f"--beam must be at least 1, not {self.beam}")
+        if not 1 <= self.n_best <= self.beam:
+            raise UsageError(f"--n-best must be between 1 and --beam ({self.beam}), "
+                             f"not {self.n_best}")
+
+
+@dataclass
+class Translation:
+    source: str
+    hypotheses: list[tuple[str, float]]  # (text, score), best first
+    truncated: bool = False  # the source was longer than the model accepts
+
+    @property
+    def text(self) -> str:
+        return self.hypotheses[0][0]
+
+
+class Translator:
+    """A loaded model directory, ready to translate."""
+
+    def __init__(self, model_dir: Path, device: str = "auto") -> None:
+        self.device = resolve_device(device)
+        self.model, self.tokenizer, self.info = load_model_dir(Path(model_dir))
+        self.model.to(self.device)
+
+    def default_options(self, **overrides) -> SearchOptions:
+        g = self.info.generation
+        values = dict(beam=g.beam, length_penalty=g.length_penalty, max_len_a=g.max_len_a,
+                      max_len_b=g.max_len_b)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return SearchOptions(**values)
+
+    def translate(self, sentences: list[str], options: SearchOptions) -> list[Translation]:
+        """Translations of ``sentences``, in the same order."""
+        limit = self.model.config.max_positions - 1  # room for EOS
+        texts = [normalize_text(s) for s in sentences]
+        ids = encode_batch(self.tokenizer, texts) if texts else []
+        truncated = [len(x) > limit for x in ids]
+        ids = [x[:limit] + [EOS_ID] for x in ids]
+        results: list[Translation | None] = [None] * len(texts)
+        for batch in self._batches(ids, options):
+            width = max(len(ids[i]) for i in batch)
+            src = torch.full((len(batch), width), PAD_ID, dtype=torch.long)
+            for row, i in enumerate(batch):
+                src[row, : len(ids[i])] = torch.tensor(ids[i])
+            for i, hyps in zip(batch, self._search(src.to(self.device), options)):
+                results[i] = Translation(
+                    sentences[i], [(decode(self.tokenizer, h.tokens), h.score) for h in hyps],
+                    truncated[i])
+        return [r for r in results if r is not None]
+
+    def translate_stream(self, lines: Iterable[str], options: SearchOptions,
+                         chunk: int = 1) -> Iterator[Translation]:
+        """Translate lines as they come, ``chunk`` at a time (1 for interactive use)."""
+        buffer: list[str] = []
+        for line in lines:
+            buffer.append(line.rstrip("\r\n"))
+            if len(buffer) >= chunk:
+                yield from self.translate(buffer, options)
+                buffer = []
+        if buffer:
+            yield from self.translate(buffer, options)
+
+    def _search(self, src: torch.Tensor, o: SearchOptions) -> list[list[Hypothesis]]:
+        if o.beam == 1:
+            return greedy_search(self.model, src, o.max_len_a, o.max_len_b, o.min_len)
+        return beam_search(self.model, src, o.beam, o.length_penalty, o.max_len_a, o.max_len_b,
+                           o.min_len, o.n_best)
+
+    @staticmethod
+    def _batches(ids: list[list[int]], options: SearchOptions) -> Iterator[list[int]]:
+        """Input positions grouped by length so that (rows x longest x beam) <= max_tokens."""
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        batch: list[int] = []
+        for i in order:
+            if batch and len(ids[i]) * (len(batch) + 1) * options.beam > options.max_tokens:
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
