@@ -257,6 +257,10 @@ def train(
                        RichTrainReporter(err), overwrite)
     best = f", best valid BLEU {result.best_bleu:.2f} at step {result.best_step}" \
         if result.best_bleu is not None else ""
+    if result.stopped.startswith("interrupted"):
+        err.print(f"[yellow]Stopped[/]: {result.stopped} at step {result.step}; checkpoint "
+                  f"saved. Continue with: tfm train --data {data} --output {output} --resume")
+        raise typer.Exit(EXIT_INTERRUPTED)
     err.print(f"[green]Done[/]: {result.stopped} at step {result.step} "
               f"({result.elapsed / 60:.1f} min){best}. Model: {result.output}")
 

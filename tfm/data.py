@@ -15,6 +15,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,7 @@ def prepare(
     resolved = {name: resolve_corpus(spec) for name, spec in splits.items()}
     fingerprint = _fingerprint(splits, Path(tokenizer_path), clean)
 
-    previous = read_prepare_info(output) if (output / PREPARE_FILE).is_file() else None
+    previous = _previous_info(output)
     if previous and previous.get("fingerprint") == fingerprint and not force:
         return PrepareReport(str(output), True, {
             name: SplitReport(**report) for name, report in previous["splits"].items()})
@@ -89,6 +90,44 @@ def prepare(
     import datasets
     import pyarrow as pa
 
+    with _quiet_datasets(datasets):
+        reports = _write_dataset(splits, resolved, tokenizer, clean, output, fingerprint,
+                                 datasets, pa)
+    return PrepareReport(str(output), False, reports)
+
+
+def _previous_info(output: Path) -> dict[str, Any] | None:
+    """The prepare.json of an earlier prepare into ``output``, or None if there is none to
+    reuse. Refuses an ``output`` that holds something else: replacing it would delete it."""
+    if output.exists() and not output.is_dir():
+        raise DataError(f"{output} exists and is not a directory; give another --output")
+    if not (output / PREPARE_FILE).is_file():
+        if output.is_dir() and any(output.iterdir()):
+            raise DataError(f"{output} is a non-empty directory but not a prepared dataset "
+                            f"(no {PREPARE_FILE}); give another --output or empty it")
+        return None
+    try:
+        previous = read_prepare_info(output)
+    except DataError:  # unreadable: prepare again, over it
+        return None
+    return previous if isinstance(previous, dict) else None
+
+
+@contextmanager
+def _quiet_datasets(datasets: Any) -> Iterator[None]:
+    """Hide the datasets library's own progress bars: prepare reports in one table."""
+    was_enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            datasets.enable_progress_bars()
+
+
+def _write_dataset(splits: dict[str, CorpusSpec], resolved: dict[str, Any], tokenizer: Any,
+                   clean: CleanConfig, output: Path, fingerprint: str, datasets: Any,
+                   pa: Any) -> dict[str, SplitReport]:
     output.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
@@ -120,12 +159,19 @@ def prepare(
         }
         (final / PREPARE_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
         # Swap the finished directory in: an interrupted prepare leaves the old one intact.
+        # The old one is moved aside (a rename, not a slow delete) and removed with ``work``.
         if output.exists():
-            shutil.rmtree(output)
-        final.rename(output)
+            output.rename(work / "previous")
+            try:
+                final.rename(output)
+            except BaseException:
+                (work / "previous").rename(output)
+                raise
+        else:
+            final.rename(output)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return PrepareReport(str(output), False, reports)
+    return reports
 
 
 def _schema(pa: Any, with_text: bool) -> Any:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from tfm.model import Transformer
-from tfm.tokenizer import BOS_ID, EOS_ID
+from tfm.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @dataclass
@@ -30,12 +30,14 @@ def max_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> Tenso
 
 
 def _step_log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor) -> Tensor:
-    """Log-probabilities for output position ``step``; EOS is forbidden before ``min_len`` and
-    forced at each row's last allowed position."""
+    """Log-probabilities for output position ``step``. Padding, BOS and UNK are never produced
+    (byte-level BPE needs no unknown token); EOS is forbidden before ``min_len`` and forced at
+    each row's last allowed position (the length limit wins over ``min_len``)."""
     logp = torch.log_softmax(logits.float(), dim=-1)
-    if step < min_len:
-        logp[:, EOS_ID] = float("-inf")
+    logp[:, [PAD_ID, UNK_ID, BOS_ID]] = float("-inf")
     last = max_len == step + 1
+    if step < min_len:
+        logp[~last, EOS_ID] = float("-inf")
     if last.any():
         eos = logp[last, EOS_ID].clone()
         logp[last] = float("-inf")
@@ -82,8 +84,9 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
                 n_best: int = 1) -> list[list[Hypothesis]]:
     """Beam search; for each sentence the ``n_best`` finished hypotheses, best first.
 
-    A sentence is finished when ``beam`` hypotheses have ended with EOS (or its length limit is
-    reached). Scores are length-normalised: log P / length ** length_penalty.
+    Scores are length-normalised: log P / length ** length_penalty, the length counting EOS.
+    A sentence is finished at its length limit, or when it has ``beam`` finished hypotheses
+    and no live beam would beat the worst of them if it ended now.
     """
     pad = model.config.pad_id
     device = src.device
@@ -100,6 +103,7 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
     scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 0
     history = torch.full((b * k, 0), BOS_ID, dtype=torch.long, device=device)  # (N*k, t)
     tokens = torch.full((b * k,), BOS_ID, dtype=torch.long, device=device)
+    alive_list = alive.tolist()
     finished: list[list[Hypothesis]] = [[] for _ in range(b)]
     step = 0
     while alive.numel():
@@ -115,44 +119,52 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
         top_token = top_index % vocab
 
         is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)
-        done_rows: list[int] = []
-        eos_rows, eos_cols = is_eos.nonzero(as_tuple=True)
-        hist_cpu = history.cpu() if eos_rows.numel() else history
-        for row, col in zip(eos_rows.tolist(), eos_cols.tolist()):
-            sent = int(alive[row])
-            if len(finished[sent]) >= k or col >= k:
-                continue  # only EOS among the top k candidates ends a hypothesis
-            beam_row = row * k + int(top_beam[row, col])
-            out = hist_cpu[beam_row].tolist()
-            lp = float(top_scores[row, col])
-            finished[sent].append(Hypothesis(out, lp / (len(out) + 1) ** length_penalty, lp))
-        at_limit = (max_len_all[alive] == step + 1).tolist()
-        for row in range(n):
-            # Done with k finished hypotheses, or at the length limit (where every live beam
-            # was just forced to end: a tiny vocabulary can leave fewer than k).
-            if len(finished[int(alive[row])]) >= k or at_limit[row]:
-                done_rows.append(row)
-
         # The k best candidates that do not end in EOS continue as the new beams.
-        cont_scores = top_scores.masked_fill(is_eos, float("-inf"))
-        cont_scores, order = cont_scores.topk(k, dim=-1)  # (n, k)
-        new_beam = top_beam.gather(1, order)
+        cont_scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=-1)
+        new_beam = top_beam.gather(1, order)  # (n, k)
         new_token = top_token.gather(1, order)
-        source_rows = (torch.arange(n, device=device)[:, None] * k + new_beam).view(-1)
+
+        # Hypotheses end where EOS is among a sentence's k best candidates; each sentence keeps
+        # its k best finished hypotheses.
+        eos_rows, eos_cols = is_eos[:, :k].nonzero(as_tuple=True)
+        if eos_rows.numel():
+            hist_cpu = history.cpu()
+            beams = top_beam.cpu()
+            ends = top_scores.cpu()
+            for row, col in zip(eos_rows.tolist(), eos_cols.tolist()):
+                hyps = finished[alive_list[row]]
+                out = hist_cpu[row * k + int(beams[row, col])].tolist()
+                lp = float(ends[row, col])
+                hyps.append(Hypothesis(out, lp / (len(out) + 1) ** length_penalty, lp))
+                if len(hyps) > k:
+                    hyps.sort(key=lambda h: h.score, reverse=True)
+                    del hyps[k:]
+
+        # A sentence is done at its length limit (every live beam was just forced to end), or
+        # once it has k finished hypotheses and its best live beam, ended now, would score no
+        # better than the worst of them. (log P only falls as a hypothesis grows; with a
+        # length penalty this is the usual heuristic, as in Hugging Face's beam search.)
+        best_live = (cont_scores[:, 0] / (step + 2) ** length_penalty).tolist()
+        at_limit = (max_len_all[alive] == step + 1).tolist()
+        keep_rows = []
+        for row in range(n):
+            hyps = finished[alive_list[row]]
+            done = at_limit[row] or (
+                len(hyps) >= k and min(h.score for h in hyps) >= best_live[row])
+            if not done:
+                keep_rows.append(row)
+        keep = torch.arange(n, device=device)
+        if len(keep_rows) < n:  # finished sentences leave the batch
+            keep = torch.tensor(keep_rows, dtype=torch.long, device=device)
+            alive, cont_scores = alive[keep], cont_scores[keep]
+            new_beam, new_token = new_beam[keep], new_token[keep]
+            alive_list = [alive_list[r] for r in keep_rows]
+        source_rows = (keep[:, None] * k + new_beam).view(-1)
         history = torch.cat([history.index_select(0, source_rows), new_token.view(-1, 1)], 1)
         tokens = new_token.view(-1)
         scores = cont_scores
         state = state.index_select(source_rows)
         step += 1
-
-        if done_rows:
-            done_set = set(done_rows)
-            keep = torch.tensor([r for r in range(n) if r not in done_set], dtype=torch.long,
-                                device=device)
-            beam_keep = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
-            alive, scores = alive[keep], scores[keep]
-            history, tokens = history[beam_keep], tokens[beam_keep]
-            state = state.index_select(beam_keep)
     results = []
     for hyps in finished:
         hyps.sort(key=lambda h: h.score, reverse=True)

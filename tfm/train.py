@@ -371,8 +371,11 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
         total_nll += nll.item()
     if not math.isfinite(total_loss):
         return total_loss, total_nll, n_tokens
-    if config.clip_norm > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
+    # The gradient norm, clipped when asked; a non-finite one must never reach the weights.
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                          config.clip_norm if config.clip_norm > 0 else math.inf)
+    if not torch.isfinite(norm):
+        return math.nan, total_nll, n_tokens
     optimizer.step()
     return total_loss, total_nll, n_tokens
 

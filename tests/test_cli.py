@@ -1,0 +1,173 @@
+"""The command line as users meet it: help, the whole pipeline, and one-line errors.
+
+Commands run in a subprocess (``python -m tfm``), exactly as from a shell, so that what reaches
+stderr and the exit code are what a user sees.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO = REPO / "data" / "demo"
+COMMANDS = ["train-tokenizer", "prepare", "train", "translate", "eval"]
+
+
+def tfm(*args: str, stdin: str | None = None, cwd: Path | None = None
+        ) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tfm", *args], input=stdin, text=True,
+                          capture_output=True, cwd=cwd, timeout=300)
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    """A non-zero exit and one clear line on stderr, without a traceback."""
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert lines[0].startswith("error:")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_help_lists_every_command() -> None:
+    result = tfm("--help")
+    assert result.returncode == 0
+    for command in COMMANDS:
+        assert command in result.stdout
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command: str) -> None:
+    result = tfm(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "--" in result.stdout and "Usage" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's pipeline on the bundled corpus, trained only briefly."""
+    work = tmp_path_factory.mktemp("cli")
+    steps = [
+        ("train-tokenizer", "--train", str(DEMO / "train"), "-s", "en", "-t", "de",
+         "--vocab-size", "600", "-o", str(work / "tok.json")),
+        ("prepare", "--train", str(DEMO / "train"), "--valid", str(DEMO / "valid"),
+         "-s", "en", "-t", "de", "--tokenizer", str(work / "tok.json"), "-o", str(work / "data")),
+        ("train", "--data", str(work / "data"), "--output", str(work / "model"),
+         "--preset", "tiny", "--max-steps", "30", "--valid-every", "15", "--max-tokens", "1024",
+         "--warmup", "10", "--lr", "2e-3", "--precision", "fp32"),
+    ]
+    for args in steps:
+        result = tfm(*args)
+        assert result.returncode == 0, f"{args[0]} failed:\n{result.stderr}"
+    return work / "model"
+
+
+def test_prepare_reports_kept_pairs(demo_model: Path) -> None:
+    info = json.loads((demo_model.parent / "data" / "prepare.json").read_text())
+    assert info["splits"]["train"]["read"] == 520
+    assert info["splits"]["train"]["kept"] == 520
+    assert info["splits"]["valid"]["kept"] == 50
+
+
+def test_translate_from_arguments_file_and_stdin_agree(demo_model: Path, tmp_path: Path) -> None:
+    sentences = ["The dog sleeps in the garden.", "My sister buys bread."]
+    from_args = tfm("translate", "-m", str(demo_model), "-b", "2", *sentences)
+    assert from_args.returncode == 0, from_args.stderr
+    (tmp_path / "in.en").write_text("\n".join(sentences) + "\n")
+    from_file = tfm("translate", "-m", str(demo_model), "-b", "2", "--input",
+                    str(tmp_path / "in.en"), "--output", str(tmp_path / "out.de"))
+    assert from_file.returncode == 0, from_file.stderr
+    from_stdin = tfm("translate", "-m", str(demo_model), "-b", "2",
+                     stdin="\n".join(sentences) + "\n")
+    assert from_stdin.returncode == 0, from_stdin.stderr
+    lines = from_args.stdout.splitlines()
+    assert len(lines) == 2
+    assert (tmp_path / "out.de").read_text().splitlines() == lines
+    assert from_stdin.stdout.splitlines() == lines
+
+
+def test_translate_jsonl_carries_scores_and_n_best(demo_model: Path) -> None:
+    result = tfm("translate", "-m", str(demo_model), "--beam", "3", "--n-best", "3",
+                 "--format", "jsonl", "The cat eats.")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["source"] == "The cat eats."
+    assert len(record["n_best"]) == 3
+    scores = [h["score"] for h in record["n_best"]]
+    assert scores == sorted(scores, reverse=True)
+    assert record["translation"] == record["n_best"][0]["translation"]
+
+
+def test_eval_prints_the_same_bleu_as_sacrebleu(demo_model: Path, tmp_path: Path) -> None:
+    hyp = tmp_path / "hyp.de"
+    result = tfm("eval", "-m", str(demo_model), "--src", str(DEMO / "test.en"), "--ref",
+                 str(DEMO / "test.de"), "--save-hyp", str(hyp), "--json")
+    assert result.returncode == 0, result.stderr
+    ours = json.loads(result.stdout)[0]
+    reference = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", str(DEMO / "test.de"), "-i", str(hyp), "-b"],
+        capture_output=True, text=True, check=True)
+    assert f"{ours['score']:.1f}" == f"{float(reference.stdout.strip()):.1f}"
+    assert ours["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
+    rescored = tfm("eval", "--hyp", str(hyp), "--ref", str(DEMO / "test.de"), "--json")
+    assert json.loads(rescored.stdout)[0]["score"] == ours["score"]
+
+
+# --- user errors: one line on stderr, a non-zero exit, no traceback --------------------------
+
+def test_a_missing_corpus_file_is_one_clear_line(tmp_path: Path) -> None:
+    result = tfm("train-tokenizer", "--train", str(tmp_path / "nope.en"),
+                 "--train", str(tmp_path / "nope.de"), "-o", str(tmp_path / "t.json"))
+    assert_user_error(result, "nope.en")
+
+
+def test_misaligned_files_are_refused_with_both_line_counts(tmp_path: Path) -> None:
+    (tmp_path / "a.en").write_text("one\ntwo\nthree\n")
+    (tmp_path / "a.de").write_text("eins\nzwei\n")
+    result = tfm("train-tokenizer", "--train", str(tmp_path / "a.en"),
+                 "--train", str(tmp_path / "a.de"), "-o", str(tmp_path / "t.json"))
+    assert_user_error(result, "3 lines", "2")
+    assert result.returncode == 3
+
+
+def test_an_unknown_model_directory_is_one_clear_line(tmp_path: Path) -> None:
+    result = tfm("translate", "--model", str(tmp_path / "no-model"), "Hello.")
+    assert_user_error(result, "no-model")
+    assert result.returncode == 4
+
+
+def test_a_directory_that_is_not_a_model_is_refused(tmp_path: Path) -> None:
+    result = tfm("eval", "--model", str(tmp_path), "--src", str(DEMO / "test.en"),
+                 "--ref", str(DEMO / "test.de"))
+    assert_user_error(result, "not a tfm model directory")
+
+
+def test_training_on_a_missing_dataset_is_refused(tmp_path: Path) -> None:
+    result = tfm("train", "--data", str(tmp_path / "data"), "--output", str(tmp_path / "m"),
+                 "--max-steps", "1")
+    assert_user_error(result, "tfm prepare")
+
+
+def test_an_impossible_option_is_refused(demo_model: Path) -> None:
+    assert_user_error(tfm("translate", "-m", str(demo_model), "--beam", "0", "Hi."), "--beam")
+    assert_user_error(tfm("translate", "-m", str(demo_model), "--format", "xml", "Hi."),
+                      "--format")
+
+
+def test_eval_refuses_references_of_another_length(demo_model: Path, tmp_path: Path) -> None:
+    (tmp_path / "ref.de").write_text("Ein Satz.\n")
+    result = tfm("eval", "-m", str(demo_model), "--src", str(DEMO / "test.en"),
+                 "--ref", str(tmp_path / "ref.de"))
+    assert_user_error(result, "50 lines", "1")
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    result = tfm("--debug", "translate", "--model", str(tmp_path / "no-model"), "Hi.")
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr
