@@ -44,27 +44,37 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     part: write a temporary file in the same directory, fsync it, then rename over ``path``.
     A full disk raises ResourceError and leaves any previous file untouched."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a model directory is meant to be shared
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        if e.errno in _NO_SPACE:
+            raise _disk_full(path) from e
+        raise
+    try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o644)  # mkstemp makes 0600; a model directory is shared
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
         _remove_quietly(tmp)
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise ResourceError(
-                f"{path}: no space left on the device; the previous file is intact. "
-                "Free some disk space and try again."
-            ) from e
+        if e.errno in _NO_SPACE:
+            raise _disk_full(path) from e
         raise
     except BaseException:
         _remove_quietly(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(path: Path) -> ResourceError:
+    return ResourceError(f"{path}: no space left on the device; the previous file is intact. "
+                         "Free some disk space and try again.")
 
 
 def _remove_quietly(path: str) -> None:

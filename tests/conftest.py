@@ -1,0 +1,99 @@
+"""Shared fixtures: a tiny natural English-German corpus and a tokenizer trained on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+from tfm.tokenizer import save_tokenizer, train_tokenizer
+
+PAIRS: list[tuple[str, str]] = [
+    ("A man is walking his dog in the park .", "Ein Mann geht mit seinem Hund im Park spazieren ."),
+    ("Two children are playing football on the grass .",
+     "Zwei Kinder spielen Fußball auf dem Rasen ."),
+    ("The woman is reading a book .", "Die Frau liest ein Buch ."),
+    ("A dog runs through the snow .", "Ein Hund rennt durch den Schnee ."),
+    ("The old man is sitting on a bench .", "Der alte Mann sitzt auf einer Bank ."),
+    ("Two women are talking in the kitchen .", "Zwei Frauen unterhalten sich in der Küche ."),
+    ("A boy jumps into the water .", "Ein Junge springt ins Wasser ."),
+    ("The girl is eating an apple .", "Das Mädchen isst einen Apfel ."),
+    ("A cat sleeps on the sofa .", "Eine Katze schläft auf dem Sofa ."),
+    ("People are waiting for the bus .", "Menschen warten auf den Bus ."),
+    ("A musician plays the guitar on the street .",
+     "Ein Musiker spielt Gitarre auf der Straße ."),
+    ("The children are laughing .", "Die Kinder lachen ."),
+    ("A man rides a bicycle down the hill .",
+     "Ein Mann fährt mit dem Fahrrad den Hügel hinunter ."),
+    ("Three friends are drinking coffee .", "Drei Freunde trinken Kaffee ."),
+    ("A woman is painting a picture .", "Eine Frau malt ein Bild ."),
+    ("The dog catches the ball .", "Der Hund fängt den Ball ."),
+    ("A worker is repairing the roof .", "Ein Arbeiter repariert das Dach ."),
+    ("Two dogs are playing in the garden .", "Zwei Hunde spielen im Garten ."),
+    ("A little girl is holding a balloon .", "Ein kleines Mädchen hält einen Luftballon ."),
+    ("The man is cooking dinner .", "Der Mann kocht das Abendessen ."),
+    ("A group of people are dancing .", "Eine Gruppe von Menschen tanzt ."),
+    ("The boy is wearing a red hat .", "Der Junge trägt einen roten Hut ."),
+    ("A woman walks along the beach .", "Eine Frau geht am Strand entlang ."),
+    ("The students are sitting in the classroom .",
+     "Die Schüler sitzen im Klassenzimmer ."),
+    ("A man is climbing a rock .", "Ein Mann klettert auf einen Felsen ."),
+    ("The baby is sleeping .", "Das Baby schläft ."),
+    ("A chef prepares food in the restaurant .",
+     "Ein Koch bereitet Essen im Restaurant zu ."),
+    ("Two men are fishing from a boat .", "Zwei Männer angeln von einem Boot aus ."),
+    ("The girl rides a horse .", "Das Mädchen reitet auf einem Pferd ."),
+    ("A crowd watches the game .", "Eine Menschenmenge sieht dem Spiel zu ."),
+    ("The woman is buying vegetables at the market .",
+     "Die Frau kauft Gemüse auf dem Markt ."),
+    ("A dog is swimming in the lake .", "Ein Hund schwimmt im See ."),
+    ("The man is reading the newspaper .", "Der Mann liest die Zeitung ."),
+    ("Children are building a sandcastle .", "Kinder bauen eine Sandburg ."),
+    ("A young man is playing the piano .", "Ein junger Mann spielt Klavier ."),
+    ("The family is eating together .", "Die Familie isst zusammen ."),
+    ("A woman is carrying a large bag .", "Eine Frau trägt eine große Tasche ."),
+    ("Two boys are running down the street .", "Zwei Jungen rennen die Straße hinunter ."),
+    ("The sun is shining over the mountains .", "Die Sonne scheint über den Bergen ."),
+    ("An old woman feeds the birds .", "Eine alte Frau füttert die Vögel ."),
+]
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    """Write newline-terminated UTF-8 lines to ``path``."""
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def write_corpus(folder: Path, pairs: list[tuple[str, str]], name: str = "train") -> tuple[
+        Path, Path]:
+    """Write ``pairs`` as ``folder/name.en`` and ``folder/name.de``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return (write_lines(folder / f"{name}.en", [s for s, _ in pairs]),
+            write_lines(folder / f"{name}.de", [t for _, t in pairs]))
+
+
+@pytest.fixture(scope="session")
+def sentence_pairs() -> list[tuple[str, str]]:
+    """The 40 natural English-German pairs of the tiny corpus."""
+    return list(PAIRS)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> tuple[Path, Path]:
+    """The 40 pairs of PAIRS as two aligned files ``corpus/train.en`` and ``corpus/train.de``."""
+    return write_corpus(tmp_path / "corpus", PAIRS)
+
+
+@pytest.fixture(scope="session")
+def tokenizer() -> Tokenizer:
+    """A byte-level BPE tokenizer with a 300-entry vocabulary trained on PAIRS (both sides)."""
+    return train_tokenizer((t for pair in PAIRS for t in pair), vocab_size=300)
+
+
+@pytest.fixture
+def tokenizer_path(tmp_path: Path, tokenizer: Tokenizer) -> Path:
+    """The session tokenizer saved as ``tmp_path/tokenizer.json``."""
+    path = tmp_path / "tokenizer.json"
+    save_tokenizer(tokenizer, path)
+    return path

@@ -1,0 +1,232 @@
+"""Specification of tfm.tokenizer: byte-level BPE that round-trips any text, and the checks
+made when a tokenizer file is loaded."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer, models, trainers
+
+from tfm.errors import ModelError
+from tfm.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK_ID,
+    decode,
+    decode_batch,
+    encode_batch,
+    load_tokenizer,
+    new_tokenizer,
+    save_tokenizer,
+    train_tokenizer,
+)
+
+ROUND_TRIP = [
+    "A man is walking his dog in the park .",
+    "Grüße aus München: Die Straße ist groß, die Bäume sind grün.",
+    "Ça va ? L'élève a préféré le café crème à Noël.",
+    "Příliš žluťoučký kůň úpěl ďábelské ódy.",
+    "I ❤️ pizza 🍕 and 👩‍👩‍👧 families 😀!",
+    "東京は日本の首都です。",
+    "我爱北京天安门",
+    "안녕하세요 세계",
+    "Привет, мир!",
+    "مرحبا بالعالم",
+    "In 2024, 3.5% of 1,000,000 = 35,000 (approx.) -- \"quoted\" [brackets] {braces} <tags> #@$&*",
+    "ab",
+    "x",
+]
+
+
+def ids_of(tok: Tokenizer, text: str) -> list[int]:
+    return encode_batch(tok, [text])[0]
+
+
+# ---------------------------------------------------------------------------- training
+
+
+def test_special_tokens_have_fixed_ids_after_training(tokenizer: Tokenizer) -> None:
+    assert (PAD_ID, UNK_ID, BOS_ID, EOS_ID) == (0, 1, 2, 3)
+    assert SPECIAL_TOKENS == ["<pad>", "<unk>", "<s>", "</s>"]
+    for i, token in enumerate(SPECIAL_TOKENS):
+        assert tokenizer.token_to_id(token) == i
+        assert tokenizer.id_to_token(i) == token
+
+
+def test_the_vocabulary_is_not_larger_than_requested(sentence_pairs: list[tuple[str, str]]
+                                                      ) -> None:
+    texts = [t for pair in sentence_pairs for t in pair]
+    for size in (260, 300, 400):
+        tok = train_tokenizer(texts, vocab_size=size, min_frequency=1)
+        assert tok.get_vocab_size() <= size
+    # The 256 bytes and the 4 special tokens are always there: more merges with a larger size.
+    assert train_tokenizer(texts, vocab_size=400, min_frequency=1).get_vocab_size() > 300
+
+
+def test_training_streams_from_a_generator_with_a_length_hint(
+        sentence_pairs: list[tuple[str, str]]) -> None:
+    texts = [t for pair in sentence_pairs for t in pair]
+    tok = train_tokenizer(iter(texts), vocab_size=300, length=len(texts))
+    assert tok.get_vocab_size() <= 300
+    assert decode(tok, ids_of(tok, texts[0])) == texts[0]
+
+
+def test_encode_batch_adds_no_special_tokens(tokenizer: Tokenizer,
+                                            sentence_pairs: list[tuple[str, str]]) -> None:
+    for ids in encode_batch(tokenizer, [s for s, _ in sentence_pairs[:5]]):
+        assert ids and min(ids) >= len(SPECIAL_TOKENS)
+
+
+def test_training_learns_merges_beyond_single_bytes(tokenizer: Tokenizer) -> None:
+    text = "A man is walking his dog in the park ."
+    assert tokenizer.get_vocab_size() == 300  # 260 bytes and specials + 40 merges
+    assert len(ids_of(tokenizer, text)) < len(text.encode())
+    unseen = "qxzj"  # no merge was learnt for these letters: one token per byte
+    assert len(ids_of(tokenizer, unseen)) == len(" " + unseen)
+
+
+# ---------------------------------------------------------------------------- round trip
+
+
+@pytest.mark.parametrize("text", ROUND_TRIP)
+def test_decode_gives_back_the_encoded_text(tokenizer: Tokenizer, text: str) -> None:
+    assert decode(tokenizer, ids_of(tokenizer, text)) == text
+
+
+@pytest.mark.parametrize("text", ROUND_TRIP)
+def test_no_text_encodes_to_the_unknown_token(tokenizer: Tokenizer, text: str) -> None:
+    ids = ids_of(tokenizer, text)
+    assert UNK_ID not in ids
+    assert all(len(SPECIAL_TOKENS) <= i < tokenizer.get_vocab_size() for i in ids)
+
+
+def test_characters_never_seen_in_training_are_encoded_as_bytes(tokenizer: Tokenizer) -> None:
+    text = "\u0000\u0007\uffff\U0010fffd ҈ 𝔘𝔫𝔦𝔠𝔬𝔡𝔢"
+    ids = ids_of(tokenizer, text)
+    assert UNK_ID not in ids
+    assert decode(tokenizer, ids) == text
+
+
+def test_text_is_nfc_normalised(tokenizer: Tokenizer) -> None:
+    decomposed = "Gru\u0308\u00dfe, cafe\u0301"  # u + combining diaeresis, e + acute accent
+    composed = unicodedata.normalize("NFC", decomposed)
+    assert composed != decomposed
+    assert ids_of(tokenizer, decomposed) == ids_of(tokenizer, composed)
+    assert decode(tokenizer, ids_of(tokenizer, decomposed)) == composed
+
+
+def test_decode_strips_outer_whitespace_but_keeps_inner_spacing(tokenizer: Tokenizer) -> None:
+    assert decode(tokenizer, ids_of(tokenizer, "  Hallo Welt  ")) == "Hallo Welt"
+    assert decode(tokenizer, ids_of(tokenizer, "Hallo  Welt\tund   mehr")) == (
+        "Hallo  Welt\tund   mehr")
+
+
+def test_the_empty_string_encodes_to_nothing(tokenizer: Tokenizer) -> None:
+    assert ids_of(tokenizer, "") == []
+    assert decode(tokenizer, []) == ""
+
+
+def test_decode_drops_special_tokens(tokenizer: Tokenizer) -> None:
+    text = "Der Hund fängt den Ball ."
+    ids = ids_of(tokenizer, text)
+    assert decode(tokenizer, [BOS_ID, *ids, EOS_ID, PAD_ID, PAD_ID]) == text
+    assert decode(tokenizer, [UNK_ID, *ids]) == text
+
+
+def test_decode_batch_matches_decode(tokenizer: Tokenizer) -> None:
+    texts = ROUND_TRIP[:6]
+    batch = [[BOS_ID, *ids, EOS_ID, PAD_ID] for ids in encode_batch(tokenizer, texts)]
+    assert decode_batch(tokenizer, batch) == texts
+    assert decode_batch(tokenizer, batch) == [decode(tokenizer, ids) for ids in batch]
+
+
+# ---------------------------------------------------------------------------- save and load
+
+
+def test_save_then_load_gives_the_same_encodings(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "tokenizer.json"
+    save_tokenizer(tokenizer, path)
+    json.loads(path.read_text(encoding="utf-8"))  # the library's own JSON format
+    loaded = load_tokenizer(path)
+    assert loaded.get_vocab_size() == tokenizer.get_vocab_size()
+    assert encode_batch(loaded, ROUND_TRIP) == encode_batch(tokenizer, ROUND_TRIP)
+    assert [decode(loaded, ids) for ids in encode_batch(loaded, ROUND_TRIP)] == ROUND_TRIP
+
+
+def test_load_accepts_a_string_path(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    save_tokenizer(tokenizer, tmp_path / "tok.json")
+    assert load_tokenizer(str(tmp_path / "tok.json")).get_vocab_size() == (
+        tokenizer.get_vocab_size())
+
+
+def test_load_refuses_a_missing_file_and_names_it(tmp_path: Path) -> None:
+    path = tmp_path / "missing-tokenizer.json"
+    with pytest.raises(ModelError, match="no such tokenizer file") as info:
+        load_tokenizer(path)
+    assert str(path) in str(info.value)
+    assert "train-tokenizer" in str(info.value)
+
+
+def test_load_refuses_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="no such tokenizer file"):
+        load_tokenizer(tmp_path)
+
+
+@pytest.mark.parametrize("content", [
+    b"this is not json at all\n",
+    b'{"version": "1.0", "model": ',  # truncated
+    b'{"hello": "world"}',  # JSON, but not a tokenizer
+    b"\xff\xfe\x00garbage",
+    b"",
+])
+def test_load_refuses_a_file_that_is_not_a_tokenizer(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(content)
+    with pytest.raises(ModelError, match="not a tokenizer file") as info:
+        load_tokenizer(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert "\n" not in message
+
+
+def test_load_refuses_special_tokens_at_other_ids(tmp_path: Path,
+                                                 sentence_pairs: list[tuple[str, str]]) -> None:
+    # A BPE tokenizer from the library directly, special tokens in another order.
+    tok = new_tokenizer()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<pad>", "<unk>"],
+                                  show_progress=False)
+    tok.train_from_iterator([s for pair in sentence_pairs for s in pair], trainer=trainer)
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    with pytest.raises(ModelError, match="special token <pad> must have id 0") as info:
+        load_tokenizer(path)
+    assert str(path) in str(info.value)
+    assert "train-tokenizer" in str(info.value)
+
+
+def test_load_refuses_a_tokenizer_without_special_tokens(tmp_path: Path) -> None:
+    tok = Tokenizer(models.WordLevel({"hello": 0, "world": 1, "foo": 2, "bar": 3},
+                                     unk_token="hello"))
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    with pytest.raises(ModelError, match="special token <pad> must have id 0"):
+        load_tokenizer(path)
+
+
+def test_load_refuses_a_special_token_missing_after_the_first(tmp_path: Path) -> None:
+    vocab = {"<pad>": 0, "<unk>": 1, "<s>": 2, "hello": 3, "</s>": 4}
+    path = tmp_path / "tokenizer.json"
+    Tokenizer(models.WordLevel(vocab, unk_token="<unk>")).save(str(path))
+    with pytest.raises(ModelError, match="special token </s> must have id 3"):
+        load_tokenizer(path)
+
+
+def test_save_leaves_no_temporary_files(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    save_tokenizer(tokenizer, tmp_path / "tokenizer.json")
+    save_tokenizer(tokenizer, tmp_path / "tokenizer.json")  # over an existing file
+    assert [p.name for p in tmp_path.iterdir()] == ["tokenizer.json"]
