@@ -45,11 +45,11 @@ def reversal_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     prepare(train_spec, root / "tokenizer.json", root / "data", valid=valid_spec)
     model_config = ModelConfig(d_model=64, n_heads=4, encoder_layers=2, decoder_layers=2,
                                d_ff=128, dropout=0.0)
-    train_config = TrainConfig(max_tokens=1024, lr=3e-3, warmup_steps=100, max_steps=900,
-                               valid_every=300, save_every=10**9, valid_bleu=True,
+    train_config = TrainConfig(max_tokens=1024, lr=3e-3, warmup_steps=100, max_steps=1200,
+                               valid_every=400, save_every=10**9, valid_bleu=True,
                                precision="fp32", keep_last=0, seed=1)
     result = train(root / "data", root / "model", model_config, train_config)
-    assert result.step == 900
+    assert result.step == 1200
     return root, root / "model"
 
 
@@ -62,6 +62,7 @@ def test_a_small_transformer_learns_to_reverse_sequences(reversal_model, beam: i
     hypotheses = [t.text for t in translator.translate(sources, SearchOptions(beam=beam))]
     exact = sum(h == r for h, r in zip(hypotheses, references)) / len(references)
     bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    print(f"beam {beam}: exact match {exact:.3f}, BLEU {bleu:.2f}")
     assert exact >= 0.95, f"exact match {exact:.2f}, BLEU {bleu:.1f}"
     assert bleu >= 95.0
 

@@ -71,10 +71,11 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: flo
                         pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed label-smoothed cross-entropy and summed NLL over non-padding positions.
 
-    logits (B, T, V), target (B, T). The smoothed target puts 1 - epsilon on the reference and
-    spreads epsilon evenly over the whole vocabulary.
+    logits (..., V) and target (...) of the same leading shape, e.g. (B, T, V) and (B, T), or
+    (N, V) and (N,) for real positions only. The smoothed target puts 1 - epsilon on the
+    reference and spreads epsilon evenly over the whole vocabulary.
     """
-    lprobs = F.log_softmax(logits.float(), dim=-1).view(-1, logits.size(-1))  # (B*T, V)
+    lprobs = F.log_softmax(logits.float(), dim=-1).reshape(-1, logits.size(-1))  # (N, V)
     target = target.reshape(-1)
     keep = target != pad_id
     nll = -lprobs.gather(1, target[:, None]).squeeze(1)
@@ -364,8 +365,9 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
     device = group[0].src.device
     for batch in group:
         with autocast(device, amp_dtype):
-            logits = model(batch.src, batch.tgt_in)
-        loss, nll = label_smoothed_loss(logits, batch.tgt_out, config.label_smoothing)
+            logits = model(batch.src, batch.tgt_in, batch.tgt_mask)  # (N, V), real positions
+        loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
+                                        config.label_smoothing)
         (loss / n_tokens).backward()
         total_loss += loss.item()
         total_nll += nll.item()
@@ -411,8 +413,9 @@ def _validate(model: Transformer, split: TokenizedSplit, tokenizer: Any, config:
     for indices in batches:
         batch = collate(split, indices).to(device)
         with autocast(device, amp_dtype):
-            logits = model(batch.src, batch.tgt_in)
-            loss, nll = label_smoothed_loss(logits, batch.tgt_out, config.label_smoothing)
+            logits = model(batch.src, batch.tgt_in, batch.tgt_mask)
+            loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
+                                            config.label_smoothing)
             loss_sum += float(loss)
             nll_sum += float(nll)
             n_tokens += batch.n_tgt_tokens

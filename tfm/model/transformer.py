@@ -96,22 +96,36 @@ class Transformer(nn.Module):
 
     # --- decoder, all positions at once (training, scoring) ------------------------------------
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor,
-               need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """tgt_in (B, T) ids -> logits (B, T, V), and the last layer's cross-attention weights
-        (B, H, T, S) when asked."""
+    def decode_hidden(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor,
+                      need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """tgt_in (B, T) ids -> decoder output (B, T, D) before the vocabulary projection, and
+        the last layer's cross-attention weights (B, H, T, S) when asked."""
         self_mask = decoder_self_attention_mask(tgt_in, self.config.pad_id)  # (B, 1, T, T)
         x = self.tgt_embed(tgt_in)
         weights = None
         for layer in self.decoder_layers:
             cross_kv = layer.encoder_attn.project_kv(memory)
             x, _, weights = layer(x, cross_kv, self_mask, memory_mask, None, need_weights)
-        return self.output_proj(self.decoder_norm(x)), weights
+        return self.decoder_norm(x), weights
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
-        """Teacher forcing: src (B, S), tgt_in (B, T) = BOS + target -> logits (B, T, V)."""
+    def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor,
+               need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+        """tgt_in (B, T) ids -> logits (B, T, V), and the last layer's cross-attention weights
+        (B, H, T, S) when asked."""
+        hidden, weights = self.decode_hidden(tgt_in, memory, memory_mask, need_weights)
+        return self.output_proj(hidden), weights
+
+    def forward(self, src: Tensor, tgt_in: Tensor, score_mask: Tensor | None = None) -> Tensor:
+        """Teacher forcing: src (B, S), tgt_in (B, T) = BOS + target -> logits (B, T, V).
+
+        With ``score_mask`` (B, T), logits only where it is True, as (N, V): training skips
+        the vocabulary projection, the largest matrix product, at padded positions.
+        """
         memory, memory_mask = self.encode(src)
-        return self.decode(tgt_in, memory, memory_mask)[0]
+        hidden = self.decode_hidden(tgt_in, memory, memory_mask)[0]  # (B, T, D)
+        if score_mask is not None:
+            hidden = hidden[score_mask]  # (N, D)
+        return self.output_proj(hidden)
 
     # --- decoder, one position at a time (search) ----------------------------------------------
 
