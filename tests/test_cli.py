@@ -171,3 +171,12 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     result = tfm("--debug", "translate", "--model", str(tmp_path / "no-model"), "Hi.")
     assert result.returncode != 0
     assert "Traceback" in result.stderr
+
+
+def test_empty_and_blank_lines_translate_to_empty_lines(demo_model: Path) -> None:
+    result = tfm("translate", "-m", str(demo_model), "-b", "2",
+                 stdin="The cat eats.\n\n   \nThe dog runs.\n")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert lines[1] == "" and lines[2] == ""
+    assert lines[0] and lines[3]

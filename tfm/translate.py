@@ -6,18 +6,28 @@ batches (little padding), searches, and returns the results in input order.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from tfm.checkpoint import load_model_dir
+from tfm.checkpoint import WEIGHTS_FILE, load_model_dir
 from tfm.data import normalize_text
 from tfm.device import resolve_device
 from tfm.errors import UsageError
 from tfm.search import Hypothesis, beam_search, greedy_search
 from tfm.tokenizer import EOS_ID, PAD_ID, decode, encode_batch
+
+# Characters that str.splitlines() and most tools treat as line breaks.
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def _one_line(text: str) -> str:
+    """A translation on one line: a model can generate a line-break byte, which would shift
+    every following line of the output against its input."""
+    return _LINE_BREAKS.sub(" ", text)
 
 
 @dataclass
@@ -52,9 +62,12 @@ class Translation:
 class Translator:
     """A loaded model directory, ready to translate."""
 
-    def __init__(self, model_dir: Path, device: str = "auto") -> None:
+    def __init__(self, model_dir: Path, device: str = "auto",
+                 weights_file: str = WEIGHTS_FILE) -> None:
+        """``weights_file``: another weights file of the directory, e.g. a numbered
+        checkpoint ``checkpoints/step_00001000.safetensors``."""
         self.device = resolve_device(device)
-        self.model, self.tokenizer, self.info = load_model_dir(Path(model_dir))
+        self.model, self.tokenizer, self.info = load_model_dir(Path(model_dir), weights_file)
         self.model.to(self.device)
 
     def default_options(self, **overrides) -> SearchOptions:
@@ -72,14 +85,19 @@ class Translator:
         truncated = [len(x) > limit for x in ids]
         ids = [x[:limit] + [EOS_ID] for x in ids]
         results: list[Translation | None] = [None] * len(texts)
-        for batch in self._batches(ids, options):
+        for i, text in enumerate(texts):
+            if not text:  # nothing to translate: an empty line stays an empty line
+                results[i] = Translation(sentences[i], [("", 0.0)])
+        pending = [i for i in range(len(texts)) if results[i] is None]
+        for batch in self._batches(ids, pending, options):
             width = max(len(ids[i]) for i in batch)
             src = torch.full((len(batch), width), PAD_ID, dtype=torch.long)
             for row, i in enumerate(batch):
                 src[row, : len(ids[i])] = torch.tensor(ids[i])
             for i, hyps in zip(batch, self._search(src.to(self.device), options)):
                 results[i] = Translation(
-                    sentences[i], [(decode(self.tokenizer, h.tokens), h.score) for h in hyps],
+                    sentences[i],
+                    [(_one_line(decode(self.tokenizer, h.tokens)), h.score) for h in hyps],
                     truncated[i])
         return [r for r in results if r is not None]
 
@@ -102,9 +120,10 @@ class Translator:
                            o.min_len, o.n_best)
 
     @staticmethod
-    def _batches(ids: list[list[int]], options: SearchOptions) -> Iterator[list[int]]:
-        """Input positions grouped by length so that (rows x longest x beam) <= max_tokens."""
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    def _batches(ids: list[list[int]], positions: list[int], options: SearchOptions
+                 ) -> Iterator[list[int]]:
+        """``positions`` grouped by length so that (rows x longest x beam) <= max_tokens."""
+        order = sorted(positions, key=lambda i: len(ids[i]))
         batch: list[int] = []
         for i in order:
             if batch and len(ids[i]) * (len(batch) + 1) * options.beam > options.max_tokens:

@@ -1,0 +1,109 @@
+"""Random Unicode and random bytes through tokenizer, corpus reading, prepare and translate:
+everything either works or raises a user-facing TfmError, never anything else."""
+
+from __future__ import annotations
+
+import random
+import unicodedata
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.config import ModelConfig
+from tfm.corpus import CorpusSpec, iter_pairs
+from tfm.data import normalize_text, prepare
+from tfm.errors import TfmError
+from tfm.model import Transformer
+from tfm.tokenizer import UNK_ID, decode, encode_batch, save_tokenizer, train_tokenizer
+from tfm.translate import SearchOptions, Translator
+
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+SENTENCES = ["Der Hund läuft über die Straße.", "A man reads a book 📚 in the café.",
+             "Příliš žluťoučký kůň úpěl ďábelské ódy.", "日本語のテキストです。",
+             "Numbers: 42, 3.14!"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(SENTENCES * 5, vocab_size=300)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
+    """A model with random weights: enough to exercise every code path of translation."""
+    directory = tmp_path_factory.mktemp("fuzz") / "model"
+    vocab = tokenizer.get_vocab_size()
+    config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=16, n_heads=2,
+                         encoder_layers=1, decoder_layers=1, d_ff=32, max_positions=64)
+    save_model_dir(directory, Transformer(config), tokenizer, ModelInfo(config))
+    return directory
+
+
+@SETTINGS
+@given(st.text())
+def test_any_text_encodes_without_unknowns_and_decodes_back(tokenizer, text: str) -> None:
+    clean = normalize_text(text)
+    ids = encode_batch(tokenizer, [clean])[0]
+    assert UNK_ID not in ids
+    assert decode(tokenizer, ids) == unicodedata.normalize("NFC", clean).strip()
+
+
+@SETTINGS
+@given(st.binary(max_size=300), st.binary(max_size=300))
+def test_any_bytes_as_a_corpus_read_or_refuse_cleanly(tmp_path: Path, src: bytes,
+                                                      tgt: bytes) -> None:
+    (tmp_path / "c.en").write_bytes(src)
+    (tmp_path / "c.de").write_bytes(tgt)
+    try:
+        pairs = list(iter_pairs(CorpusSpec((str(tmp_path / "c.en"), str(tmp_path / "c.de")))))
+    except TfmError:
+        return
+    assert all(isinstance(s, str) and isinstance(t, str) for s, t in pairs)
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.text(max_size=40), st.text(max_size=40)), min_size=1,
+                max_size=20))
+def test_prepare_takes_any_unicode_pairs_or_refuses_cleanly(tmp_path_factory, tokenizer,
+                                                            pairs) -> None:
+    root = tmp_path_factory.mktemp("prep")
+    # One sentence a line: line breaks inside a sentence would split it, as in any text corpus.
+    lines = [(s.replace("\n", " ").replace("\r", " "), t.replace("\n", " ").replace("\r", " "))
+             for s, t in pairs]
+    (root / "c.en").write_text("".join(s + "\n" for s, _ in lines), encoding="utf-8")
+    (root / "c.de").write_text("".join(t + "\n" for _, t in lines), encoding="utf-8")
+    save_tokenizer(tokenizer, root / "tok.json")
+    try:
+        report = prepare(CorpusSpec((str(root / "c.en"), str(root / "c.de"))), root / "tok.json",
+                         root / "data")
+    except TfmError:
+        return
+    split = report.splits["train"]
+    assert split.kept + sum(split.dropped.values()) == split.read
+
+
+@SETTINGS
+@given(st.lists(st.text(max_size=300), min_size=1, max_size=4), st.integers(1, 3))
+def test_translate_any_unicode_gives_one_line_per_input(model_dir: Path, sentences: list[str],
+                                                        beam: int) -> None:
+    translator = Translator(model_dir, "cpu")
+    results = translator.translate(sentences, SearchOptions(beam=beam, max_len_b=5))
+    assert len(results) == len(sentences)
+    assert all("\n" not in r.text for r in results)
+
+
+def test_a_sentence_longer_than_the_model_accepts_is_truncated_not_fatal(model_dir) -> None:
+    long = " ".join(random.Random(0).choice(["dog", "Straße", "📚"]) for _ in range(500))
+    result = Translator(model_dir, "cpu").translate([long], SearchOptions(beam=2))[0]
+    assert result.truncated
+
+
+def test_a_generated_line_break_never_splits_a_translation(model_dir: Path) -> None:
+    from tfm.translate import _one_line
+
+    assert _one_line("eins\nzwei\r\ndrei\u2028vier\x85fünf") == "eins zwei  drei vier fünf"
