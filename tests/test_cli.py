@@ -180,3 +180,10 @@ def test_empty_and_blank_lines_translate_to_empty_lines(demo_model: Path) -> Non
     lines = result.stdout.split("\n")
     assert lines[1] == "" and lines[2] == ""
     assert lines[0] and lines[3]
+
+
+def test_a_command_line_syntax_error_shows_usage_not_an_internal_error() -> None:
+    result = tfm("train", "unexpected-argument")
+    assert result.returncode == 2
+    assert "internal error" not in result.stderr
+    assert "unexpected extra argument" in result.stderr

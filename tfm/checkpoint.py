@@ -77,6 +77,17 @@ def _disk_full(path: Path) -> ResourceError:
                          "Free some disk space and try again.")
 
 
+def remove_stale_temporaries(directory: Path) -> list[Path]:
+    """Delete the temporary files (``.NAME.XXXX.tmp``) that a write interrupted by a kill left
+    in ``directory`` and below; the files they were to replace are intact."""
+    removed = []
+    for tmp in Path(directory).rglob(".*.tmp"):
+        if tmp.is_file():
+            _remove_quietly(str(tmp))
+            removed.append(tmp)
+    return removed
+
+
 def _remove_quietly(path: str) -> None:
     try:
         os.unlink(path)

@@ -410,6 +410,15 @@ def eval_cmd(
             out.print(s.signature, highlight=False)
 
 
+def _is_click_error(e: Exception) -> bool:
+    """Click's own errors, from click or from the copy of click that newer typer vendors."""
+    import click
+
+    vendored = getattr(getattr(typer, "_click", None), "exceptions", None)
+    types = (click.ClickException,) + ((vendored.ClickException,) if vendored else ())
+    return isinstance(e, types)
+
+
 def run() -> None:
     """Entry point: user errors become one line on stderr and an exit code."""
     debug = "--debug" in sys.argv[1:]
@@ -431,9 +440,7 @@ def run() -> None:
         err.print("aborted")
         sys.exit(EXIT_INTERRUPTED)
     except Exception as e:  # click usage errors and the like
-        import click
-
-        if isinstance(e, click.ClickException):
+        if _is_click_error(e):  # bad command-line syntax: click prints usage and the error
             e.show()
             sys.exit(e.exit_code)
         if isinstance(e, MemoryError):

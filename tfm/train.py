@@ -10,9 +10,14 @@ Files in the output (model) directory:
     train_state.pt                  weights, optimizer, RNG, data position: what resume reads
     train_config.json               the TrainConfig of the run
     metrics.jsonl                   one JSON line per logged step and per validation
+    learning_curve.png              losses and validation BLEU against step, drawn at the end
 
 ``train_state.pt`` is one file written atomically, so a run killed at any moment resumes from
 its last complete save.
+
+Under torchrun each process trains on its own shard of the batches with DistributedDataParallel
+(tfm.distributed); an update is the same as one process accumulating the same batches with
+``--update-freq``. Rank 0 writes every file.
 """
 
 from __future__ import annotations
@@ -21,18 +26,23 @@ import json
 import math
 import signal
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tfm.batching import Batch, collate, make_batches
+from tfm import distributed
+from tfm.batching import Batch, collate, make_batches, shard
 from tfm.checkpoint import (
     ModelInfo,
     atomic_write_bytes,
     load_train_state,
+    remove_stale_temporaries,
     save_model_dir,
     save_train_state,
     weights_to_bytes,
@@ -49,6 +59,8 @@ from tfm.tokenizer import PAD_ID, decode_batch, load_tokenizer
 STATE_FILE = "train_state.pt"
 TRAIN_CONFIG_FILE = "train_config.json"
 METRICS_FILE = "metrics.jsonl"
+CURVE_FILE = "learning_curve.png"
+CHECKPOINTS_DIR = "checkpoints"
 # Options that may change when a run is resumed: how long it goes on.
 RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_time", "patience", "valid_every",
                      "save_every", "keep_last", "log_every", "device", "num_threads"}
@@ -94,6 +106,8 @@ class TrainResult:
     best_step: int | None
     parameters: int
     elapsed: float
+    processes: int = 1  # torchrun's world size
+    is_main: bool = True  # rank 0: the process that wrote the files and reports the result
 
 
 class TrainReporter:
@@ -118,14 +132,15 @@ class _RunState:
     bad_validations: int = 0
     elapsed: float = 0.0  # seconds of training before this process
     saved_steps: list[int] = field(default_factory=list)
+    world_size: int = 1  # processes that trained up to ``step``
 
 
 class _StopSignal:
     """Turns the first SIGINT/SIGTERM into a flag checked between steps; a second one
-    interrupts at once."""
+    interrupts at once. (torchrun passes a signal it receives on to every process once.)"""
 
     def __init__(self) -> None:
-        self.received: str | None = None
+        self.signum = 0  # the signal received, 0 while none
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _StopSignal:
@@ -137,13 +152,40 @@ class _StopSignal:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.received:
+        if self.signum:
             raise KeyboardInterrupt
-        self.received = signal.Signals(signum).name
+        self.signum = signum
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+class _Reporters(TrainReporter):
+    """Several reporters as one."""
+
+    def __init__(self, reporters: list[TrainReporter]) -> None:
+        self.reporters = reporters
+
+    def start(self, info: dict[str, Any]) -> None:
+        for r in self.reporters:
+            r.start(info)
+
+    def step(self, metrics: dict[str, Any]) -> None:
+        for r in self.reporters:
+            r.step(metrics)
+
+    def validation(self, metrics: dict[str, Any]) -> None:
+        for r in self.reporters:
+            r.validation(metrics)
+
+    def message(self, text: str) -> None:
+        for r in self.reporters:
+            r.message(text)
+
+    def end(self) -> None:
+        for r in self.reporters:
+            r.end()
 
 
 def train(
@@ -155,24 +197,60 @@ def train(
     explicit: set[str] | None = None,
     reporter: TrainReporter | None = None,
     overwrite: bool = False,
+    tensorboard: Path | None = None,
 ) -> TrainResult:
     """Train a model on a prepared dataset into the model directory ``output``.
 
     ``model_config`` None means: take it from ``output`` (resume). ``explicit`` names the
     TrainConfig fields the user set; on resume only those are compared with the saved run.
+    ``tensorboard``: also log the metrics there (needs the tensorboard package).
+
+    Started by torchrun, each process trains on its shard of every epoch's batches with
+    DistributedDataParallel (see tfm.distributed); rank 0 alone writes files and reports.
     """
     reporter = reporter or TrainReporter()
     data_dir, output = Path(data_dir), Path(output)
+    if tensorboard is not None:
+        from tfm.tensorboard_log import require_tensorboard
+
+        require_tensorboard()  # before any work, in every process
+    config, model_config, run, saved, remove_old = _start_or_resume(
+        output, model_config, config, resume, explicit or set(), overwrite)
+    with distributed.process_group(resolve_device(config.device)) as (dist, device):
+        if not dist.is_main:
+            reporter = TrainReporter()
+        elif tensorboard is not None:
+            from tfm.tensorboard_log import TensorBoardReporter
+
+            reporter = _Reporters([reporter, TensorBoardReporter(Path(tensorboard))])
+        if remove_old and dist.is_main:
+            _remove_run(output)
+        trainer = _Trainer(data_dir, output, model_config, config, run, saved, dist, device,
+                           reporter)
+        stopped = trainer.train()
+        distributed.barrier(dist)
+    return TrainResult(str(output), run.step, run.epoch, stopped, run.best_bleu, run.best_step,
+                       trainer.n_params, trainer.elapsed(), dist.world_size, dist.is_main)
+
+
+def _start_or_resume(
+    output: Path, model_config: ModelConfig | None, config: TrainConfig, resume: bool,
+    explicit: set[str], overwrite: bool,
+) -> tuple[TrainConfig, ModelConfig, _RunState, dict[str, Any] | None, bool]:
+    """The run's configuration and state, new or read back from ``output``; refuses what
+    cannot be done. Returns (config, model config, run state, saved state or None, whether an
+    old run must be removed first)."""
     state_path = output / STATE_FILE
     run = _RunState()
     saved: dict[str, Any] | None = None
+    remove_old = False
     if resume:
         saved = load_train_state(state_path)
-        config = _resumed_config(output, config, explicit or set())
+        config = _resumed_config(output, config, explicit)
         model_config = ModelConfig(**saved["model_config"])
         run = _RunState(**saved["run"])
     elif state_path.exists() and overwrite:
-        _remove_run(output)
+        remove_old = True
     elif state_path.exists():
         raise UsageError(f"{output} already holds a training run; continue it with --resume, "
                          "start again with --overwrite, or choose another --output")
@@ -187,163 +265,294 @@ def train(
     if config.max_epochs and run.epoch >= config.max_epochs:
         raise UsageError(f"nothing left to do: the run in {output} finished epoch "
                          f"{run.epoch} of {config.max_epochs}; raise --max-epochs to train on")
+    return config, model_config, run, saved, remove_old
 
-    device = resolve_device(config.device)
-    amp_dtype = resolve_precision(config.precision, device)
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
-    torch.manual_seed(config.seed)
 
-    prep = read_prepare_info(data_dir)
-    tokenizer = load_tokenizer(data_dir / "tokenizer.json")
-    vocab = tokenizer.get_vocab_size()
-    if model_config.src_vocab_size != vocab or model_config.tgt_vocab_size != vocab:
-        model_config = ModelConfig(**{**asdict(model_config), "src_vocab_size": vocab,
-                                      "tgt_vocab_size": vocab})
-    train_split = load_split(data_dir, "train")
-    valid_split = load_split(data_dir, "valid") if "valid" in prep["splits"] else None
+class _Trainer:
+    """One process's share of a training run: data, model, optimizer, and (rank 0 only) the
+    files of the output directory and the reports."""
 
-    model = Transformer(model_config).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, betas=config.adam_betas,
-                                 eps=config.adam_eps, weight_decay=config.weight_decay)
-    if saved is not None:
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        torch.set_rng_state(saved["rng"])
-    step_fn = torch.compile(model) if config.compile else model
+    def __init__(self, data_dir: Path, output: Path, model_config: ModelConfig,
+                 config: TrainConfig, run: _RunState, saved: dict[str, Any] | None,
+                 dist: distributed.Distributed, device: torch.device,
+                 reporter: TrainReporter) -> None:
+        self.output, self.config, self.run, self.dist = output, config, run, dist
+        self.device, self.reporter = device, reporter
+        self.amp_dtype = resolve_precision(config.precision, device)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        torch.manual_seed(config.seed)  # the same initial weights in every process
 
-    info = ModelInfo(model_config, prep.get("src_lang"), prep.get("tgt_lang"), provenance={
-        "data_fingerprint": prep["fingerprint"], "seed": config.seed})
-    if saved is None:
-        output.mkdir(parents=True, exist_ok=True)
-        (output / METRICS_FILE).unlink(missing_ok=True)
-        save_model_dir(output, model, tokenizer, info)
-        atomic_write_bytes(output / TRAIN_CONFIG_FILE,
-                           (json.dumps(asdict(config), indent=2) + "\n").encode())
+        prep = read_prepare_info(data_dir)
+        self.tokenizer = load_tokenizer(data_dir / "tokenizer.json")
+        vocab = self.tokenizer.get_vocab_size()
+        if model_config.src_vocab_size != vocab or model_config.tgt_vocab_size != vocab:
+            model_config = ModelConfig(**{**asdict(model_config), "src_vocab_size": vocab,
+                                          "tgt_vocab_size": vocab})
+        self.model_config = model_config
+        self.train_split = load_split(data_dir, "train")
+        self.valid_split = load_split(data_dir, "valid") if "valid" in prep["splits"] else None
 
-    n_params = count_parameters(model)
-    batches_per_epoch = len(make_batches(train_split.src_lengths, train_split.tgt_lengths,
-                                         config.max_tokens, config.seed, 0))
-    reporter.start({
-        "parameters": n_params, "device": str(device), "precision": precision_name(amp_dtype),
-        "train_pairs": len(train_split), "valid_pairs": len(valid_split) if valid_split else 0,
-        "batches_per_epoch": batches_per_epoch, "resumed_step": run.step if resume else None,
-        "max_steps": config.max_steps or None, "max_epochs": config.max_epochs or None,
-        "max_time": config.max_time or None,
-    })
-    metrics_file = (output / METRICS_FILE).open("a", encoding="utf-8")
-    start_time = time.monotonic()
+        self.model = Transformer(model_config).to(device)
+        self.optimizer = torch.optim.Adam(
+            self.model.parameters(), lr=config.lr, betas=config.adam_betas, eps=config.adam_eps,
+            weight_decay=config.weight_decay)
+        if saved is not None:
+            self.model.load_state_dict(saved["model"])
+            self.optimizer.load_state_dict(saved["optimizer"])
+            if dist.is_main:
+                torch.set_rng_state(saved["rng"])
+        if not dist.is_main:  # dropout: a stream of its own in each process
+            torch.manual_seed(distributed.dropout_seed(config.seed, dist.rank, run.step))
+        wrapped = distributed.wrap_model(self.model, dist)
+        self.no_sync = distributed.no_sync(wrapped)
+        self.step_model = torch.compile(wrapped) if config.compile else wrapped
+        if saved is not None and run.world_size != dist.world_size:
+            position = distributed.resume_position(run.batch_in_epoch, run.world_size,
+                                                   dist.world_size)
+            run.batch_in_epoch = min(position, len(self.epoch_updates(run.epoch)) - 1)
+        run.world_size = dist.world_size
 
-    def elapsed() -> float:
-        return run.elapsed + time.monotonic() - start_time
+        self.info = ModelInfo(model_config, prep.get("src_lang"), prep.get("tgt_lang"),
+                              provenance={"data_fingerprint": prep["fingerprint"],
+                                          "seed": config.seed})
+        if saved is None and dist.is_main:
+            output.mkdir(parents=True, exist_ok=True)
+            (output / METRICS_FILE).unlink(missing_ok=True)
+            save_model_dir(output, self.model, self.tokenizer, self.info)
+            atomic_write_bytes(output / TRAIN_CONFIG_FILE,
+                               (json.dumps(asdict(config), indent=2) + "\n").encode())
+        self.n_params = count_parameters(self.model)
+        self.metrics_file = (output / METRICS_FILE).open("a", encoding="utf-8") \
+            if dist.is_main else None
+        self.resumed = saved is not None
+        self.start_time = time.monotonic()
+        self.window = _Window()
 
-    def save(final: bool = False) -> None:
-        run.elapsed = elapsed()
-        weights = weights_to_bytes(model, {"format": "pt", "step": str(run.step)})
-        atomic_write_bytes(output / "last.safetensors", weights)
-        if valid_split is None or run.best_step is None:
-            atomic_write_bytes(output / "model.safetensors", weights)
-        numbered = output / "checkpoints" / f"step_{run.step:08d}.safetensors"
-        if config.keep_last > 0 and run.step not in run.saved_steps:
-            atomic_write_bytes(numbered, weights)
+    def elapsed(self) -> float:
+        """Seconds of training, earlier processes of a resumed run included."""
+        return self.run.elapsed + time.monotonic() - self.start_time
+
+    def epoch_updates(self, epoch: int) -> list[list[np.ndarray]]:
+        """This process's updates of ``epoch``: its shard of the epoch's batches, in groups of
+        ``update_freq``."""
+        c = self.config
+        batches = make_batches(self.train_split.src_lengths, self.train_split.tgt_lengths,
+                               c.max_tokens, c.seed, epoch)
+        mine = shard(batches, self.dist.rank, self.dist.world_size)
+        if not mine:
+            raise UsageError(f"an epoch of the training data is {len(batches)} batches, fewer "
+                             f"than the {self.dist.world_size} processes; lower --max-tokens "
+                             "or start fewer processes")
+        return [mine[i:i + c.update_freq] for i in range(0, len(mine), c.update_freq)]
+
+    def train(self) -> str:
+        """Train until a stopping rule fires; returns why it stopped."""
+        run, config = self.run, self.config
+        self.reporter.start({
+            "parameters": self.n_params, "device": str(self.device),
+            "precision": precision_name(self.amp_dtype), "train_pairs": len(self.train_split),
+            "valid_pairs": len(self.valid_split) if self.valid_split else 0,
+            "batches_per_epoch": len(make_batches(
+                self.train_split.src_lengths, self.train_split.tgt_lengths, config.max_tokens,
+                config.seed, 0)),
+            "steps_per_epoch": len(self.epoch_updates(0)),
+            "resumed_step": run.step if self.resumed else None,
+            "max_steps": config.max_steps or None, "max_epochs": config.max_epochs or None,
+            "max_time": config.max_time or None, "processes": self.dist.world_size,
+        })
+        if self.dist.enabled:
+            self.reporter.message(f"{self.dist.world_size} processes ({self.dist.backend})")
+        self.start_time = time.monotonic()
+        self.window = _Window()
+        stopped = ""
+        self.model.train()
+        with _StopSignal() as signals:
+            while not stopped:
+                updates = self.epoch_updates(run.epoch)
+                while run.batch_in_epoch < len(updates) and not stopped:
+                    stopped = self.step(updates, signals)
+        self.finish()
+        return stopped
+
+    def step(self, updates: list[list[np.ndarray]], signals: _StopSignal) -> str:
+        """One optimizer step, then what follows it: logging, validation, the end of an epoch,
+        saving. Returns why the run stops here, or ""."""
+        run, config = self.run, self.config
+        group = [collate(self.train_split, b).to(self.device)
+                 for b in updates[run.batch_in_epoch]]
+        loss, nll, n_tokens = _update(self.step_model, self.optimizer, group, config,
+                                      self.amp_dtype, run.step + 1, self.dist, self.no_sync)
+        # Every process must stop at the same step: agree on signals, time and divergence.
+        signum, over_time, diverged = distributed.all_reduce(
+            [signals.signum, bool(config.max_time) and self.elapsed() >= config.max_time * 60,
+             not math.isfinite(loss)], self.dist, op="max")
+        if diverged:
+            self.finish()
+            raise TrainingDiverged(
+                f"the loss became {loss if not math.isfinite(loss) else 'non-finite'} at step "
+                f"{run.step + 1}; the last good checkpoint (step "
+                f"{run.saved_steps[-1] if run.saved_steps else 0}) is kept. Lower --lr, "
+                "raise --warmup or use --precision fp32")
+        run.step += 1
+        run.batch_in_epoch += 1
+        self.window.add(loss, nll, n_tokens, sum(b.n_src_tokens for b in group))
+        if run.step % config.log_every == 0 or run.step == 1:
+            self.log_window()
+        stopped = ""
+        if signum:
+            stopped = f"interrupted by {signal.Signals(int(signum)).name}"
+        elif config.max_steps and run.step >= config.max_steps:
+            stopped = f"reached --max-steps {config.max_steps}"
+        elif over_time:
+            stopped = f"reached --max-time {config.max_time:g} min"
+        at_epoch_end = run.batch_in_epoch == len(updates)
+        if self.valid_split is not None and not signum and (
+                run.step % config.valid_every == 0 or at_epoch_end or stopped):
+            self.validate()
+            if config.patience and run.bad_validations >= config.patience:
+                stopped = stopped or f"no better BLEU in {config.patience} validations"
+        if at_epoch_end:
+            run.epoch += 1
+            run.batch_in_epoch = 0
+            if config.max_epochs and run.epoch >= config.max_epochs and not stopped:
+                stopped = f"reached --max-epochs {config.max_epochs}"
+        if stopped or run.step % config.save_every == 0:
+            self.save()
+        return stopped
+
+    def record(self, metrics: dict[str, Any]) -> None:
+        """Append one line to metrics.jsonl (rank 0)."""
+        if self.metrics_file is not None:
+            self.metrics_file.write(json.dumps(metrics) + "\n")
+            self.metrics_file.flush()
+
+    def log_window(self) -> None:
+        """Log the steps since the last log, summed over all processes."""
+        w = self.window
+        loss, nll, tokens, src_tokens = distributed.all_reduce(
+            [w.loss, w.nll, w.tokens, w.src_tokens], self.dist)
+        now = time.monotonic()
+        seconds = max(now - w.start, 1e-9)
+        per_token = max(tokens, 1)
+        metrics = {
+            "kind": "train", "step": self.run.step, "epoch": self.run.epoch,
+            "loss": loss / per_token, "nll": nll / per_token,
+            "ppl": math.exp(min(nll / per_token, 50.0)),
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "tgt_tokens": int(tokens),
+            "tokens_per_s": (tokens + src_tokens) / seconds,
+            "elapsed": self.elapsed(),
+        }
+        self.record(metrics)
+        self.reporter.step(metrics)
+        self.window = _Window(start=now)
+
+    def validate(self) -> None:
+        """Rank 0 validates and keeps the best weights; the others wait, then take its
+        verdict, so that all processes agree on the best step and on patience."""
+        run = self.run
+        if self.dist.is_main:
+            self.model.eval()
+            metrics = _validate(self.model, self.valid_split, self.tokenizer, self.config,
+                                self.device, self.amp_dtype)
+            self.model.train()
+            metrics.update(step=run.step, epoch=run.epoch, kind="valid")
+            improved = metrics.get("bleu") is not None and (
+                run.best_bleu is None or metrics["bleu"] > run.best_bleu)
+            if improved:
+                run.best_bleu, run.best_step, run.bad_validations = metrics["bleu"], run.step, 0
+                weights = weights_to_bytes(self.model, {"format": "pt", "step": str(run.step)})
+                atomic_write_bytes(self.output / "model.safetensors", weights)
+                self.info.provenance.update(best_step=run.step, valid_bleu=metrics["bleu"],
+                                            valid_bleu_signature=metrics["bleu_signature"])
+                save_model_dir_config(self.output, self.info)
+            else:
+                run.bad_validations += 1
+            metrics["best_bleu"] = run.best_bleu
+            self.record(metrics)
+            self.reporter.validation(metrics)
+        run.best_bleu, run.best_step, run.bad_validations = distributed.broadcast(
+            (run.best_bleu, run.best_step, run.bad_validations), self.dist)
+
+    def save(self) -> None:
+        """Checkpoint: the latest weights, a numbered copy (keeping ``keep_last``) and the
+        training state. Every process keeps the books; rank 0 writes the files."""
+        run, config, output = self.run, self.config, self.output
+        run.elapsed = self.elapsed()
+        numbered = config.keep_last > 0 and run.step not in run.saved_steps
+        dropped = []
+        if numbered:
             run.saved_steps.append(run.step)
             while len(run.saved_steps) > config.keep_last:
-                old = run.saved_steps.pop(0)
-                (output / "checkpoints" / f"step_{old:08d}.safetensors").unlink(missing_ok=True)
-        save_train_state(state_path, {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "rng": torch.get_rng_state(),
-            "model_config": asdict(model_config),
+                dropped.append(run.saved_steps.pop(0))
+        if not self.dist.is_main:
+            return
+        weights = weights_to_bytes(self.model, {"format": "pt", "step": str(run.step)})
+        atomic_write_bytes(output / "last.safetensors", weights)
+        if self.valid_split is None or run.best_step is None:
+            atomic_write_bytes(output / "model.safetensors", weights)
+        if numbered:
+            atomic_write_bytes(_numbered_checkpoint(output, run.step), weights)
+        for old in dropped:
+            _numbered_checkpoint(output, old).unlink(missing_ok=True)
+        save_train_state(output / STATE_FILE, {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": torch.get_rng_state(),  # rank 0's: exact resume is for one process
+            "model_config": asdict(self.model_config),
             "run": asdict(run),
         })
 
-    def validate() -> None:
-        metrics = _validate(model, valid_split, tokenizer, config, device, amp_dtype)
-        metrics.update(step=run.step, epoch=run.epoch, kind="valid")
-        improved = metrics.get("bleu") is not None and (
-            run.best_bleu is None or metrics["bleu"] > run.best_bleu)
-        if improved:
-            run.best_bleu, run.best_step, run.bad_validations = metrics["bleu"], run.step, 0
-            weights = weights_to_bytes(model, {"format": "pt", "step": str(run.step)})
-            atomic_write_bytes(output / "model.safetensors", weights)
-            info.provenance.update(best_step=run.step, valid_bleu=metrics["bleu"],
-                                   valid_bleu_signature=metrics["bleu_signature"])
-            save_model_dir_config(output, info)
-        else:
-            run.bad_validations += 1
-        metrics["best_bleu"] = run.best_bleu
-        metrics_file.write(json.dumps(metrics) + "\n")
-        metrics_file.flush()
-        reporter.validation(metrics)
+    def finish(self) -> None:
+        """Close the metrics, draw the learning curve (rank 0) and end the reports."""
+        if self.metrics_file is not None:
+            self.metrics_file.close()
+            self.metrics_file = None
+            _draw_learning_curve(self.output, self.reporter)
+        self.reporter.end()
 
-    stopped = ""
-    window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "src_tokens": 0, "steps": 0,
-              "time": time.monotonic()}
-    model.train()
-    with _StopSignal() as stop:
-        while not stopped:
-            batches = make_batches(train_split.src_lengths, train_split.tgt_lengths,
-                                   config.max_tokens, config.seed, run.epoch)
-            updates = [batches[i:i + config.update_freq]
-                       for i in range(0, len(batches), config.update_freq)]
-            while run.batch_in_epoch < len(updates):
-                group = [collate(train_split, b).to(device)
-                         for b in updates[run.batch_in_epoch]]
-                loss, nll, n_tokens = _update(step_fn, optimizer, group, config, amp_dtype,
-                                              run.step + 1)
-                if not math.isfinite(loss):
-                    reporter.end()
-                    raise TrainingDiverged(
-                        f"the loss became {loss} at step {run.step + 1}; the last good "
-                        f"checkpoint (step {run.saved_steps[-1] if run.saved_steps else 0}) "
-                        "is kept. Lower --lr, raise --warmup or use --precision fp32")
-                run.step += 1
-                run.batch_in_epoch += 1
-                window["loss"] += loss
-                window["nll"] += nll
-                window["tokens"] += n_tokens
-                window["src_tokens"] += sum(b.n_src_tokens for b in group)
-                window["steps"] += 1
-                if run.step % config.log_every == 0 or run.step == 1:
-                    _log_window(window, run, optimizer, metrics_file, reporter, elapsed())
-                if stop.received:
-                    stopped = f"interrupted by {stop.received}"
-                elif config.max_steps and run.step >= config.max_steps:
-                    stopped = f"reached --max-steps {config.max_steps}"
-                elif config.max_time and elapsed() >= config.max_time * 60:
-                    stopped = f"reached --max-time {config.max_time:g} min"
-                at_epoch_end = run.batch_in_epoch == len(updates)
-                if valid_split is not None and not stop.received and (
-                        run.step % config.valid_every == 0 or at_epoch_end or stopped):
-                    model.eval()
-                    validate()
-                    model.train()
-                    if config.patience and run.bad_validations >= config.patience:
-                        stopped = stopped or f"no better BLEU in {config.patience} validations"
-                if at_epoch_end:
-                    run.epoch += 1
-                    run.batch_in_epoch = 0
-                    if config.max_epochs and run.epoch >= config.max_epochs and not stopped:
-                        stopped = f"reached --max-epochs {config.max_epochs}"
-                if stopped or run.step % config.save_every == 0:
-                    save()
-                if stopped:
-                    break
-    metrics_file.close()
-    reporter.end()
-    return TrainResult(str(output), run.step, run.epoch, stopped, run.best_bleu, run.best_step,
-                       n_params, elapsed())
+
+@dataclass
+class _Window:
+    """Sums over the steps since the last log line, in this process."""
+
+    loss: float = 0.0
+    nll: float = 0.0
+    tokens: int = 0  # target tokens
+    src_tokens: int = 0
+    start: float = field(default_factory=time.monotonic)
+
+    def add(self, loss: float, nll: float, tokens: int, src_tokens: int) -> None:
+        self.loss += loss
+        self.nll += nll
+        self.tokens += tokens
+        self.src_tokens += src_tokens
+
+
+def _numbered_checkpoint(output: Path, step: int) -> Path:
+    return output / CHECKPOINTS_DIR / f"step_{step:08d}.safetensors"
+
+
+def _draw_learning_curve(output: Path, reporter: TrainReporter) -> None:
+    """learning_curve.png from metrics.jsonl; a failure costs a warning, never the run."""
+    try:
+        from tfm.plotting import plot_learning_curve
+
+        plot_learning_curve(output / METRICS_FILE, output / CURVE_FILE)
+    except Exception as e:  # a picture is never worth a failed run
+        detail = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        reporter.message(f"warning: could not draw {CURVE_FILE}: {detail}")
 
 
 def _remove_run(output: Path) -> None:
     """Delete the files a training run writes in ``output`` (and nothing else)."""
     import shutil
 
-    for name in (STATE_FILE, TRAIN_CONFIG_FILE, METRICS_FILE, "last.safetensors",
+    for name in (STATE_FILE, TRAIN_CONFIG_FILE, METRICS_FILE, CURVE_FILE, "last.safetensors",
                  "model.safetensors", "config.json", "tokenizer.json"):
         (output / name).unlink(missing_ok=True)
-    shutil.rmtree(output / "checkpoints", ignore_errors=True)
+    shutil.rmtree(output / CHECKPOINTS_DIR, ignore_errors=True)
 
 
 def save_model_dir_config(output: Path, info: ModelInfo) -> None:
@@ -352,23 +561,36 @@ def save_model_dir_config(output: Path, info: ModelInfo) -> None:
 
 
 def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: list[Batch],
-            config: TrainConfig, amp_dtype: torch.dtype | None, step: int
+            config: TrainConfig, amp_dtype: torch.dtype | None, step: int,
+            dist: distributed.Distributed | None = None,
+            no_sync: Callable[[], AbstractContextManager] = nullcontext,
             ) -> tuple[float, float, int]:
-    """One optimizer step over ``group`` (``update_freq`` batches), the loss normalised by the
-    number of target tokens in the whole group. Returns summed loss, summed NLL, tokens."""
+    """One optimizer step over ``group`` (``update_freq`` batches) in every process, the loss
+    normalised by the number of target tokens of the whole update. Returns this process's
+    summed loss, summed NLL and target tokens.
+
+    Across processes the update must equal one process's over all their batches: the gradient
+    of (every process's summed loss) / (all their target tokens). So each process divides its
+    loss by the total token count, and multiplies it by the world size because DDP averages
+    the gradients over the processes (divides their sum by the world size).
+    """
+    dist = dist or distributed.Distributed()
     n_tokens = sum(b.n_tgt_tokens for b in group)
+    (total_tokens,) = distributed.all_reduce([n_tokens], dist)
     lr = learning_rate(step, config.lr, config.warmup_steps)
     for g in optimizer.param_groups:
         g["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
     total_loss = total_nll = 0.0
     device = group[0].src.device
-    for batch in group:
-        with autocast(device, amp_dtype):
-            logits = model(batch.src, batch.tgt_in, batch.tgt_mask)  # (N, V), real positions
-        loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
-                                        config.label_smoothing)
-        (loss / n_tokens).backward()
+    for i, batch in enumerate(group):
+        # Accumulate locally; gradients are all-reduced once, in the update's last backward.
+        with no_sync() if i < len(group) - 1 else nullcontext():
+            with autocast(device, amp_dtype):
+                logits = model(batch.src, batch.tgt_in, batch.tgt_mask)  # (N, V), real positions
+            loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
+                                            config.label_smoothing)
+            (loss * dist.world_size / total_tokens).backward()
         total_loss += loss.item()
         total_nll += nll.item()
     if not math.isfinite(total_loss):
@@ -380,25 +602,6 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
         return math.nan, total_nll, n_tokens
     optimizer.step()
     return total_loss, total_nll, n_tokens
-
-
-def _log_window(window: dict[str, Any], run: _RunState, optimizer: torch.optim.Optimizer,
-                metrics_file: Any, reporter: TrainReporter, elapsed: float) -> None:
-    now = time.monotonic()
-    seconds = max(now - window["time"], 1e-9)
-    tokens = max(window["tokens"], 1)
-    metrics = {
-        "kind": "train", "step": run.step, "epoch": run.epoch,
-        "loss": window["loss"] / tokens, "nll": window["nll"] / tokens,
-        "ppl": math.exp(min(window["nll"] / tokens, 50.0)),
-        "lr": optimizer.param_groups[0]["lr"],
-        "tokens_per_s": (window["tokens"] + window["src_tokens"]) / seconds,
-        "elapsed": elapsed,
-    }
-    metrics_file.write(json.dumps(metrics) + "\n")
-    metrics_file.flush()
-    reporter.step(metrics)
-    window.update(loss=0.0, nll=0.0, tokens=0, src_tokens=0, steps=0, time=now)
 
 
 @torch.inference_mode()
