@@ -33,15 +33,18 @@ def make_batches(
 ) -> list[np.ndarray]:
     """Indices of each batch, so that rows x longest example <= ``max_tokens``.
 
-    Examples are sorted by source then target length, with ties broken at random, so that a
-    batch holds sentences of nearly one length (little padding) and the batches differ from
-    epoch to epoch; then the order of the batches is shuffled.
+    Examples are sorted by their padded size (the longer of source and decoder input), then
+    source and target length, with ties broken at random, so that a batch holds sentences of
+    nearly one length on both sides (little padding) and the batches differ from epoch to
+    epoch; then the order of the batches is shuffled. On Multi30k at 4096 tokens this pads
+    4% of positions, where sorting by source length first padded 6.4% (bench/data.py).
     """
     n = len(src_lengths)
     rng = np.random.default_rng([seed, epoch])
     tie_break = rng.permutation(n) if shuffle else np.arange(n)
-    order = np.lexsort((tie_break, tgt_lengths, src_lengths))  # last key sorts first
-    sizes = batch_sizes(src_lengths, tgt_lengths)[order]
+    sizes = batch_sizes(src_lengths, tgt_lengths)
+    order = np.lexsort((tie_break, tgt_lengths, src_lengths, sizes))  # last key sorts first
+    sizes = sizes[order]
 
     batches = []
     start = 0

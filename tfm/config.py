@@ -135,7 +135,7 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temporary file, then rename)."""
-    from tfm.checkpoint import atomic_write_bytes
+    from tfm.atomic import atomic_write_bytes
 
     atomic_write_bytes(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
 

@@ -57,7 +57,7 @@ def _batched(texts: Iterable[str], size: int) -> Iterator[list[str]]:
 
 
 def save_tokenizer(tok: Tokenizer, path: Path) -> None:
-    from tfm.checkpoint import atomic_write_bytes
+    from tfm.atomic import atomic_write_bytes
 
     atomic_write_bytes(path, tok.to_str(pretty=True).encode())
 
