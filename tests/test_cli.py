@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "data" / "demo"
-COMMANDS = ["train-tokenizer", "prepare", "train", "translate", "eval"]
+COMMANDS = ["train-tokenizer", "prepare", "train", "translate", "eval", "average", "plot-curve"]
 
 
 def tfm(*args: str, stdin: str | None = None, cwd: Path | None = None

@@ -193,18 +193,18 @@ def train(
         "the residual add (post-norm, as in the paper). Default: the preset's (post-norm).")
     ] = None,
     max_tokens: Annotated[Optional[int], typer.Option(
-        help="Batch size in padded token positions.  [default: 4096]")] = None,
+        help="Batch size in padded token positions.  \\[default: 4096]")] = None,
     update_freq: Annotated[Optional[int], typer.Option(
-        help="Batches per optimizer step (gradient accumulation).  [default: 1]")] = None,
+        help="Batches per optimizer step (gradient accumulation).  \\[default: 1]")] = None,
     lr: Annotated[Optional[float], typer.Option(
-        help="Peak learning rate, reached after warmup.  [default: 7e-4]")] = None,
+        help="Peak learning rate, reached after warmup.  \\[default: 7e-4]")] = None,
     warmup: Annotated[Optional[int], typer.Option(
-        "--warmup", help="Linear warmup steps, then 1/sqrt(step) decay.  [default: 4000]")
+        "--warmup", help="Linear warmup steps, then 1/sqrt(step) decay.  \\[default: 4000]")
     ] = None,
     label_smoothing: Annotated[Optional[float], typer.Option(
-        help="Label smoothing epsilon.  [default: 0.1]")] = None,
+        help="Label smoothing epsilon.  \\[default: 0.1]")] = None,
     clip_norm: Annotated[Optional[float], typer.Option(
-        help="Clip the gradient norm to this; 0 disables.  [default: 1.0]")] = None,
+        help="Clip the gradient norm to this; 0 disables.  \\[default: 1.0]")] = None,
     max_steps: Annotated[Optional[int], typer.Option(
         help="Stop after this many optimizer steps (0: no limit).")] = None,
     max_epochs: Annotated[Optional[int], typer.Option(
@@ -212,25 +212,32 @@ def train(
     max_time: Annotated[Optional[float], typer.Option(
         help="Stop after this many minutes of training (0: no limit).")] = None,
     valid_every: Annotated[Optional[int], typer.Option(
-        help="Validate every N steps (and at each epoch end).  [default: 1000]")] = None,
+        help="Validate every N steps (and at each epoch end).  \\[default: 1000]")] = None,
     patience: Annotated[Optional[int], typer.Option(
         help="Stop after N validations without a better BLEU (0: never).")] = None,
     save_every: Annotated[Optional[int], typer.Option(
-        help="Save the training state every N steps.  [default: 1000]")] = None,
+        help="Save the training state every N steps.  \\[default: 1000]")] = None,
     keep_last: Annotated[Optional[int], typer.Option(
-        help="Numbered checkpoints to keep.  [default: 5]")] = None,
+        help="Numbered checkpoints to keep.  \\[default: 5]")] = None,
     log_every: Annotated[Optional[int], typer.Option(
-        help="Log training metrics every N steps.  [default: 50]")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Random seed.  [default: 1]")] = None,
+        help="Log training metrics every N steps.  \\[default: 50]")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed.  \\[default: 1]")] = None,
     device: Annotated[Optional[str], typer.Option(
-        help="auto (CUDA if available, else CPU), cpu or cuda.  [default: auto]")] = None,
+        help="auto (CUDA if available, else CPU), cpu or cuda.  \\[default: auto]")] = None,
     precision: Annotated[Optional[str], typer.Option(
         help="auto, fp32, bf16 or fp16. auto: bf16 autocast on CUDA and on CPUs with native "
-        "bf16 (detected), fp32 elsewhere.  [default: auto]")] = None,
+        "bf16 (detected), fp32 elsewhere.  \\[default: auto]")] = None,
     threads: Annotated[Optional[int], typer.Option(
         "--threads", help="CPU threads for torch (0: torch's default).")] = None,
+    tensorboard: Annotated[Optional[Path], typer.Option(
+        "--tensorboard", help="Also log train/valid scalars as TensorBoard events in this "
+        "directory (needs `pip install tensorboard`).")] = None,
 ) -> None:
-    """Train an encoder-decoder Transformer on a prepared dataset."""
+    """Train an encoder-decoder Transformer on a prepared dataset.
+
+    Under torchrun (`torchrun --nproc_per_node=N -m tfm train ...`) the N processes train
+    together with DistributedDataParallel: gloo on CPU, NCCL on CUDA (one GPU per process).
+    """
     from tfm.config import TrainConfig, model_config_from_preset
     from tfm.train import train as run_train
 
@@ -254,15 +261,63 @@ def train(
     if resume and overwrite:
         raise UsageError("--resume and --overwrite contradict each other; give one")
     result = run_train(data, output, model_config, config, resume, explicit,
-                       RichTrainReporter(err), overwrite)
+                       RichTrainReporter(err), overwrite, tensorboard)
+    if not result.is_main:  # another process of a torchrun job: rank 0 reports
+        if result.stopped.startswith("interrupted"):
+            raise typer.Exit(EXIT_INTERRUPTED)
+        return
     best = f", best valid BLEU {result.best_bleu:.2f} at step {result.best_step}" \
         if result.best_bleu is not None else ""
     if result.stopped.startswith("interrupted"):
+        launcher = f"torchrun --nproc_per_node={result.processes} -m tfm" \
+            if result.processes > 1 else "tfm"
         err.print(f"[yellow]Stopped[/]: {result.stopped} at step {result.step}; checkpoint "
-                  f"saved. Continue with: tfm train --data {data} --output {output} --resume")
+                  f"saved. Continue with: {launcher} train --data {data} --output {output} "
+                  "--resume")
         raise typer.Exit(EXIT_INTERRUPTED)
     err.print(f"[green]Done[/]: {result.stopped} at step {result.step} "
               f"({result.elapsed / 60:.1f} min){best}. Model: {result.output}")
+
+
+@app.command()
+def average(
+    model: Annotated[Path, typer.Option(
+        "--model", "-m", help="Model directory of a training run (with checkpoints/).")
+    ] = Path("model"),
+    last: Annotated[int, typer.Option(
+        "--last", "-n", help="Average this many of the latest numbered checkpoints.", min=1)
+    ] = 5,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Model directory to write (default: MODEL/averaged).",
+        show_default=False)] = None,
+) -> None:
+    """Average the weights of the last N numbered checkpoints into a new model directory.
+
+    The average of the last few checkpoints of a run usually translates a little better than
+    any one of them. Train with --keep-last N (default 5) to keep N checkpoints.
+    """
+    from tfm.average import average_checkpoints
+
+    result = average_checkpoints(model, last, output)
+    steps = ", ".join(str(s) for s in result.steps)
+    err.print(f"[green]Averaged[/] {len(result.steps)} checkpoints (steps {steps}) into "
+              f"{result.output}", highlight=False)
+
+
+@app.command("plot-curve")
+def plot_curve(
+    model: Annotated[Path, typer.Argument(
+        help="Model directory of a training run (with metrics.jsonl).")] = Path("model"),
+) -> None:
+    """Draw MODEL/learning_curve.png from MODEL/metrics.jsonl.
+
+    Training draws it when it ends; this redraws it, e.g. while a run goes on.
+    """
+    from tfm.plotting import plot_learning_curve
+    from tfm.train import CURVE_FILE, METRICS_FILE
+
+    plot_learning_curve(model / METRICS_FILE, model / CURVE_FILE)
+    err.print(f"[green]Wrote[/] {model / CURVE_FILE}", highlight=False)
 
 
 def _search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len, n_best):
@@ -274,13 +329,13 @@ def _search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_
 ModelOpt = Annotated[Path, typer.Option(
     "--model", "-m", help="Model directory written by `tfm train`.")]
 BeamOpt = Annotated[Optional[int], typer.Option(
-    "--beam", "-b", help="Beam size; 1 is greedy decoding.  [default: the model's, 5]")]
+    "--beam", "-b", help="Beam size; 1 is greedy decoding.  \\[default: the model's, 5]")]
 LenPenOpt = Annotated[Optional[float], typer.Option(
-    "--length-penalty", help="Scores are divided by length ** this.  [default: 1.0]")]
+    "--length-penalty", help="Scores are divided by length ** this.  \\[default: 1.0]")]
 MaxLenAOpt = Annotated[Optional[float], typer.Option(
-    "--max-len-a", help="Maximum output length is a * source length + b.  [default: 1.5]")]
+    "--max-len-a", help="Maximum output length is a * source length + b.  \\[default: 1.5]")]
 MaxLenBOpt = Annotated[Optional[int], typer.Option(
-    "--max-len-b", help="See --max-len-a.  [default: 10]")]
+    "--max-len-b", help="See --max-len-a.  \\[default: 10]")]
 
 
 @app.command()
@@ -395,7 +450,7 @@ def eval_cmd(
             hypotheses = [t.text for t in translator.translate(sources, options)]
         err.print(f"Translated {len(sources)} sentences in {time.monotonic() - start:.1f} s")
         if save_hyp:
-            from tfm.checkpoint import atomic_write_bytes
+            from tfm.atomic import atomic_write_bytes
 
             atomic_write_bytes(save_hyp, "".join(h + "\n" for h in hypotheses).encode())
     metrics = [m for m, on in (("bleu", bleu_flag), ("chrf", chrf), ("ter", ter)) if on]

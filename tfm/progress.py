@@ -35,7 +35,7 @@ class RichTrainReporter(TrainReporter):
             c.print(f"Resuming at step {info['resumed_step']}{limit}")
         total = info.get("max_steps")
         if total is None and info.get("max_epochs"):
-            total = info["max_epochs"] * info["batches_per_epoch"]
+            total = info["max_epochs"] * info.get("steps_per_epoch", info["batches_per_epoch"])
         self.progress = Progress(
             TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(bar_width=24),
             TextColumn("{task.fields[stats]}"), TimeElapsedColumn(),
@@ -60,7 +60,7 @@ class RichTrainReporter(TrainReporter):
                            f"ppl {m['ppl']:.2f}{bleu}", highlight=False)
 
     def message(self, text: str) -> None:
-        self.console.print(text)
+        self.console.print(text, markup=False, highlight=False)
 
     def end(self) -> None:
         if self.progress is not None:

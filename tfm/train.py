@@ -1,5 +1,6 @@
 """The training loop: label-smoothed cross-entropy, Adam with warmup + inverse square root,
-validation with BLEU, atomic checkpoints, exact resume, clean stop on Ctrl-C / SIGTERM.
+validation with BLEU, atomic checkpoints, exact resume (of a single process), clean stop on
+Ctrl-C / SIGTERM, and DistributedDataParallel under torchrun.
 
 Files in the output (model) directory:
 
@@ -37,12 +38,12 @@ import torch
 import torch.nn.functional as F
 
 from tfm import distributed
+from tfm.atomic import remove_stale_temporaries
 from tfm.batching import Batch, collate, make_batches, shard
 from tfm.checkpoint import (
     ModelInfo,
     atomic_write_bytes,
     load_train_state,
-    remove_stale_temporaries,
     save_model_dir,
     save_train_state,
     weights_to_bytes,
@@ -223,8 +224,10 @@ def train(
             from tfm.tensorboard_log import TensorBoardReporter
 
             reporter = _Reporters([reporter, TensorBoardReporter(Path(tensorboard))])
-        if remove_old and dist.is_main:
+        if dist.is_main and remove_old:
             _remove_run(output)
+        if dist.is_main and output.is_dir():
+            remove_stale_temporaries(output)  # left by a process killed mid-write
         trainer = _Trainer(data_dir, output, model_config, config, run, saved, dist, device,
                            reporter)
         stopped = trainer.train()
@@ -369,8 +372,9 @@ class _Trainer:
         self.model.train()
         with _StopSignal() as signals:
             while not stopped:
-                updates = self.epoch_updates(run.epoch)
-                while run.batch_in_epoch < len(updates) and not stopped:
+                epoch = run.epoch
+                updates = self.epoch_updates(epoch)
+                while run.epoch == epoch and not stopped:  # step() moves on at the epoch end
                     stopped = self.step(updates, signals)
         self.finish()
         return stopped

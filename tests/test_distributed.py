@@ -1,0 +1,250 @@
+"""Multi-process training under torchrun (DistributedDataParallel, gloo on CPU): each process
+trains on its own shard, an update equals one process accumulating the same batches, and all
+processes stop together however a signal reaches them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tfm import distributed
+from tfm.batching import Batch, make_batches, shard
+from tfm.config import ModelConfig, TrainConfig, model_config_from_preset
+from tfm.corpus import CorpusSpec
+from tfm.data import load_split, prepare
+from tfm.model import Transformer
+from tfm.tokenizer import save_tokenizer, train_tokenizer
+from tfm.train import STATE_FILE, _update, train
+
+DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
+MAX_TOKENS = 512
+SEED = 3
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("distributed")
+    texts = (DEMO / "train.en").read_text().splitlines() + \
+        (DEMO / "train.de").read_text().splitlines()
+    save_tokenizer(train_tokenizer(texts, vocab_size=400), root / "tok.json")
+    prepare(CorpusSpec((str(DEMO / "train"),), "en", "de"), root / "tok.json", root / "data",
+            valid=CorpusSpec((str(DEMO / "valid"),), "en", "de"))
+    return root / "data"
+
+
+def torchrun(*args: str, nproc: int = 2) -> list[str]:
+    """The command line of `torchrun --standalone --nproc_per_node=N -m tfm ARGS`, with this
+    interpreter's torch (a free port is chosen by the standalone rendezvous)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={nproc}", "-m", "tfm", *args]
+
+
+def train_args(data: Path, output: Path, *extra: str) -> list[str]:
+    return ["train", "--data", str(data), "--output", str(output), "--preset", "tiny",
+            "--dropout", "0", "--max-tokens", str(MAX_TOKENS), "--seed", str(SEED),
+            "--log-every", "1", "--valid-every", "100000", "--save-every", "100000",
+            "--warmup", "4", "--lr", "1e-3", "--precision", "fp32", "--threads", "1", *extra]
+
+
+def train_records(model: Path) -> list[dict]:
+    lines = (model / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == "train"]
+
+
+@pytest.fixture(scope="module")
+def two_process_run(dataset: Path, tmp_path_factory: pytest.TempPathFactory
+                    ) -> tuple[Path, subprocess.CompletedProcess]:
+    model = tmp_path_factory.mktemp("ddp") / "model"
+    result = subprocess.run(torchrun(*train_args(dataset, model, "--max-steps", "4",
+                                                 "--update-freq", "2")),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return model, result
+
+
+def test_two_processes_train_on_different_shards_and_the_model_translates(
+        dataset: Path, two_process_run: tuple[Path, subprocess.CompletedProcess]) -> None:
+    model, result = two_process_run
+    assert "2 processes (gloo)" in result.stderr
+    assert result.stderr.count("Done") == 1  # rank 0 alone reports
+    # Step k of rank r is batches 2k and 2k+1 of its shard (--update-freq 2); the logged
+    # target tokens are summed over the processes, so they tell which batches each trained on.
+    split = load_split(dataset, "train")
+    batches = make_batches(split.src_lengths, split.tgt_lengths, MAX_TOKENS, SEED, 0)
+
+    def tokens(rank: int, step: int) -> int:  # targets + EOS
+        mine = shard(batches, rank, 2)
+        return sum(int(np.sum(split.tgt_lengths[i] + 1)) for i in mine[2 * step:2 * step + 2])
+
+    logged = [r["tgt_tokens"] for r in train_records(model)]
+    assert logged == [tokens(0, k) + tokens(1, k) for k in range(4)]
+    assert logged != [2 * tokens(0, k) for k in range(4)]  # the ranks' batches differ
+    assert logged != [2 * tokens(1, k) for k in range(4)]
+
+    translated = subprocess.run(
+        [sys.executable, "-m", "tfm", "translate", "-m", str(model), "--beam", "1",
+         "--min-len", "2", "The dog sleeps in the garden."],
+        capture_output=True, text=True, timeout=120)
+    assert translated.returncode == 0, translated.stderr
+    lines = translated.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].strip()
+
+
+def test_two_processes_update_like_one_process_accumulating_all_their_batches(
+        dataset: Path, two_process_run: tuple[Path, subprocess.CompletedProcess],
+        tmp_path: Path) -> None:
+    model, _ = two_process_run
+    # Two processes with --update-freq 2 take batches 4k, 4k+2 (rank 0) and 4k+1, 4k+3
+    # (rank 1) at step k; one process with --update-freq 4 takes the same four.
+    config = TrainConfig(max_tokens=MAX_TOKENS, update_freq=4, lr=1e-3, warmup_steps=4,
+                         max_steps=4, log_every=1, valid_every=100000, save_every=100000,
+                         seed=SEED, precision="fp32", num_threads=1)
+    train(dataset, tmp_path / "one", model_config_from_preset("tiny", dropout=0.0), config)
+    # The loss of step k is that of the weights after k-1 updates: equal but for the order of
+    # float sums (the weights themselves are compared less well: Adam magnifies rounding in
+    # parameters of near-zero gradient, such as the key biases, to the size of an update).
+    two, one = train_records(model), train_records(tmp_path / "one")
+    assert len(two) == len(one) == 4
+    for a, b in zip(two, one):
+        assert a["tgt_tokens"] == b["tgt_tokens"]
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    assert load_file(model / "last.safetensors").keys() == \
+        load_file(tmp_path / "one" / "last.safetensors").keys()
+
+
+def _batch(rows: int, length: int, seed: int) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    tgt = torch.randint(4, 60, (rows, length + 1), generator=g)
+    tgt[1:, length // 2:] = 0  # padding: the processes hold different numbers of tokens
+    return Batch(torch.randint(4, 60, (rows, length), generator=g), tgt[:, :-1], tgt[:, 1:])
+
+
+GRAD_BATCHES = [[_batch(3, 7, 0), _batch(2, 9, 1)], [_batch(5, 4, 2), _batch(1, 12, 3)]]
+GRAD_CONFIG = TrainConfig(lr=0.0, clip_norm=0.0, label_smoothing=0.1, update_freq=2)
+GRAD_MODEL = ModelConfig(src_vocab_size=60, tgt_vocab_size=60, d_model=16, n_heads=2,
+                         encoder_layers=1, decoder_layers=1, d_ff=32, dropout=0.0)
+
+
+def _gradients(model: torch.nn.Module, dist: distributed.Distributed,
+               group: list[Batch]) -> dict[str, torch.Tensor]:
+    """The gradient of one update (lr 0: the weights stay as they are)."""
+    wrapped = distributed.wrap_model(model, dist)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    _update(wrapped, optimizer, group, GRAD_CONFIG, None, 1, dist, distributed.no_sync(wrapped))
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def _rank_gradients(rank: int, port: int, out: str) -> None:
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                         rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        grads = _gradients(Transformer(GRAD_MODEL), distributed.Distributed(rank, rank, 2, "gloo"),
+                           GRAD_BATCHES[rank])
+        torch.save(grads, f"{out}/rank{rank}.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_the_gradient_of_two_processes_is_that_of_one_process_over_all_their_tokens(
+        tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(_rank_gradients, args=(port, str(tmp_path)), nprocs=2)
+    torch.manual_seed(0)
+    one = _gradients(Transformer(GRAD_MODEL), distributed.Distributed(),
+                     GRAD_BATCHES[0] + GRAD_BATCHES[1])
+    for rank in (0, 1):
+        two = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
+        for name in one:
+            torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def _pid_of_rank(rank: int, marker: str) -> int | None:
+    """The process of our torchrun job (its environment holds ``marker``) with RANK=rank."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in environ and f"RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+def test_a_signal_to_one_process_stops_all_at_the_same_step_and_rank_0_saves(
+        dataset: Path, tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    marker = f"TFM_TEST_JOB={tmp_path}"
+    env = {**os.environ, "TFM_TEST_JOB": str(tmp_path)}
+    process = subprocess.Popen(torchrun(*train_args(dataset, model, "--max-steps", "100000")),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        metrics = model / "metrics.jsonl"
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.2)
+    rank1 = _pid_of_rank(1, marker)
+    assert rank1 is not None, "no rank 1 process found"
+    os.kill(rank1, signal.SIGINT)  # rank 0 never sees a signal: it must learn from rank 1
+    _, stderr = process.communicate(timeout=120)
+    assert "Stopped: interrupted by SIGINT" in stderr, stderr
+    assert "--resume" in stderr
+    state = torch.load(model / STATE_FILE, weights_only=True)
+    step = state["run"]["step"]
+    assert step == train_records(model)[-1]["step"] >= 2
+    assert state["run"]["world_size"] == 2
+    assert (model / "learning_curve.png").exists()
+
+
+# --- the pieces -------------------------------------------------------------------------------
+
+def test_torchrun_is_recognised_by_its_environment_variables() -> None:
+    assert distributed.launched_by_torchrun({}) is None
+    assert distributed.launched_by_torchrun({"RANK": "0"}) is None
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"}
+    assert distributed.launched_by_torchrun(env) == (3, 1, 4)
+
+
+def test_without_torchrun_the_process_group_is_a_single_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in distributed.ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    with distributed.process_group(torch.device("cpu")) as (d, device):
+        assert (d.rank, d.world_size, d.enabled, d.is_main) == (0, 1, False, True)
+        assert device == torch.device("cpu")
+        assert distributed.all_reduce([2, 3], d) == [2.0, 3.0]
+        assert distributed.broadcast(("x", 1), d) == ("x", 1)
+
+
+def test_resuming_with_other_process_counts_skips_no_batch() -> None:
+    assert distributed.resume_position(5, 2, 2) == 5
+    assert distributed.resume_position(5, 2, 1) == 10  # 10 update groups were consumed
+    assert distributed.resume_position(5, 2, 4) == 2  # 8 of 10 consumed again: none skipped
+    assert distributed.resume_position(0, 4, 3) == 0
+
+
+def test_each_process_has_its_own_dropout_seed() -> None:
+    assert distributed.dropout_seed(7, 0, 0) == 7
+    assert distributed.dropout_seed(7, 1, 0) == 8
+    resumed = {distributed.dropout_seed(7, r, 100) for r in range(4)}
+    assert len(resumed) == 4
+    assert distributed.dropout_seed(7, 1, 100) == distributed.dropout_seed(7, 1, 100)

@@ -1,0 +1,75 @@
+"""Pictures of a training run: the learning curve, drawn from metrics.jsonl.
+
+matplotlib is imported only when a picture is drawn, and used through its object interface
+with the Agg canvas: no pyplot, no global backend switch, no display needed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from tfm.atomic import atomic_write_bytes
+from tfm.errors import DataError
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl file; a line cut short by a kill is skipped."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as e:
+        raise DataError(f"{path}: no such metrics file (written by `tfm train`)") from e
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "step" in record:
+            records.append(record)
+    return records
+
+
+def plot_learning_curve(metrics_path: Path, png_path: Path) -> None:
+    """Draw train and validation loss against step and, in a second panel, validation BLEU;
+    write the picture to ``png_path`` as a PNG (atomically)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    records = read_metrics(metrics_path)
+    train = [r for r in records if r.get("kind") == "train" and "loss" in r]
+    valid = [r for r in records if r.get("kind") == "valid" and "loss" in r]
+    bleu = [r for r in valid if r.get("bleu") is not None]
+    if not train and not valid:
+        raise DataError(f"{metrics_path}: no training or validation records to draw")
+
+    figure = Figure(figsize=(7, 6.5 if bleu else 4), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(2 if bleu else 1, 1, sharex=True, squeeze=False)[:, 0]
+    loss_axes = axes[0]
+    if train:
+        loss_axes.plot([r["step"] for r in train], [r["loss"] for r in train],
+                       label="train loss", linewidth=1)
+    if valid:
+        loss_axes.plot([r["step"] for r in valid], [r["loss"] for r in valid],
+                       label="valid loss", marker="o", markersize=3)
+    loss_axes.set_ylabel("loss (label-smoothed, per token)")
+    loss_axes.grid(alpha=0.3)
+    loss_axes.legend()
+    if bleu:
+        axes[1].plot([r["step"] for r in bleu], [r["bleu"] for r in bleu],
+                     label="valid BLEU", marker="o", markersize=3, color="tab:green")
+        axes[1].set_ylabel("BLEU")
+        axes[1].grid(alpha=0.3)
+        axes[1].legend()
+    axes[-1].set_xlabel("step")
+    figure.suptitle(f"Learning curve: {Path(metrics_path).parent.name}")
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    atomic_write_bytes(Path(png_path), buffer.getvalue())
+
+
+__all__ = ["plot_learning_curve", "read_metrics"]
