@@ -97,3 +97,22 @@ def tokenizer_path(tmp_path: Path, tokenizer: Tokenizer) -> Path:
     path = tmp_path / "tokenizer.json"
     save_tokenizer(tokenizer, path)
     return path
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled demo corpus (data/demo, 520 + 50 pairs) prepared with a 400-entry BPE:
+    a real dataset directory for training tests. Read-only: tests train into their own
+    directories."""
+    from tfm.corpus import CorpusSpec
+    from tfm.data import prepare
+    from tfm.tokenizer import save_tokenizer, train_tokenizer
+
+    demo = Path(__file__).resolve().parent.parent / "data" / "demo"
+    root = tmp_path_factory.mktemp("demo")
+    texts = (demo / "train.en").read_text().splitlines() + \
+        (demo / "train.de").read_text().splitlines()
+    save_tokenizer(train_tokenizer(texts, vocab_size=400), root / "tok.json")
+    prepare(CorpusSpec((str(demo / "train"),), "en", "de"), root / "tok.json", root / "data",
+            valid=CorpusSpec((str(demo / "valid"),), "en", "de"))
+    return root / "data"

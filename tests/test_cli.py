@@ -187,3 +187,21 @@ def test_a_command_line_syntax_error_shows_usage_not_an_internal_error() -> None
     assert result.returncode == 2
     assert "internal error" not in result.stderr
     assert "unexpected extra argument" in result.stderr
+
+
+def test_alignments_and_attention_pictures(demo_model: Path, tmp_path: Path) -> None:
+    result = tfm("translate", "-m", str(demo_model), "--format", "jsonl", "--alignments",
+                 "The dog sleeps.")
+    assert result.returncode == 0, result.stderr
+    alignment = json.loads(result.stdout)["alignment"]
+    assert alignment and all("-" in pair for pair in alignment.split())
+    picture = tmp_path / "attention.png"
+    shown = tfm("translate", "-m", str(demo_model), "--show-attention", "--plot", str(picture),
+                "The dog sleeps.")
+    assert shown.returncode == 0, shown.stderr
+    assert "cross-attention" in shown.stderr
+    assert picture.read_bytes().startswith(b"\x89PNG")
+    assert_user_error(tfm("translate", "-m", str(demo_model), "--alignments", "Hi."),
+                      "--format jsonl")
+    assert_user_error(tfm("translate", "-m", str(demo_model), "--show-attention", "A.", "B."),
+                      "one sentence")

@@ -540,3 +540,16 @@ def test_rows_are_views_of_memory_mapped_files(
     split = load_split(tmp_path / "data", "train")
     assert split.src_values.dtype == np.int32
     assert not split.src_values.flags.owndata  # a view of the Arrow buffer, not a copy
+
+
+def test_control_and_zero_width_characters_are_removed_and_counted(tmp_path, tokenizer_path):
+    src = ["A\x00 dog\u200b runs.", "The cat\x07 sleeps.", "Plain text.", "Emoji 👨\u200d👩 ok."]
+    tgt = ["Ein Hund läuft.", "Die Katze\ufeff schläft.", "Klartext.", "Emoji 👨\u200d👩 ok."]
+    (tmp_path / "c.en").write_text("\n".join(src) + "\n", encoding="utf-8")
+    (tmp_path / "c.de").write_text("\n".join(tgt) + "\n", encoding="utf-8")
+    report = prepare(CorpusSpec((str(tmp_path / "c.en"), str(tmp_path / "c.de"))),
+                     tokenizer_path, tmp_path / "out")
+    assert report.splits["train"].invisible_removed == 2
+    assert report.splits["train"].kept == 4
+    assert normalize_text("A\x00 dog\u200b runs.") == "A dog runs."
+    assert normalize_text("Emoji 👨\u200d👩") == "Emoji 👨\u200d👩"  # joiners are text

@@ -21,26 +21,12 @@ from safetensors.torch import load_file
 from tfm import distributed
 from tfm.batching import Batch, make_batches, shard
 from tfm.config import ModelConfig, TrainConfig, model_config_from_preset
-from tfm.corpus import CorpusSpec
-from tfm.data import load_split, prepare
+from tfm.data import load_split
 from tfm.model import Transformer
-from tfm.tokenizer import save_tokenizer, train_tokenizer
 from tfm.train import STATE_FILE, _update, train
 
-DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 MAX_TOKENS = 512
 SEED = 3
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("distributed")
-    texts = (DEMO / "train.en").read_text().splitlines() + \
-        (DEMO / "train.de").read_text().splitlines()
-    save_tokenizer(train_tokenizer(texts, vocab_size=400), root / "tok.json")
-    prepare(CorpusSpec((str(DEMO / "train"),), "en", "de"), root / "tok.json", root / "data",
-            valid=CorpusSpec((str(DEMO / "valid"),), "en", "de"))
-    return root / "data"
 
 
 def torchrun(*args: str, nproc: int = 2) -> list[str]:

@@ -9,25 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import torch
 from safetensors.torch import load_file
-
-from tfm.corpus import CorpusSpec
-from tfm.data import prepare
-from tfm.tokenizer import save_tokenizer, train_tokenizer
-
-DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("kill")
-    texts = (DEMO / "train.en").read_text().splitlines() + \
-        (DEMO / "train.de").read_text().splitlines()
-    save_tokenizer(train_tokenizer(texts, vocab_size=400), root / "tok.json")
-    prepare(CorpusSpec((str(DEMO / "train"),), "en", "de"), root / "tok.json", root / "data")
-    return root / "data"
 
 
 def wait_for_new_metrics(metrics: Path, process: subprocess.Popen, timeout: float = 120) -> None:

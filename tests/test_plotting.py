@@ -9,27 +9,12 @@ from typing import Any
 import pytest
 
 from tfm.config import ModelConfig, TrainConfig
-from tfm.corpus import CorpusSpec
-from tfm.data import prepare
 from tfm.errors import DataError
 from tfm.plotting import plot_learning_curve, read_metrics
-from tfm.tokenizer import save_tokenizer, train_tokenizer
 from tfm.train import CURVE_FILE, TrainReporter, train
 
-DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 TINY = ModelConfig(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("plotting")
-    texts = (DEMO / "train.en").read_text().splitlines() + \
-        (DEMO / "train.de").read_text().splitlines()
-    save_tokenizer(train_tokenizer(texts, vocab_size=400), root / "tok.json")
-    prepare(CorpusSpec((str(DEMO / "train"),), "en", "de"), root / "tok.json", root / "data",
-            valid=CorpusSpec((str(DEMO / "valid"),), "en", "de"))
-    return root / "data"
 
 
 def config(**overrides: Any) -> TrainConfig:

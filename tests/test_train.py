@@ -14,26 +14,11 @@ import torch
 from safetensors.torch import load_file
 
 from tfm.config import ModelConfig, TrainConfig
-from tfm.corpus import CorpusSpec
-from tfm.data import prepare
 from tfm.errors import UsageError
-from tfm.tokenizer import save_tokenizer, train_tokenizer
 from tfm.train import STATE_FILE, TrainingDiverged, label_smoothed_loss, learning_rate, train
 
-DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 TINY = ModelConfig(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64,
                    dropout=0.1)
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("train")
-    texts = (DEMO / "train.en").read_text().splitlines() + \
-        (DEMO / "train.de").read_text().splitlines()
-    save_tokenizer(train_tokenizer(texts, vocab_size=400), root / "tok.json")
-    prepare(CorpusSpec((str(DEMO / "train"),), "en", "de"), root / "tok.json", root / "data",
-            valid=CorpusSpec((str(DEMO / "valid"),), "en", "de"))
-    return root / "data"
 
 
 def config(**overrides) -> TrainConfig:

@@ -161,6 +161,10 @@ def prepare(
                                                       "duplicate")),
                       f"{r.src_tokens:,}", f"{r.tgt_tokens:,}")
     err.print(table)
+    for name, r in report.splits.items():
+        if r.invisible_removed:
+            err.print(f"{name}: removed control or zero-width characters from "
+                      f"{r.invisible_removed:,} pairs")
     err.print(f"in {time.monotonic() - start:.1f} s")
 
 
@@ -229,6 +233,9 @@ def train(
         "bf16 (detected), fp32 elsewhere.  \\[default: auto]")] = None,
     threads: Annotated[Optional[int], typer.Option(
         "--threads", help="CPU threads for torch (0: torch's default).")] = None,
+    compile_model: Annotated[Optional[bool], typer.Option(
+        "--compile/--no-compile", help="Compile the model with torch.compile (slower start, "
+        "often faster steps on GPUs).  \\[default: no-compile]")] = None,
     tensorboard: Annotated[Optional[Path], typer.Option(
         "--tensorboard", help="Also log train/valid scalars as TensorBoard events in this "
         "directory (needs `pip install tensorboard`).")] = None,
@@ -247,7 +254,7 @@ def train(
         "max_steps": max_steps, "max_epochs": max_epochs, "max_time": max_time,
         "valid_every": valid_every, "patience": patience, "save_every": save_every,
         "keep_last": keep_last, "log_every": log_every, "seed": seed, "device": device,
-        "precision": precision, "num_threads": threads,
+        "precision": precision, "num_threads": threads, "compile": compile_model,
     }
     explicit = {k for k, v in given.items() if v is not None}
     config = TrainConfig(**{k: v for k, v in given.items() if v is not None})
@@ -320,10 +327,11 @@ def plot_curve(
     err.print(f"[green]Wrote[/] {model / CURVE_FILE}", highlight=False)
 
 
-def _search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len, n_best):
+def _search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len, n_best,
+                    attention=False):
     return translator.default_options(beam=beam, length_penalty=length_penalty,
                                       max_len_a=max_len_a, max_len_b=max_len_b,
-                                      min_len=min_len, n_best=n_best)
+                                      min_len=min_len, n_best=n_best, attention=attention)
 
 
 ModelOpt = Annotated[Path, typer.Option(
@@ -359,6 +367,15 @@ def translate(
     fmt: Annotated[str, typer.Option(
         "--format", help="text: one translation a line; jsonl: scores and n-best too.")
     ] = "text",
+    alignments: Annotated[bool, typer.Option(
+        "--alignments", help="With --format jsonl: add attention-based word alignments "
+        "('i-j': source word i, target word j, from 0).")] = False,
+    show_attention: Annotated[bool, typer.Option(
+        "--show-attention", help="For one sentence: draw the cross-attention matrix in the "
+        "terminal (on stderr).")] = False,
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", help="For one sentence: save the cross-attention as a heatmap picture "
+        "(PNG).")] = None,
     device: DeviceOpt = "auto",
 ) -> None:
     """Translate sentences with a trained model (greedy or beam search)."""
@@ -366,13 +383,18 @@ def translate(
 
     if fmt not in ("text", "jsonl"):
         raise UsageError(f"--format {fmt}: choose text or jsonl")
+    if alignments and fmt != "jsonl":
+        raise UsageError("--alignments needs --format jsonl")
+    if (show_attention or plot) and len(text or []) != 1:
+        raise UsageError("--show-attention and --plot take exactly one sentence, given as an "
+                         "argument")
     if text and input:
         raise UsageError("give sentences as arguments or --input, not both")
     if input is not None and not input.is_file():
         raise UsageError(f"--input {input}: no such file")
     translator = Translator(model, device)
     options = _search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len,
-                              n_best)
+                              n_best, attention=alignments or show_attention or plot is not None)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     try:
         if text:
@@ -388,15 +410,56 @@ def translate(
             if fmt == "text":
                 sink.write(r.text + "\n")
             else:
-                sink.write(json.dumps({"source": r.source, "translation": r.text,
-                                       "score": r.hypotheses[0][1],
-                                       "n_best": [{"translation": t, "score": s}
-                                                  for t, s in r.hypotheses]},
-                                      ensure_ascii=False) + "\n")
+                record = {"source": r.source, "translation": r.text,
+                          "score": r.hypotheses[0][1],
+                          "n_best": [{"translation": t, "score": s} for t, s in r.hypotheses]}
+                if alignments and r.alignment is not None:
+                    from tfm.alignment import pharaoh
+
+                    record["alignment"] = pharaoh(r.alignment)
+                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
             sink.flush()
+            if show_attention and r.attention:
+                err.print(_attention_table(r))
+            if plot is not None and r.attention:
+                from tfm.plotting import plot_attention
+
+                plot_attention(r.attention, _readable(r.source_symbols),
+                               _readable(r.target_symbols), plot)
+                err.print(f"Wrote {plot}")
     finally:
         if output:
             sink.close()
+
+
+def _readable(symbols: list[str] | None) -> list[str]:
+    """Byte-level BPE symbols as text for display, a leading space shown as '▁' (a symbol
+    holding part of a multi-byte character shows as '�')."""
+    from tokenizers import decoders
+
+    decoder = decoders.ByteLevel()
+    texts = []
+    for symbol in symbols or []:
+        text = symbol if symbol.startswith("<") else decoder.decode([symbol])
+        texts.append("▁" + text[1:] if text.startswith(" ") else text)
+    return texts
+
+
+def _attention_table(result) -> Table:
+    """The cross-attention of one translation: target symbols down, source symbols across,
+    each cell shaded by its weight."""
+    table = Table(title="cross-attention (last decoder layer, mean over heads)",
+                  title_justify="left", show_lines=False, pad_edge=False)
+    table.add_column("")
+    for symbol in _readable(result.source_symbols):
+        table.add_column(symbol, justify="center", no_wrap=True)
+    for symbol, row in zip(_readable(result.target_symbols), result.attention):
+        cells = []
+        for weight in row:
+            level = int(255 - 200 * weight)
+            cells.append(f"[on rgb({level},{level},255)]{weight:.2f}[/]")
+        table.add_row(symbol, *cells)
+    return table
 
 
 def _read_lines(path: Path, allow_empty: bool = False) -> list[str]:

@@ -28,7 +28,7 @@ from tfm.tokenizer import EOS_ID, encode_batch, load_tokenizer, save_tokenizer
 
 PREPARE_FILE = "prepare.json"
 TOKENIZER_FILE = "tokenizer.json"
-PREPARE_VERSION = 1
+PREPARE_VERSION = 2  # 2: control and zero-width characters removed
 _CHUNK = 20_000  # pairs tokenized at a time
 _WHITESPACE = re.compile(r"\s+")
 
@@ -52,6 +52,7 @@ class SplitReport:
         "empty": 0, "too long": 0, "length ratio": 0, "duplicate": 0})
     src_tokens: int = 0
     tgt_tokens: int = 0
+    invisible_removed: int = 0  # pairs read whose text lost control / zero-width chars
 
 
 @dataclass
@@ -61,9 +62,21 @@ class PrepareReport:
     splits: dict[str, SplitReport]
 
 
+# Invisible characters that carry no text: C0/C1 control characters (NUL among them) that are
+# not whitespace, zero-width space and a byte-order mark inside a line. Zero-width (non-)joiners
+# are kept: Persian, Indic scripts and emoji sequences need them.
+_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\ufeff]")
+
+
 def normalize_text(text: str) -> str:
-    """Whitespace runs (tabs, non-breaking spaces, ...) become one space; ends are stripped."""
-    return _WHITESPACE.sub(" ", text).strip()
+    """Invisible control characters are removed; whitespace runs (tabs, non-breaking spaces,
+    ...) become one space; ends are stripped."""
+    return _WHITESPACE.sub(" ", _INVISIBLE.sub("", text)).strip()
+
+
+def has_invisible(text: str) -> bool:
+    """Whether ``normalize_text`` removes invisible characters from ``text``."""
+    return _INVISIBLE.search(text) is not None
 
 
 def prepare(
@@ -214,6 +227,8 @@ def _tokenized_chunks(spec: CorpusSpec, tokenizer: Any, clean: CleanConfig, repo
 
     for src, tgt in iter_pairs(spec):
         report.read += 1
+        if has_invisible(src) or has_invisible(tgt):
+            report.invisible_removed += 1
         src, tgt = normalize_text(src), normalize_text(tgt)
         if not src or not tgt:
             report.dropped["empty"] += 1

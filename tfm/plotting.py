@@ -1,4 +1,5 @@
-"""Pictures of a training run: the learning curve, drawn from metrics.jsonl.
+"""Pictures: the learning curve of a training run (from metrics.jsonl), and the
+cross-attention of one translation as a heatmap.
 
 matplotlib is imported only when a picture is drawn, and used through its object interface
 with the Agg canvas: no pyplot, no global backend switch, no display needed.
@@ -72,4 +73,27 @@ def plot_learning_curve(metrics_path: Path, png_path: Path) -> None:
     atomic_write_bytes(Path(png_path), buffer.getvalue())
 
 
-__all__ = ["plot_learning_curve", "read_metrics"]
+def plot_attention(attention: list[list[float]], source: list[str], target: list[str],
+                   png_path: Path) -> None:
+    """Heatmap of cross-attention: one row per target symbol, one column per source symbol;
+    written to ``png_path`` as a PNG (atomically)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    width = max(4.0, 0.45 * len(source) + 1.5)
+    height = max(3.0, 0.35 * len(target) + 1.5)
+    figure = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots()
+    image = axes.imshow(attention, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    axes.set_xticks(range(len(source)), source, rotation=60, ha="right")
+    axes.set_yticks(range(len(target)), target)
+    axes.set_xlabel("source")
+    axes.set_ylabel("target")
+    figure.colorbar(image, ax=axes, label="attention")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    atomic_write_bytes(Path(png_path), buffer.getvalue())
+
+
+__all__ = ["plot_attention", "plot_learning_curve", "read_metrics"]

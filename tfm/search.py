@@ -21,6 +21,9 @@ class Hypothesis:
     tokens: list[int]  # without BOS/EOS
     score: float  # sum of log-probabilities (EOS included) / length ** length_penalty
     log_prob: float  # sum of log-probabilities, EOS included
+    # With need_attention: for each output token, the last decoder layer's cross-attention
+    # over the (padded) source positions, averaged over heads, at the step that produced it.
+    attention: list[list[float]] | None = None
 
 
 def max_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> Tensor:
@@ -47,7 +50,7 @@ def _step_log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor) ->
 
 @torch.inference_mode()
 def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
-                  min_len: int = 0) -> list[list[Hypothesis]]:
+                  min_len: int = 0, need_attention: bool = False) -> list[list[Hypothesis]]:
     """The most probable next token at every step; one hypothesis per sentence."""
     pad = model.config.pad_id
     max_len = max_lengths(src, pad, max_len_a, max_len_b, model.config.max_positions)
@@ -57,31 +60,36 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
     alive = torch.arange(b, device=src.device)  # original row of each row still decoding
     tokens = torch.full((b,), BOS_ID, dtype=torch.long, device=src.device)
     outputs: list[list[int]] = [[] for _ in range(b)]
+    attention: list[list[list[float]]] = [[] for _ in range(b)]
     log_probs = [0.0] * b
     step = 0
     while alive.numel():
-        logits, state, _ = model.decode_step(tokens, state)
+        logits, state, weights = model.decode_step(tokens, state, need_attention)
         logp = _step_log_probs(logits, step, min_len, max_len[alive])
         best_logp, tokens = logp.max(dim=-1)
         done = (tokens == EOS_ID).tolist()
+        rows = weights.mean(dim=1).tolist() if need_attention else None  # (n, S)
         for row, (orig, token, lp) in enumerate(zip(alive.tolist(), tokens.tolist(),
                                                     best_logp.tolist())):
             log_probs[orig] += lp
             if not done[row]:
                 outputs[orig].append(token)
+                if rows is not None:
+                    attention[orig].append(rows[row])
         step += 1
         if any(done):
             keep = torch.tensor([i for i, d in enumerate(done) if not d], dtype=torch.long,
                                 device=src.device)
             alive, tokens = alive[keep], tokens[keep]
             state = state.index_select(keep)
-    return [[Hypothesis(out, lp / (len(out) + 1), lp)] for out, lp in zip(outputs, log_probs)]
+    return [[Hypothesis(out, lp / (len(out) + 1), lp, attn if need_attention else None)]
+            for out, lp, attn in zip(outputs, log_probs, attention)]
 
 
 @torch.inference_mode()
 def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: float = 1.0,
                 max_len_a: float = 1.5, max_len_b: int = 10, min_len: int = 0,
-                n_best: int = 1) -> list[list[Hypothesis]]:
+                n_best: int = 1, need_attention: bool = False) -> list[list[Hypothesis]]:
     """Beam search; for each sentence the ``n_best`` finished hypotheses, best first.
 
     Scores are length-normalised: log P / length ** length_penalty, the length counting EOS.
@@ -102,13 +110,14 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
     scores = torch.full((b, k), float("-inf"), device=device)  # summed log P of each beam
     scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 0
     history = torch.full((b * k, 0), BOS_ID, dtype=torch.long, device=device)  # (N*k, t)
+    attn_history = torch.zeros(b * k, 0, src.size(1), device=device)  # (N*k, t, S), if asked
     tokens = torch.full((b * k,), BOS_ID, dtype=torch.long, device=device)
     alive_list = alive.tolist()
     finished: list[list[Hypothesis]] = [[] for _ in range(b)]
     step = 0
     while alive.numel():
         n = alive.numel()
-        logits, state, _ = model.decode_step(tokens, state)
+        logits, state, weights = model.decode_step(tokens, state, need_attention)
         max_len = max_len_all[alive].repeat_interleave(k)
         logp = _step_log_probs(logits, step, min_len, max_len)  # (n*k, V)
         vocab = logp.size(-1)
@@ -129,13 +138,16 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
         eos_rows, eos_cols = is_eos[:, :k].nonzero(as_tuple=True)
         if eos_rows.numel():
             hist_cpu = history.cpu()
+            attn_cpu = attn_history.cpu() if need_attention else None
             beams = top_beam.cpu()
             ends = top_scores.cpu()
             for row, col in zip(eos_rows.tolist(), eos_cols.tolist()):
                 hyps = finished[alive_list[row]]
-                out = hist_cpu[row * k + int(beams[row, col])].tolist()
+                beam_row = row * k + int(beams[row, col])
+                out = hist_cpu[beam_row].tolist()
                 lp = float(ends[row, col])
-                hyps.append(Hypothesis(out, lp / (len(out) + 1) ** length_penalty, lp))
+                attn = attn_cpu[beam_row].tolist() if attn_cpu is not None else None
+                hyps.append(Hypothesis(out, lp / (len(out) + 1) ** length_penalty, lp, attn))
                 if len(hyps) > k:
                     hyps.sort(key=lambda h: h.score, reverse=True)
                     del hyps[k:]
@@ -161,6 +173,10 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
             alive_list = [alive_list[r] for r in keep_rows]
         source_rows = (keep[:, None] * k + new_beam).view(-1)
         history = torch.cat([history.index_select(0, source_rows), new_token.view(-1, 1)], 1)
+        if need_attention:  # the attention that produced each beam's new token
+            step_attn = weights.mean(dim=1).index_select(0, source_rows)  # (n*k, S)
+            attn_history = torch.cat([attn_history.index_select(0, source_rows),
+                                      step_attn[:, None, :]], 1)
         tokens = new_token.view(-1)
         scores = cont_scores
         state = state.index_select(source_rows)

@@ -62,9 +62,11 @@ TRAIN_CONFIG_FILE = "train_config.json"
 METRICS_FILE = "metrics.jsonl"
 CURVE_FILE = "learning_curve.png"
 CHECKPOINTS_DIR = "checkpoints"
-# Options that may change when a run is resumed: how long it goes on.
+# Options that may change when a run is resumed: how long it goes on, and where and how it
+# computes (a run may move from CPU to GPU), but not what it computes.
 RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_time", "patience", "valid_every",
-                     "save_every", "keep_last", "log_every", "device", "num_threads"}
+                     "save_every", "keep_last", "log_every", "device", "num_threads", "compile",
+                     "precision"}
 
 
 class TrainingDiverged(TfmError):

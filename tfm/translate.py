@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from tfm.alignment import align_words
 from tfm.checkpoint import WEIGHTS_FILE, load_model_dir
 from tfm.data import normalize_text
 from tfm.device import resolve_device
@@ -39,6 +40,7 @@ class SearchOptions:
     min_len: int = 0
     n_best: int = 1
     max_tokens: int = 4096  # source tokens x beam per batch
+    attention: bool = False  # keep cross-attention and word alignments (slower)
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -53,6 +55,13 @@ class Translation:
     source: str
     hypotheses: list[tuple[str, float]]  # (text, score), best first
     truncated: bool = False  # the source was longer than the model accepts
+    # With SearchOptions.attention, for the best hypothesis: the BPE symbols of both sides
+    # (source with its end-of-sentence token), cross-attention (target x source symbols) and
+    # word alignments as (source word, target word) pairs.
+    source_symbols: list[str] | None = None
+    target_symbols: list[str] | None = None
+    attention: list[list[float]] | None = None
+    alignment: list[tuple[int, int]] | None = None
 
     @property
     def text(self) -> str:
@@ -99,6 +108,8 @@ class Translator:
                     sentences[i],
                     [(_one_line(decode(self.tokenizer, h.tokens)), h.score) for h in hyps],
                     truncated[i])
+                if options.attention:
+                    self._attach_attention(results[i], ids[i], hyps[0])
         return [r for r in results if r is not None]
 
     def translate_stream(self, lines: Iterable[str], options: SearchOptions,
@@ -115,9 +126,19 @@ class Translator:
 
     def _search(self, src: torch.Tensor, o: SearchOptions) -> list[list[Hypothesis]]:
         if o.beam == 1:
-            return greedy_search(self.model, src, o.max_len_a, o.max_len_b, o.min_len)
+            return greedy_search(self.model, src, o.max_len_a, o.max_len_b, o.min_len,
+                                 o.attention)
         return beam_search(self.model, src, o.beam, o.length_penalty, o.max_len_a, o.max_len_b,
-                           o.min_len, o.n_best)
+                           o.min_len, o.n_best, o.attention)
+
+    def _attach_attention(self, result: Translation, src_ids: list[int],
+                          best: Hypothesis) -> None:
+        symbol = self.tokenizer.id_to_token
+        result.source_symbols = [symbol(i) for i in src_ids]  # ends with </s>
+        result.target_symbols = [symbol(i) for i in best.tokens]
+        result.attention = [row[: len(src_ids)] for row in best.attention or []]
+        result.alignment = align_words(result.attention, result.source_symbols[:-1],
+                                       result.target_symbols)
 
     @staticmethod
     def _batches(ids: list[list[int]], positions: list[int], options: SearchOptions
