@@ -151,3 +151,15 @@ def test_sigint_saves_a_loadable_checkpoint_and_resume_continues(dataset: Path,
     assert resumed.returncode == 0, resumed.stderr
     assert f"Resuming at step {step}" in resumed.stderr
     assert torch.load(model / STATE_FILE, weights_only=True)["run"]["step"] == step + 2
+
+
+def test_running_out_of_memory_names_the_batch_and_gives_advice(
+        dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfm.errors import ResourceError
+
+    def no_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr("tfm.train._update", no_memory)
+    with pytest.raises(ResourceError, match=r"sentences x \d+ positions.*--max-tokens 512"):
+        train(dataset, tmp_path / "m", TINY, config(max_steps=3))

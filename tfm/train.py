@@ -51,7 +51,7 @@ from tfm.checkpoint import (
 from tfm.config import ModelConfig, TrainConfig, train_config_from_dict
 from tfm.data import TokenizedSplit, load_split, read_prepare_info
 from tfm.device import autocast, precision_name, resolve_device, resolve_precision
-from tfm.errors import TfmError, UsageError
+from tfm.errors import ResourceError, TfmError, UsageError
 from tfm.evaluate import bleu
 from tfm.model import Transformer, count_parameters
 from tfm.search import greedy_search
@@ -387,8 +387,13 @@ class _Trainer:
         run, config = self.run, self.config
         group = [collate(self.train_split, b).to(self.device)
                  for b in updates[run.batch_in_epoch]]
-        loss, nll, n_tokens = _update(self.step_model, self.optimizer, group, config,
-                                      self.amp_dtype, run.step + 1, self.dist, self.no_sync)
+        try:
+            loss, nll, n_tokens = _update(self.step_model, self.optimizer, group, config,
+                                          self.amp_dtype, run.step + 1, self.dist,
+                                          self.no_sync)
+        except (torch.OutOfMemoryError, MemoryError) as e:
+            self.finish()
+            raise _out_of_memory(group, config, self.device) from e
         # Every process must stop at the same step: agree on signals, time and divergence.
         signum, over_time, diverged = distributed.all_reduce(
             [signals.signum, bool(config.max_time) and self.elapsed() >= config.max_time * 60,
@@ -549,6 +554,17 @@ def _draw_learning_curve(output: Path, reporter: TrainReporter) -> None:
     except Exception as e:  # a picture is never worth a failed run
         detail = (str(e).strip().splitlines() or [type(e).__name__])[0]
         reporter.message(f"warning: could not draw {CURVE_FILE}: {detail}")
+
+
+def _out_of_memory(group: list[Batch], config: TrainConfig, device: torch.device
+                   ) -> ResourceError:
+    """Which batch did not fit, and what to do about it."""
+    shapes = ", ".join(f"{b.src.size(0)} sentences x {max(b.src.size(1), b.tgt_in.size(1))} "
+                       "positions" for b in group)
+    return ResourceError(
+        f"out of {'GPU memory' if device.type == 'cuda' else 'memory'} at a batch of {shapes} "
+        f"(--max-tokens {config.max_tokens}); lower --max-tokens and raise --update-freq to "
+        "keep the same batch size per update. Resume with --resume.")
 
 
 def _remove_run(output: Path) -> None:
