@@ -163,3 +163,17 @@ def test_running_out_of_memory_names_the_batch_and_gives_advice(
     monkeypatch.setattr("tfm.train._update", no_memory)
     with pytest.raises(ResourceError, match=r"sentences x \d+ positions.*--max-tokens 512"):
         train(dataset, tmp_path / "m", TINY, config(max_steps=3))
+
+
+def test_training_time_is_wall_time_however_often_the_run_saves(dataset: Path,
+                                                                 tmp_path: Path) -> None:
+    start = time.monotonic()
+    train(dataset, tmp_path / "m", TINY, config(max_steps=12, save_every=1))
+    wall = time.monotonic() - start
+    elapsed = [json.loads(line)["elapsed"] for line in
+               (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()
+               if json.loads(line)["kind"] == "train"]
+    assert elapsed == sorted(elapsed)
+    assert elapsed[-1] <= wall  # saving every step must not count the time again
+    state = torch.load(tmp_path / "m" / STATE_FILE, weights_only=True)
+    assert elapsed[-1] <= state["run"]["elapsed"] <= wall

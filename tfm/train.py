@@ -331,12 +331,13 @@ class _Trainer:
         self.metrics_file = (output / METRICS_FILE).open("a", encoding="utf-8") \
             if dist.is_main else None
         self.resumed = saved is not None
+        self.elapsed_before = self.run.elapsed  # training time of earlier processes
         self.start_time = time.monotonic()
         self.window = _Window()
 
     def elapsed(self) -> float:
         """Seconds of training, earlier processes of a resumed run included."""
-        return self.run.elapsed + time.monotonic() - self.start_time
+        return self.elapsed_before + time.monotonic() - self.start_time
 
     def epoch_updates(self, epoch: int) -> list[list[np.ndarray]]:
         """This process's updates of ``epoch``: its shard of the epoch's batches, in groups of
