@@ -57,7 +57,7 @@ def report(tmp_path: Path) -> dict:
 
 def test_misaligned_files(tmp_path, tokenizer) -> None:
     refused(prepare(tmp_path, tokenizer, b"a\nb\nc\n", b"x\ny\n"), 3,
-            "c.en has 3 lines but c.de has 2")
+            "c.en has 3 lines but", "c.de has 2", "aligned line by line")
 
 
 def test_an_empty_file(tmp_path, tokenizer) -> None:
