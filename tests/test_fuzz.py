@@ -8,6 +8,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -107,3 +108,10 @@ def test_a_generated_line_break_never_splits_a_translation(model_dir: Path) -> N
     from tfm.translate import _one_line
 
     assert _one_line("eins\nzwei\r\ndrei\u2028vier\x85fünf") == "eins zwei  drei vier fünf"
+
+
+def test_bf16_weights_translate_every_input(model_dir: Path) -> None:
+    translator = Translator(model_dir, "cpu", precision="bf16")
+    assert next(translator.model.parameters()).dtype == torch.bfloat16
+    results = translator.translate(["Der Hund läuft.", "", "📚"], SearchOptions(beam=2))
+    assert len(results) == 3 and results[1].text == ""

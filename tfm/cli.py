@@ -44,6 +44,9 @@ HfConfigOpt = Annotated[Optional[str], typer.Option(
     "--hf-config", help="Configuration name of a hub dataset (e.g. de-en).")]
 DeviceOpt = Annotated[str, typer.Option(
     "--device", help="auto (CUDA if available, else CPU), cpu or cuda.")]
+PrecisionOpt = Annotated[str, typer.Option(
+    "--precision", help="Weights for decoding: fp32, bf16, fp16 (CUDA) or auto (bf16 on CUDA "
+    "and on CPUs with native bf16, else fp32).")]
 
 
 @app.callback()
@@ -377,6 +380,7 @@ def translate(
         "--plot", help="For one sentence: save the cross-attention as a heatmap picture "
         "(PNG).")] = None,
     device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Translate sentences with a trained model (greedy or beam search)."""
     from tfm.translate import Translator
@@ -392,7 +396,7 @@ def translate(
         raise UsageError("give sentences as arguments or --input, not both")
     if input is not None and not input.is_file():
         raise UsageError(f"--input {input}: no such file")
-    translator = Translator(model, device)
+    translator = Translator(model, device, precision=precision)
     options = _search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len,
                               n_best, attention=alignments or show_attention or plot is not None)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
@@ -489,6 +493,7 @@ def eval_cmd(
         "--save-hyp", help="Also write the translations to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
     device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Translate --src and score it against --ref with sacrebleu (or score --hyp)."""
     from tfm.evaluate import score
@@ -506,7 +511,7 @@ def eval_cmd(
         if len(sources) != len(references):
             raise UsageError(f"{src} has {len(sources)} lines but {ref} has "
                              f"{len(references)}: they must be aligned line by line")
-        translator = Translator(model, device)
+        translator = Translator(model, device, precision=precision)
         options = _search_options(translator, beam, length_penalty, max_len_a, max_len_b, 0, 1)
         start = time.monotonic()
         with err.status(f"Translating {len(sources)} sentences (beam {options.beam}) ..."):
