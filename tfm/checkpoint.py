@@ -26,7 +26,7 @@ from safetensors.torch import save as st_save
 from tokenizers import Tokenizer
 
 from tfm import __version__
-from tfm.atomic import atomic_write_bytes, remove_stale_temporaries  # noqa: F401 (re-export)
+from tfm.atomic import atomic_write_bytes
 from tfm.config import ModelConfig, model_config_from_dict
 from tfm.errors import ModelError, UsageError
 from tfm.model import Transformer

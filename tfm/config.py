@@ -6,9 +6,7 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from tfm.errors import UsageError
@@ -129,17 +127,6 @@ def train_config_from_dict(data: dict[str, Any]) -> TrainConfig:
     return _from_dict(TrainConfig, data)
 
 
-def to_dict(config: Any) -> dict[str, Any]:
-    return asdict(config)
-
-
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON atomically (temporary file, then rename)."""
-    from tfm.atomic import atomic_write_bytes
-
-    atomic_write_bytes(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode())
-
-
 __all__ = [
     "ModelConfig",
     "TrainConfig",
@@ -147,6 +134,4 @@ __all__ = [
     "model_config_from_preset",
     "model_config_from_dict",
     "train_config_from_dict",
-    "to_dict",
-    "write_json",
 ]
