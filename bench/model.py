@@ -129,7 +129,8 @@ def run_decode(args: argparse.Namespace) -> dict:
     if args.model:
         from tfm.checkpoint import load_model_dir
 
-        model, tokenizer, _ = load_model_dir(Path(args.model))
+        model, vocabs, _ = load_model_dir(Path(args.model))
+        tokenizer = vocabs.src
     else:
         tokenizer = load_tokenizer(Path(args.tokenizer))
         vocab = tokenizer.get_vocab_size()

@@ -6,8 +6,9 @@
 #
 # DATA_DIR holds {train,val,test_2016_flickr}.{lang}.gz. The model is the `small` preset
 # (d_model 256, 3+3 layers, 4 heads, d_ff 1024: 7.6M parameters with the joint 8k BPE),
-# trained for 45 minutes (--max-time; pass e.g. --max-time 120 to train longer), then scored
-# with beam 5 by sacrebleu on detokenised, cased output.
+# trained for 45 minutes (--max-time; pass e.g. --max-time 120 to train longer) with the
+# learning rate decaying linearly to zero at the end of that time, then scored with beam 5 by
+# sacrebleu on detokenised, cased output.
 set -euo pipefail
 data=${1:?usage: multi30k.sh DATA_DIR SRC TGT [OUT_DIR] [train options...]}
 src=${2:?source language, e.g. en}
@@ -21,7 +22,7 @@ tfm train-tokenizer --train "$data/train" -s "$src" -t "$tgt" --vocab-size 8000 
 tfm prepare --train "$data/train" --valid "$data/val" -s "$src" -t "$tgt" \
     --tokenizer "$out/tokenizer.json" -o "$out/data"
 tfm train --data "$out/data" --output "$out/model" --preset small \
-    --max-tokens 2048 --lr 1e-3 --warmup 400 --max-time 45 \
+    --max-tokens 2048 --lr 1e-3 --warmup 400 --lr-schedule linear --max-time 45 \
     --valid-every 500 --save-every 250 --keep-last 40 "$@"
 tfm eval --model "$out/model" --src "$data/test_2016_flickr.$src.gz" \
     --ref "$data/test_2016_flickr.$tgt.gz" --beam 5 --chrf --save-hyp "$out/test.hyp"

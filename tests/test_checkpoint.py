@@ -113,9 +113,10 @@ def test_a_saved_model_directory_loads_back_with_identical_outputs(
     assert not loaded.training  # eval mode
     assert torch.equal(outputs(loaded), outputs(model))
     assert loaded_info == info
-    assert loaded_tok.get_vocab_size() == tokenizer.get_vocab_size()
+    assert loaded_tok.joint
+    assert loaded_tok.src.get_vocab_size() == tokenizer.get_vocab_size()
     text = ["Der Hund fängt den Ball ."]
-    assert loaded_tok.encode_batch(text)[0].ids == tokenizer.encode_batch(text)[0].ids
+    assert loaded_tok.src.encode_batch(text)[0].ids == tokenizer.encode_batch(text)[0].ids
 
 
 def test_a_fresh_model_gives_other_outputs(tokenizer: Tokenizer) -> None:

@@ -258,6 +258,33 @@ def test_all_cleaning_rules_together_give_exact_counts(
     assert read_prepare_info(tmp_path / "data")["splits"]["train"]["dropped"] == train.dropped
 
 
+@pytest.mark.parametrize("dedup", [True, False], ids=["dedup", "keep-repeats"])
+def test_worker_processes_prepare_exactly_what_one_process_prepares(
+    tmp_path: Path, tokenizer_path: Path, sentence_pairs: Pairs, monkeypatch: pytest.MonkeyPatch,
+    dedup: bool,
+) -> None:
+    import tfm.data
+
+    monkeypatch.setattr(tfm.data, "_CHUNK", 7)  # several chunks, duplicates across chunks
+    long_pair = (("The dog runs . " * 30).strip(), ("Der Hund rennt . " * 30).strip())
+    pairs = [*sentence_pairs, ("", "x"), long_pair, ("A\u200b dog .", "Ein Hund ."),
+             *sentence_pairs[:9], long_pair, ("Yes .", "Ja ,  ja , ja , ja , ja , ja , ja .")]
+    corpus = write_corpus(tmp_path / "c", pairs)
+    valid = write_corpus(tmp_path / "c", pairs[35:50], "valid")
+    clean = CleanConfig(max_tokens=60, max_ratio=2.0, dedup=dedup)
+    one = prepare(corpus, tokenizer_path, tmp_path / "one", valid=valid, clean=clean)
+    two = prepare(corpus, tokenizer_path, tmp_path / "two", valid=valid, clean=clean,
+                  num_proc=2)
+    assert one.splits == two.splits
+    assert one.splits["train"].invisible_removed == 1
+    assert one.splits["train"].dropped["duplicate"] == (10 if dedup else 0)
+    for split in ("train", "valid"):
+        a, b = load_split(tmp_path / "one", split), load_split(tmp_path / "two", split)
+        assert np.array_equal(a.src_values, b.src_values)
+        assert np.array_equal(a.tgt_offsets, b.tgt_offsets)
+        assert a.tgt_text == b.tgt_text
+
+
 def test_nothing_left_after_cleaning_is_a_data_error(
     tmp_path: Path, tokenizer_path: Path, sentence_pairs: Pairs,
 ) -> None:
@@ -409,7 +436,7 @@ def test_an_interrupted_prepare_leaves_the_previous_dataset_intact(
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("tfm.data.save_tokenizer", interrupted)  # late: splits already written
+    monkeypatch.setattr("tfm.data.save_vocabularies", interrupted)  # late: splits written
     with pytest.raises(KeyboardInterrupt):
         prepare(train, tokenizer_path, out, force=True)
     assert stats(out) == before

@@ -302,6 +302,43 @@ def test_reordered_cache_continues_like_the_reordered_full_forward_pass(perm):
     torch.testing.assert_close(steps, full[:, prefix_len:], atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fast", "with-weights"])
+def test_beams_sharing_a_sentence_decode_like_copies_of_it(need_weights):
+    """Grouped decoding (k rows per sentence over one copy of its encoder output), reordered
+    within sentences and pruned like beam search, equals the full pass over repeated
+    sentences."""
+    model = make_model(double=True)
+    torch.manual_seed(10)
+    src = pad_stack([source(9), source(3), source(6)])
+    k, prefix_len, total = 3, 3, 6
+    repeated = src.repeat_interleave(k, dim=0)  # (3k, S)
+    tgt = torch.stack([target_in(prefix_len) for _ in range(3 * k)])
+    # Keep sentences 2 and 0 (drop 1), beams shuffled and duplicated inside each sentence.
+    index = torch.tensor([2 * k + 1, 2 * k + 1, 2 * k + 0, 0 * k + 2, 0 * k + 0, 0 * k + 0])
+    new_tgt = torch.cat([tgt[index], random_tokens(len(index), total - prefix_len)], dim=1)
+    with torch.no_grad():
+        state = model.start_decoding(*model.encode(src), group=k)
+        assert state.batch_size == 3 * k
+        assert state.layers[0].cross_k.size(0) == 3  # one copy per sentence
+        out = []
+        for t in range(prefix_len):
+            logits, state, weights = model.decode_step(tgt[:, t], state, need_weights)
+            out.append(logits)
+        state = state.index_select(index)
+        assert state.layers[0].cross_k.size(0) == 2
+        for t in range(prefix_len, total):
+            logits, state, step_weights = model.decode_step(new_tgt[:, t], state, need_weights)
+            out.append(logits)
+        full, full_weights = model.decode(new_tgt, *model.encode(repeated[index]),
+                                          need_weights=need_weights)
+        before = model(repeated, tgt)
+    torch.testing.assert_close(torch.stack(out[:prefix_len], 1), before, atol=1e-10, rtol=0)
+    torch.testing.assert_close(torch.stack(out[prefix_len:], 1), full[:, prefix_len:],
+                               atol=1e-10, rtol=0)
+    if need_weights:  # (rows, H, S) of the last step, the same as the full pass's last row
+        torch.testing.assert_close(step_weights, full_weights[:, :, -1], atol=1e-10, rtol=0)
+
+
 def test_cross_attention_keys_and_values_are_projected_once_per_sentence(monkeypatch):
     model = make_model()
     calls = {"project_kv": 0, "k_proj": 0, "v_proj": 0}

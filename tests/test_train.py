@@ -40,6 +40,44 @@ def test_learning_rate_warms_up_linearly_then_decays_as_inverse_sqrt() -> None:
     assert learning_rate(400, 1e-3, 100) == pytest.approx(5e-4)
 
 
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_budget_schedules_warm_up_then_decay_to_zero_at_the_end_of_the_budget(
+        schedule: str) -> None:
+    assert learning_rate(50, 1e-3, 100, schedule, progress=0.05) == pytest.approx(5e-4)
+    halfway = learning_rate(500, 1e-3, 100, schedule, progress=0.5)
+    assert halfway == pytest.approx(5e-4)  # linear and cosine agree at the middle
+    rates = [learning_rate(s, 1e-3, 100, schedule, progress=s / 1000) for s in range(100, 1001)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))  # never rises after warmup
+    assert rates[-1] == pytest.approx(0.0, abs=1e-12)
+    assert learning_rate(2000, 1e-3, 100, schedule, progress=2.0) == 0.0  # past the budget
+
+
+def test_the_first_budget_to_run_out_sets_the_progress() -> None:
+    from tfm.train import budget_progress
+
+    assert budget_progress(config(max_steps=100), 25, 0.0, 0.0) == 0.25
+    assert budget_progress(config(max_epochs=4), 25, 1.0, 0.0) == 0.25
+    assert budget_progress(config(max_time=10.0), 25, 1.0, 150.0) == 0.25
+    both = config(max_steps=100, max_time=10.0)  # 60% of the time, 25% of the steps
+    assert budget_progress(both, 25, 1.0, 360.0) == pytest.approx(0.6)
+
+
+def test_a_budget_schedule_without_a_budget_is_refused(dataset: Path, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="give --max-steps, --max-epochs or --max-time"):
+        train(dataset, tmp_path / "m", TINY, config(lr_schedule="linear", patience=3))
+    with pytest.raises(UsageError, match="unknown --lr-schedule 'step'"):
+        train(dataset, tmp_path / "m", TINY, config(lr_schedule="step", max_steps=3))
+
+
+def test_a_linear_schedule_reaches_zero_at_max_steps(dataset: Path, tmp_path: Path) -> None:
+    train(dataset, tmp_path / "m", TINY, config(lr_schedule="linear", max_steps=10))
+    lines = (tmp_path / "m" / "metrics.jsonl").read_text().splitlines()
+    rates = [json.loads(x)["lr"] for x in lines if json.loads(x)["kind"] == "train"]
+    assert len(rates) == 10
+    assert rates[4] == pytest.approx(1e-3 * 5 / 5 * 0.6)  # step 5: min(warm 1.0, 1 - 4/10)
+    assert rates[-1] == pytest.approx(1e-3 * 0.1)  # step 10 runs at 1 - 9/10 of the peak
+
+
 def test_label_smoothed_loss_ignores_padding_and_matches_cross_entropy() -> None:
     torch.manual_seed(0)
     logits = torch.randn(2, 5, 11)

@@ -21,7 +21,7 @@ from tfm.checkpoint import (
 )
 from tfm.errors import UsageError
 from tfm.model import Transformer
-from tfm.tokenizer import load_tokenizer
+from tfm.tokenizer import load_vocabularies
 
 CHECKPOINTS_DIR = "checkpoints"
 AVERAGED_DIR = "averaged"
@@ -90,10 +90,10 @@ def average_checkpoints(model_dir: Path, last: int, output: Path | None = None
             for name, total in sums.items()}
     model.load_state_dict(mean)
 
-    tokenizer = load_tokenizer(model_dir / TOKENIZER_FILE)
+    vocabs = load_vocabularies(model_dir / TOKENIZER_FILE)
     info.provenance = {k: v for k, v in info.provenance.items() if k not in _NOT_INHERITED}
     info.provenance["averaged_steps"] = steps
-    save_model_dir(output, model, tokenizer, info)
+    save_model_dir(output, model, vocabs, info)
     return AverageResult(output, steps)
 
 

@@ -4,7 +4,9 @@ A model directory is self-contained; ``translate`` and ``eval`` need nothing els
 
     config.json         format version, tfm version, architecture, languages, generation
                         defaults, provenance (no absolute paths)
-    tokenizer.json      the vocabulary, normalisation and special tokens (HF tokenizers)
+    tokenizer.json      the vocabulary, normalisation and special tokens (HF tokenizers); a
+                        model with one vocabulary per language has tokenizer.src.json and
+                        tokenizer.tgt.json instead
     model.safetensors   weights (the best checkpoint); tied weights stored once
 
 Weights are read only through safetensors and training state only through
@@ -23,13 +25,13 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
-from tokenizers import Tokenizer
 
 from tfm import __version__
 from tfm.atomic import atomic_write_bytes
 from tfm.config import ModelConfig, model_config_from_dict
 from tfm.errors import ModelError, UsageError
 from tfm.model import Transformer
+from tfm.tokenizer import Vocabularies
 
 FORMAT_VERSION = 1
 CONFIG_FILE = "config.json"
@@ -124,13 +126,16 @@ class ModelInfo:
         }
 
 
-def save_model_dir(directory: Path, model: Transformer, tokenizer: Tokenizer, info: ModelInfo,
-                   weights_file: str = WEIGHTS_FILE) -> None:
-    """Write (or update) a self-contained model directory."""
-    directory = Path(directory)
-    from tfm.tokenizer import save_tokenizer
+def save_model_dir(directory: Path, model: Transformer, vocabs: Vocabularies | Any,
+                   info: ModelInfo, weights_file: str = WEIGHTS_FILE) -> None:
+    """Write (or update) a self-contained model directory. ``vocabs``: the model's
+    Vocabularies, or one joint tokenizer."""
+    from tfm.tokenizer import save_vocabularies
 
-    save_tokenizer(tokenizer, directory / TOKENIZER_FILE)
+    directory = Path(directory)
+    if not isinstance(vocabs, Vocabularies):
+        vocabs = Vocabularies.shared(vocabs)
+    save_vocabularies(vocabs, directory / TOKENIZER_FILE)
     atomic_write_bytes(directory / weights_file, weights_to_bytes(model, {"format": "pt"}))
     atomic_write_bytes(directory / CONFIG_FILE,
                        (json.dumps(info.to_json(), indent=2, ensure_ascii=False) + "\n").encode())
@@ -167,24 +172,25 @@ def read_model_info(directory: Path) -> ModelInfo:
 
 
 def load_model_dir(directory: Path, weights_file: str = WEIGHTS_FILE
-                   ) -> tuple[Transformer, Tokenizer, ModelInfo]:
-    """Model (in eval mode, on CPU), tokenizer and info from a model directory."""
-    from tfm.tokenizer import load_tokenizer
+                   ) -> tuple[Transformer, Vocabularies, ModelInfo]:
+    """Model (in eval mode, on CPU), tokenizers and info from a model directory."""
+    from tfm.tokenizer import load_vocabularies
 
     directory = Path(directory)
     info = read_model_info(directory)
-    tokenizer = load_tokenizer(directory / TOKENIZER_FILE)
-    vocab = tokenizer.get_vocab_size()
-    if vocab != info.model.tgt_vocab_size or vocab != info.model.src_vocab_size:
+    vocabs = load_vocabularies(directory / TOKENIZER_FILE)
+    sizes = (vocabs.src.get_vocab_size(), vocabs.tgt.get_vocab_size())
+    if sizes != (info.model.src_vocab_size, info.model.tgt_vocab_size):
+        entries = f"{sizes[0]}" if vocabs.joint else f"{sizes[0]}/{sizes[1]}"
         raise ModelError(
-            f"{directory}: the tokenizer has {vocab} entries but the model was built for "
+            f"{directory}: the tokenizer has {entries} entries but the model was built for "
             f"{info.model.src_vocab_size}/{info.model.tgt_vocab_size}; "
             "the tokenizer does not belong to this model"
         )
     model = Transformer(info.model)
     load_weights(model, directory / weights_file)
     model.eval()
-    return model, tokenizer, info
+    return model, vocabs, info
 
 
 def save_train_state(path: Path, state: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -26,7 +27,10 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 out = Console()  # results go to stdout
-err = Console(stderr=True, soft_wrap=True)  # progress, reports and errors go to stderr
+# Progress, reports and errors go to stderr. Written to a file or a pipe (a log), tables get
+# room to show whole numbers instead of rich's 80 columns (COLUMNS, if set, still decides).
+err = Console(stderr=True, soft_wrap=True,
+              width=None if sys.stderr.isatty() or "COLUMNS" in os.environ else 160)
 
 CorpusOpt = Annotated[list[str], typer.Option(
     "--train", help="Training corpus: PREFIX (with --src-lang/--tgt-lang: PREFIX.en[.gz] + "
@@ -86,28 +90,36 @@ def train_tokenizer_cmd(
         "--vocab-size", help="Vocabulary size, special tokens included.", min=260)] = 8000,
     min_frequency: Annotated[int, typer.Option(
         "--min-frequency", help="Minimum count of a pair of symbols to be merged.", min=1)] = 2,
+    separate: Annotated[bool, typer.Option(
+        "--separate/--joint", help="One vocabulary per language, written as NAME.src.json and "
+        "NAME.tgt.json beside --output NAME.json, instead of one joint vocabulary (needed to "
+        "share embeddings).")] = False,
     src_lang: SrcLangOpt = None,
     tgt_lang: TgtLangOpt = None,
     split: SplitOpt = "train",
     hf_config: HfConfigOpt = None,
 ) -> None:
-    """Train a joint byte-level BPE tokenizer on the source and target sides of a corpus.
+    """Train a byte-level BPE tokenizer on the source and target sides of a corpus: one joint
+    vocabulary (default) or one per language (--separate).
 
-    Special tokens: <pad>=0, <unk>=1, <s>=2 (begin), </s>=3 (end of sentence).
+    Special tokens: <pad>=0, <unk>=1, <s>=2 (begin), </s>=3 (end of sentence). Wherever a
+    tokenizer is asked for (--tokenizer NAME.json), separate ones are found as NAME.src.json
+    and NAME.tgt.json.
     """
-    from tfm.corpus import iter_texts, resolve_corpus
-    from tfm.data import normalize_text
-    from tfm.tokenizer import save_tokenizer, train_tokenizer
+    from tfm.corpus import resolve_corpus
+    from tfm.data import train_vocabularies
+    from tfm.tokenizer import save_vocabularies
 
     spec = _spec(train, src_lang, tgt_lang, split, hf_config)
     resolved = resolve_corpus(spec)
     start = time.monotonic()
     with err.status(f"Training BPE on {resolved.description} ..."):
-        tok = train_tokenizer((normalize_text(t) for t in iter_texts(spec)), vocab_size,
-                              min_frequency)
-    save_tokenizer(tok, output)
-    err.print(f"[green]Wrote[/] {output}: {tok.get_vocab_size()} entries "
-              f"in {time.monotonic() - start:.1f} s")
+        vocabs = train_vocabularies(spec, vocab_size, min_frequency, separate)
+    files = save_vocabularies(vocabs, output)
+    sizes = [vocabs.src.get_vocab_size()] if vocabs.joint else [
+        vocabs.src.get_vocab_size(), vocabs.tgt.get_vocab_size()]
+    written = ", ".join(f"{f} ({n} entries)" for f, n in zip(files, sizes))
+    err.print(f"[green]Wrote[/] {written} in {time.monotonic() - start:.1f} s")
 
 
 @app.command()
@@ -132,6 +144,10 @@ def prepare(
         "--dedup/--no-dedup", help="Drop repeated pairs.")] = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Prepare again even if the output is up to date.")] = False,
+    num_proc: Annotated[int, typer.Option(
+        "--num-proc", help="Worker processes that normalise and tokenize chunks of 20,000 "
+        "pairs in parallel; 1 tokenizes in this process (the tokenizers library still uses "
+        "every core). The result is the same for any value.", min=1)] = 1,
     split: SplitOpt = "train",
     hf_config: HfConfigOpt = None,
 ) -> None:
@@ -150,7 +166,7 @@ def prepare(
     start = time.monotonic()
     with err.status("Preparing ..."):
         report = run_prepare(train_spec, tokenizer, output, valid_spec,
-                             CleanConfig(max_tokens, max_ratio, dedup), force)
+                             CleanConfig(max_tokens, max_ratio, dedup), force, num_proc)
     if report.up_to_date:
         err.print(f"{output} is up to date (same input, tokenizer and options); "
                   "use --force to prepare again")
@@ -206,8 +222,12 @@ def train(
     lr: Annotated[Optional[float], typer.Option(
         help="Peak learning rate, reached after warmup.  \\[default: 7e-4]")] = None,
     warmup: Annotated[Optional[int], typer.Option(
-        "--warmup", help="Linear warmup steps, then 1/sqrt(step) decay.  \\[default: 4000]")
+        "--warmup", help="Linear warmup steps, then the --lr-schedule decay.  \\[default: 4000]")
     ] = None,
+    lr_schedule: Annotated[Optional[str], typer.Option(
+        "--lr-schedule", help="After warmup: inverse-sqrt (the paper's), or linear / cosine "
+        "decay to 0 at the end of the budget (--max-steps, --max-epochs or --max-time, "
+        "whichever runs out first).  \\[default: inverse-sqrt]")] = None,
     label_smoothing: Annotated[Optional[float], typer.Option(
         help="Label smoothing epsilon.  \\[default: 0.1]")] = None,
     clip_norm: Annotated[Optional[float], typer.Option(
@@ -253,7 +273,8 @@ def train(
 
     given = {
         "max_tokens": max_tokens, "update_freq": update_freq, "lr": lr,
-        "warmup_steps": warmup, "label_smoothing": label_smoothing, "clip_norm": clip_norm,
+        "warmup_steps": warmup, "lr_schedule": lr_schedule,
+        "label_smoothing": label_smoothing, "clip_norm": clip_norm,
         "max_steps": max_steps, "max_epochs": max_epochs, "max_time": max_time,
         "valid_every": valid_every, "patience": patience, "save_every": save_every,
         "keep_last": keep_last, "log_every": log_every, "seed": seed, "device": device,

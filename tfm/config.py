@@ -85,6 +85,9 @@ class TrainConfig:
     update_freq: int = 1  # gradient accumulation: batches per optimizer step
     lr: float = 7e-4  # peak learning rate, reached at the end of warmup
     warmup_steps: int = 4000
+    # inverse-sqrt (the paper's), or linear / cosine decay to 0 at the end of the budget
+    # (--max-steps, --max-epochs or --max-time, whichever runs out first)
+    lr_schedule: str = "inverse-sqrt"
     adam_betas: tuple[float, float] = (0.9, 0.98)
     adam_eps: float = 1e-9
     weight_decay: float = 0.0

@@ -24,7 +24,15 @@ import numpy as np
 
 from tfm.corpus import CorpusSpec, corpus_fingerprint, iter_pairs, resolve_corpus
 from tfm.errors import DataError
-from tfm.tokenizer import EOS_ID, encode_batch, load_tokenizer, save_tokenizer
+from tfm.tokenizer import (
+    EOS_ID,
+    Vocabularies,
+    encode_batch,
+    load_vocabularies,
+    save_vocabularies,
+    train_tokenizer,
+    vocabulary_files,
+)
 
 PREPARE_FILE = "prepare.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -74,6 +82,22 @@ def normalize_text(text: str) -> str:
     return _WHITESPACE.sub(" ", _INVISIBLE.sub("", text)).strip()
 
 
+def train_vocabularies(spec: CorpusSpec, vocab_size: int = 8000, min_frequency: int = 2,
+                       separate: bool = False) -> Vocabularies:
+    """BPE on the normalised text of a corpus, streamed: one joint vocabulary learnt from both
+    sides, or (``separate``) one per side, each of ``vocab_size`` entries."""
+    if not separate:
+        from tfm.corpus import iter_texts
+
+        texts = (normalize_text(t) for t in iter_texts(spec))
+        return Vocabularies.shared(train_tokenizer(texts, vocab_size, min_frequency))
+    src = train_tokenizer((normalize_text(s) for s, _ in iter_pairs(spec)), vocab_size,
+                          min_frequency)
+    tgt = train_tokenizer((normalize_text(t) for _, t in iter_pairs(spec)), vocab_size,
+                          min_frequency)
+    return Vocabularies(src, tgt)
+
+
 def has_invisible(text: str) -> bool:
     """Whether ``normalize_text`` removes invisible characters from ``text``."""
     return _INVISIBLE.search(text) is not None
@@ -86,11 +110,14 @@ def prepare(
     valid: CorpusSpec | None = None,
     clean: CleanConfig | None = None,
     force: bool = False,
+    num_proc: int = 1,
 ) -> PrepareReport:
-    """Clean and tokenize ``train`` (and ``valid``) into the dataset directory ``output``."""
+    """Clean and tokenize ``train`` (and ``valid``) into the dataset directory ``output``,
+    ``num_proc`` worker processes tokenizing chunks of pairs in parallel (1: in this process,
+    with the tokenizers library's own threads). The result does not depend on ``num_proc``."""
     clean = clean or CleanConfig()
     output = Path(output)
-    tokenizer = load_tokenizer(tokenizer_path)
+    vocabs = load_vocabularies(tokenizer_path)
     splits = {"train": train} if valid is None else {"train": train, "valid": valid}
     resolved = {name: resolve_corpus(spec) for name, spec in splits.items()}
     fingerprint = _fingerprint(splits, Path(tokenizer_path), clean)
@@ -104,8 +131,8 @@ def prepare(
     import pyarrow as pa
 
     with _quiet_datasets(datasets):
-        reports = _write_dataset(splits, resolved, tokenizer, clean, output, fingerprint,
-                                 datasets, pa)
+        reports = _write_dataset(splits, resolved, vocabs, clean, output, fingerprint,
+                                 datasets, pa, num_proc)
     return PrepareReport(str(output), False, reports)
 
 
@@ -138,9 +165,9 @@ def _quiet_datasets(datasets: Any) -> Iterator[None]:
             datasets.enable_progress_bars()
 
 
-def _write_dataset(splits: dict[str, CorpusSpec], resolved: dict[str, Any], tokenizer: Any,
+def _write_dataset(splits: dict[str, CorpusSpec], resolved: dict[str, Any], vocabs: Vocabularies,
                    clean: CleanConfig, output: Path, fingerprint: str, datasets: Any,
-                   pa: Any) -> dict[str, SplitReport]:
+                   pa: Any, num_proc: int = 1) -> dict[str, SplitReport]:
     output.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
     try:
@@ -151,7 +178,8 @@ def _write_dataset(splits: dict[str, CorpusSpec], resolved: dict[str, Any], toke
             arrow_path = work / f"{name}.arrow"
             schema = _schema(pa, with_text=name != "train")
             with pa.OSFile(str(arrow_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
-                for batch in _tokenized_chunks(spec, tokenizer, clean, report, name != "train"):
+                for batch in _tokenized_chunks(spec, vocabs, clean, report, name != "train",
+                                               num_proc):
                     w.write_batch(pa.RecordBatch.from_pydict(batch, schema=schema))
             if report.kept == 0:
                 raise DataError(f"{resolved[name].description}: no pair is left after cleaning "
@@ -160,7 +188,7 @@ def _write_dataset(splits: dict[str, CorpusSpec], resolved: dict[str, Any], toke
             tables[name] = datasets.Dataset.from_file(str(arrow_path))
         final = work / "dataset"
         datasets.DatasetDict(tables).save_to_disk(str(final))
-        save_tokenizer(tokenizer, final / TOKENIZER_FILE)
+        save_vocabularies(vocabs, final / TOKENIZER_FILE)
         info = {
             "prepare_version": PREPARE_VERSION,
             "fingerprint": fingerprint,
@@ -195,61 +223,156 @@ def _schema(pa: Any, with_text: bool) -> Any:
     return pa.schema(columns)
 
 
-def _tokenized_chunks(spec: CorpusSpec, tokenizer: Any, clean: CleanConfig, report: SplitReport,
-                      with_text: bool) -> Iterator[dict[str, list]]:
-    seen: set[int] = set()
-    pairs: list[tuple[str, str]] = []
+@dataclass
+class _EncodedChunk:
+    """What tokenizing one chunk of raw pairs gave, pair by pair in corpus order (computed in
+    a worker process with --num-proc): ``status`` 0 for a pair to keep, else the reason to
+    drop it; ``keys`` identify the normalised pairs for de-duplication (stable across
+    processes, unlike ``hash``)."""
 
-    def flush() -> dict[str, list]:
-        src_ids = encode_batch(tokenizer, [s for s, _ in pairs])
-        tgt_ids = encode_batch(tokenizer, [t for _, t in pairs])
+    status: list[int]
+    invisible: int
+    keys: list[bytes] | None
+    src_ids: list[list[int]]
+    tgt_ids: list[list[int]]
+    texts: list[tuple[str, str]] | None
+
+
+_KEEP, _EMPTY, _TOO_LONG, _RATIO = range(4)
+_REASONS = {_EMPTY: "empty", _TOO_LONG: "too long", _RATIO: "length ratio"}
+
+
+def _encode_chunk(raw: list[tuple[str, str]], vocabs: Vocabularies, clean: CleanConfig,
+                  with_text: bool) -> _EncodedChunk:
+    """Normalise, tokenize and judge a chunk of raw pairs; a pure function of its inputs."""
+    invisible = sum(1 for s, t in raw if has_invisible(s) or has_invisible(t))
+    pairs = [(normalize_text(s), normalize_text(t)) for s, t in raw]
+    live = [i for i, (s, t) in enumerate(pairs) if s and t]
+    src_ids = encode_batch(vocabs.src, [pairs[i][0] for i in live])
+    tgt_ids = encode_batch(vocabs.tgt, [pairs[i][1] for i in live])
+    status = [_EMPTY] * len(pairs)
+    for i, src, tgt in zip(live, src_ids, tgt_ids):
+        longest, shortest = max(len(src), len(tgt)), min(len(src), len(tgt))
+        if longest > clean.max_tokens:
+            status[i] = _TOO_LONG
+        elif clean.max_ratio and (longest + 1) / (shortest + 1) > clean.max_ratio:
+            status[i] = _RATIO
+        else:
+            status[i] = _KEEP
+    ids = dict(zip(live, zip(src_ids, tgt_ids)))
+    kept = [i for i in range(len(pairs)) if status[i] == _KEEP]
+    keys = None
+    if clean.dedup:  # every non-empty pair: a duplicate of a dropped pair is a duplicate too
+        keys = [hashlib.blake2b(f"{s}\t{t}".encode(), digest_size=16).digest() if s and t
+                else b"" for s, t in pairs]
+    return _EncodedChunk(status, invisible, keys, [ids[i][0] for i in kept],
+                         [ids[i][1] for i in kept],
+                         [pairs[i] for i in kept] if with_text else None)
+
+
+def _raw_chunks(spec: CorpusSpec) -> Iterator[list[tuple[str, str]]]:
+    chunk: list[tuple[str, str]] = []
+    for pair in iter_pairs(spec):
+        chunk.append(pair)
+        if len(chunk) == _CHUNK:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+# One worker process's tokenizers, set once by its initializer (--num-proc).
+_worker_vocabs: Vocabularies | None = None
+
+
+def _init_worker(src_json: str, tgt_json: str | None) -> None:
+    global _worker_vocabs
+    from tokenizers import Tokenizer
+
+    src = Tokenizer.from_str(src_json)
+    _worker_vocabs = Vocabularies(src, Tokenizer.from_str(tgt_json)) if tgt_json else \
+        Vocabularies.shared(src)
+
+
+def _encode_in_worker(raw: list[tuple[str, str]], clean: CleanConfig, with_text: bool
+                      ) -> _EncodedChunk:
+    assert _worker_vocabs is not None
+    return _encode_chunk(raw, _worker_vocabs, clean, with_text)
+
+
+def _encoded_chunks(spec: CorpusSpec, vocabs: Vocabularies, clean: CleanConfig,
+                    with_text: bool, num_proc: int) -> Iterator[_EncodedChunk]:
+    """Every chunk of the corpus encoded, in corpus order: here (num_proc 1, where the
+    tokenizers library already uses every core), or by ``num_proc`` worker processes that
+    each normalise and tokenize a chunk at a time, a few chunks ahead of the writer."""
+    if num_proc <= 1:
+        for raw in _raw_chunks(spec):
+            yield _encode_chunk(raw, vocabs, clean, with_text)
+        return
+    import multiprocessing
+    import os
+    from collections import deque
+
+    # Fresh interpreters: a fork would copy the tokenizers library's thread pool, which
+    # deadlocks; each worker tokenizes single-threaded, the processes are the parallelism.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    context = multiprocessing.get_context("spawn")
+    init = (vocabs.src.to_str(), None if vocabs.joint else vocabs.tgt.to_str())
+    with context.Pool(num_proc, initializer=_init_worker, initargs=init) as pool:
+        pending: deque = deque()
+        for raw in _raw_chunks(spec):
+            pending.append(pool.apply_async(_encode_in_worker, (raw, clean, with_text)))
+            if len(pending) >= 2 * num_proc:  # bounded memory: a few chunks in flight
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def _tokenized_chunks(spec: CorpusSpec, vocabs: Vocabularies, clean: CleanConfig,
+                      report: SplitReport, with_text: bool, num_proc: int = 1
+                      ) -> Iterator[dict[str, list]]:
+    """Arrow-ready columns of the kept pairs, chunk by chunk, counting into ``report``.
+    De-duplication happens here, in corpus order, so that the result does not depend on
+    ``num_proc``: a pair is a duplicate if an equal non-empty pair came before it."""
+    seen: set[bytes] = set()
+    for chunk in _encoded_chunks(spec, vocabs, clean, with_text, num_proc):
+        report.read += len(chunk.status)
+        report.invisible_removed += chunk.invisible
         out: dict[str, list] = {"src_ids": [], "tgt_ids": []}
         if with_text:
             out["src_text"], out["tgt_text"] = [], []
-        for (s_text, t_text), s, t in zip(pairs, src_ids, tgt_ids):
-            if max(len(s), len(t)) > clean.max_tokens:
-                report.dropped["too long"] += 1
+        kept = 0  # index into the chunk's kept pairs
+        for i, status in enumerate(chunk.status):
+            if status == _EMPTY:
+                report.dropped["empty"] += 1
                 continue
-            if clean.max_ratio and (max(len(s), len(t)) + 1) / (min(len(s), len(t)) + 1) \
-                    > clean.max_ratio:
-                report.dropped["length ratio"] += 1
+            if chunk.keys is not None:
+                if chunk.keys[i] in seen:
+                    report.dropped["duplicate"] += 1
+                    kept += status == _KEEP
+                    continue
+                seen.add(chunk.keys[i])
+            if status != _KEEP:
+                report.dropped[_REASONS[status]] += 1
                 continue
-            out["src_ids"].append(s + [EOS_ID])
-            out["tgt_ids"].append(t)
-            if with_text:
-                out["src_text"].append(s_text)
-                out["tgt_text"].append(t_text)
+            src, tgt = chunk.src_ids[kept], chunk.tgt_ids[kept]
+            out["src_ids"].append(src + [EOS_ID])
+            out["tgt_ids"].append(tgt)
+            if chunk.texts is not None:
+                out["src_text"].append(chunk.texts[kept][0])
+                out["tgt_text"].append(chunk.texts[kept][1])
+            kept += 1
             report.kept += 1
-            report.src_tokens += len(s) + 1
-            report.tgt_tokens += len(t) + 1
-        pairs.clear()
-        return out
-
-    for src, tgt in iter_pairs(spec):
-        report.read += 1
-        if has_invisible(src) or has_invisible(tgt):
-            report.invisible_removed += 1
-        src, tgt = normalize_text(src), normalize_text(tgt)
-        if not src or not tgt:
-            report.dropped["empty"] += 1
-            continue
-        if clean.dedup:
-            key = hash((src, tgt))
-            if key in seen:
-                report.dropped["duplicate"] += 1
-                continue
-            seen.add(key)
-        pairs.append((src, tgt))
-        if len(pairs) == _CHUNK:
-            yield flush()
-    if pairs:
-        yield flush()
+            report.src_tokens += len(src) + 1
+            report.tgt_tokens += len(tgt) + 1
+        yield out
 
 
 def _fingerprint(splits: dict[str, CorpusSpec], tokenizer_path: Path, clean: CleanConfig) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([PREPARE_VERSION, asdict(clean)]).encode())
-    h.update(tokenizer_path.read_bytes())
+    for path in vocabulary_files(tokenizer_path):
+        h.update(path.read_bytes())
     for name, spec in splits.items():
         h.update(name.encode())
         h.update(corpus_fingerprint(spec).encode())

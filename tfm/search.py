@@ -102,9 +102,9 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
     k = beam
     max_len_all = max_lengths(src, pad, max_len_a, max_len_b, model.config.max_positions)
     memory, memory_mask = model.encode(src)
-    # Every sentence's encoder output and cross-attention keys/values, repeated for its k beams.
-    state = model.start_decoding(memory, memory_mask).index_select(
-        torch.arange(b, device=device).repeat_interleave(k))
+    # k decoder rows per sentence (its beams), sharing the sentence's cross-attention keys and
+    # values: reordering beams never copies them, pruning a sentence drops them.
+    state = model.start_decoding(memory, memory_mask, group=k)
 
     alive = torch.arange(b, device=device)  # original sentence of each live sentence
     scores = torch.full((b, k), float("-inf"), device=device)  # summed log P of each beam

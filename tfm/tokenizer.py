@@ -3,11 +3,17 @@
 Byte-level pre-tokenization means every string, in any script, encodes without unknown tokens,
 and decoding gives back the exact (normalised) text, which is what BLEU is computed on.
 The tokenizer file (the library's own JSON format) is the only source of the vocabulary.
+
+A model has one joint vocabulary for both languages (the default; source and target
+embeddings can then be shared) or one per side. On disk a joint tokenizer is one file,
+``NAME.json``; separate ones are ``NAME.src.json`` and ``NAME.tgt.json`` beside each other.
+Every command that takes a tokenizer path accepts either form under the same ``NAME.json``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -78,6 +84,65 @@ def load_tokenizer(path: Path) -> Tokenizer:
                 "train the tokenizer with `tfm train-tokenizer`"
             )
     return tok
+
+
+@dataclass(frozen=True)
+class Vocabularies:
+    """The tokenizers of a translation direction: the same one for both sides (joint), or one
+    for the source language and one for the target language."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+
+    @property
+    def joint(self) -> bool:
+        return self.src is self.tgt
+
+    @classmethod
+    def shared(cls, tok: Tokenizer) -> Vocabularies:
+        return cls(tok, tok)
+
+
+def separate_paths(path: Path) -> tuple[Path, Path]:
+    """Where the source and target tokenizers of ``path`` live when they are separate:
+    ``dir/NAME.json`` -> ``dir/NAME.src.json``, ``dir/NAME.tgt.json``."""
+    path = Path(path)
+    stem = path.name[:-len(".json")] if path.name.endswith(".json") else path.name
+    return path.with_name(f"{stem}.src.json"), path.with_name(f"{stem}.tgt.json")
+
+
+def vocabulary_files(path: Path) -> list[Path]:
+    """The files behind ``path``: [path] for a joint tokenizer, [src, tgt] for separate ones
+    (whichever exists; the joint file when neither does)."""
+    path = Path(path)
+    src, tgt = separate_paths(path)
+    if not path.is_file() and (src.is_file() or tgt.is_file()):
+        return [src, tgt]
+    return [path]
+
+
+def load_vocabularies(path: Path) -> Vocabularies:
+    """The joint tokenizer ``path``, or the separate pair ``NAME.src.json``/``NAME.tgt.json``
+    beside it."""
+    files = vocabulary_files(path)
+    if len(files) == 1:
+        return Vocabularies.shared(load_tokenizer(files[0]))
+    return Vocabularies(load_tokenizer(files[0]), load_tokenizer(files[1]))
+
+
+def save_vocabularies(vocabs: Vocabularies, path: Path) -> list[Path]:
+    """Write ``vocabs`` under ``path`` (see ``load_vocabularies``), removing a stale file of
+    the other form so that loading finds what was written. Returns the files written."""
+    path = Path(path)
+    pair = separate_paths(path)
+    written = [path] if vocabs.joint else list(pair)
+    stale = list(pair) if vocabs.joint else [path]
+    save_tokenizer(vocabs.src, written[0])
+    if not vocabs.joint:
+        save_tokenizer(vocabs.tgt, written[1])
+    for old in stale:
+        old.unlink(missing_ok=True)
+    return written
 
 
 def _first_line(e: Exception) -> str:

@@ -55,7 +55,7 @@ from tfm.errors import ResourceError, TfmError, UsageError
 from tfm.evaluate import bleu
 from tfm.model import Transformer, count_parameters
 from tfm.search import greedy_search
-from tfm.tokenizer import PAD_ID, decode_batch, load_tokenizer
+from tfm.tokenizer import PAD_ID, decode_batch, load_vocabularies
 
 STATE_FILE = "train_state.pt"
 TRAIN_CONFIG_FILE = "train_config.json"
@@ -73,13 +73,46 @@ class TrainingDiverged(TfmError):
     exit_code = 6
 
 
-def learning_rate(step: int, peak: float, warmup: int) -> float:
-    """Linear warmup to ``peak`` over ``warmup`` steps, then decay as 1/sqrt(step) (the paper's
-    schedule, with the peak as the parameter). ``step`` counts from 1."""
+SCHEDULES = ("inverse-sqrt", "linear", "cosine")
+
+
+def learning_rate(step: int, peak: float, warmup: int, schedule: str = "inverse-sqrt",
+                  progress: float = 0.0) -> float:
+    """The learning rate of optimizer step ``step`` (counted from 1).
+
+    ``inverse-sqrt`` (the paper's): linear warmup to ``peak`` over ``warmup`` steps, then decay
+    as 1/sqrt(step). ``linear`` and ``cosine`` follow the same warmup, then decay to 0 as the
+    run's budget is used up: ``progress`` is the fraction of it used so far (0 to 1; see
+    ``budget_progress``). Under a fixed budget, decaying to zero by its end trains better
+    models than a schedule that does not know the end (Li et al., 2020, "Budgeted training").
+    """
     step = max(step, 1)
-    if warmup <= 0:
-        return peak
-    return peak * min(step / warmup, math.sqrt(warmup / step))
+    ramp = step / warmup if warmup > 0 else 1.0
+    if schedule == "inverse-sqrt":
+        return peak * min(ramp, math.sqrt(warmup / step)) if warmup > 0 else peak
+    left = 1.0 - min(max(progress, 0.0), 1.0)
+    if schedule == "linear":
+        decay = left
+    elif schedule == "cosine":
+        decay = 0.5 * (1.0 + math.cos(math.pi * (1.0 - left)))
+    else:
+        raise UsageError(f"unknown --lr-schedule {schedule!r}; choose one of: "
+                         f"{', '.join(SCHEDULES)}")
+    return peak * min(ramp, decay)
+
+
+def budget_progress(config: TrainConfig, step: int, epochs: float, seconds: float) -> float:
+    """The fraction of the run's budget used after ``step`` steps, ``epochs`` epochs (with
+    fractions) and ``seconds`` of training: the largest of the fractions of --max-steps,
+    --max-epochs and --max-time, since the first budget to run out ends the run."""
+    fractions = [0.0]
+    if config.max_steps:
+        fractions.append(step / config.max_steps)
+    if config.max_epochs:
+        fractions.append(epochs / config.max_epochs)
+    if config.max_time:
+        fractions.append(seconds / (config.max_time * 60))
+    return max(fractions)
 
 
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
@@ -264,6 +297,13 @@ def _start_or_resume(
     if not (config.max_steps or config.max_epochs or config.max_time or config.patience):
         raise UsageError("give a stopping rule: --max-steps, --max-epochs, --max-time or "
                          "--patience")
+    if config.lr_schedule not in SCHEDULES:
+        raise UsageError(f"unknown --lr-schedule {config.lr_schedule!r}; choose one of: "
+                         f"{', '.join(SCHEDULES)}")
+    if config.lr_schedule != "inverse-sqrt" and not (
+            config.max_steps or config.max_epochs or config.max_time):
+        raise UsageError(f"--lr-schedule {config.lr_schedule} decays to 0 at the end of the "
+                         "budget: give --max-steps, --max-epochs or --max-time")
     if config.max_steps and run.step >= config.max_steps:
         raise UsageError(f"nothing left to do: the run in {output} is at step {run.step} of "
                          f"{config.max_steps}; raise --max-steps to train on")
@@ -289,11 +329,13 @@ class _Trainer:
         torch.manual_seed(config.seed)  # the same initial weights in every process
 
         prep = read_prepare_info(data_dir)
-        self.tokenizer = load_tokenizer(data_dir / "tokenizer.json")
-        vocab = self.tokenizer.get_vocab_size()
-        if model_config.src_vocab_size != vocab or model_config.tgt_vocab_size != vocab:
-            model_config = ModelConfig(**{**asdict(model_config), "src_vocab_size": vocab,
-                                          "tgt_vocab_size": vocab})
+        # The vocabularies decide the sizes, and whether one embedding can serve both sides.
+        self.vocabs = load_vocabularies(data_dir / "tokenizer.json")
+        sizes = {"src_vocab_size": self.vocabs.src.get_vocab_size(),
+                 "tgt_vocab_size": self.vocabs.tgt.get_vocab_size(),
+                 "share_embeddings": model_config.share_embeddings and self.vocabs.joint}
+        if any(getattr(model_config, k) != v for k, v in sizes.items()):
+            model_config = ModelConfig(**{**asdict(model_config), **sizes})
         self.model_config = model_config
         self.train_split = load_split(data_dir, "train")
         self.valid_split = load_split(data_dir, "valid") if "valid" in prep["splits"] else None
@@ -324,7 +366,7 @@ class _Trainer:
         if saved is None and dist.is_main:
             output.mkdir(parents=True, exist_ok=True)
             (output / METRICS_FILE).unlink(missing_ok=True)
-            save_model_dir(output, self.model, self.tokenizer, self.info)
+            save_model_dir(output, self.model, self.vocabs, self.info)
             atomic_write_bytes(output / TRAIN_CONFIG_FILE,
                                (json.dumps(asdict(config), indent=2) + "\n").encode())
         self.n_params = count_parameters(self.model)
@@ -333,6 +375,7 @@ class _Trainer:
         self.resumed = saved is not None
         self.elapsed_before = self.run.elapsed  # training time of earlier processes
         self.start_time = time.monotonic()
+        self.agreed_seconds = self.elapsed_before  # the same in every process
         self.window = _Window()
 
     def elapsed(self) -> float:
@@ -388,17 +431,22 @@ class _Trainer:
         run, config = self.run, self.config
         group = [collate(self.train_split, b).to(self.device)
                  for b in updates[run.batch_in_epoch]]
+        # The schedule's progress through the budget, from the time all processes agreed on.
+        progress = budget_progress(config, run.step,
+                                   run.epoch + run.batch_in_epoch / len(updates),
+                                   self.agreed_seconds)
         try:
             loss, nll, n_tokens = _update(self.step_model, self.optimizer, group, config,
                                           self.amp_dtype, run.step + 1, self.dist,
-                                          self.no_sync)
+                                          self.no_sync, progress)
         except (torch.OutOfMemoryError, MemoryError) as e:
             self.finish()
             raise _out_of_memory(group, config, self.device) from e
         # Every process must stop at the same step: agree on signals, time and divergence.
-        signum, over_time, diverged = distributed.all_reduce(
-            [signals.signum, bool(config.max_time) and self.elapsed() >= config.max_time * 60,
-             not math.isfinite(loss)], self.dist, op="max")
+        signum, seconds, diverged = distributed.all_reduce(
+            [signals.signum, self.elapsed(), not math.isfinite(loss)], self.dist, op="max")
+        self.agreed_seconds = seconds
+        over_time = bool(config.max_time) and seconds >= config.max_time * 60
         if diverged:
             self.finish()
             raise TrainingDiverged(
@@ -466,7 +514,7 @@ class _Trainer:
         run = self.run
         if self.dist.is_main:
             self.model.eval()
-            metrics = _validate(self.model, self.valid_split, self.tokenizer, self.config,
+            metrics = _validate(self.model, self.valid_split, self.vocabs.tgt, self.config,
                                 self.device, self.amp_dtype)
             self.model.train()
             metrics.update(step=run.step, epoch=run.epoch, kind="valid")
@@ -573,7 +621,8 @@ def _remove_run(output: Path) -> None:
     import shutil
 
     for name in (STATE_FILE, TRAIN_CONFIG_FILE, METRICS_FILE, CURVE_FILE, "last.safetensors",
-                 "model.safetensors", "config.json", "tokenizer.json"):
+                 "model.safetensors", "config.json", "tokenizer.json", "tokenizer.src.json",
+                 "tokenizer.tgt.json"):
         (output / name).unlink(missing_ok=True)
     shutil.rmtree(output / CHECKPOINTS_DIR, ignore_errors=True)
 
@@ -587,7 +636,7 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
             config: TrainConfig, amp_dtype: torch.dtype | None, step: int,
             dist: distributed.Distributed | None = None,
             no_sync: Callable[[], AbstractContextManager] = nullcontext,
-            ) -> tuple[float, float, int]:
+            progress: float = 0.0) -> tuple[float, float, int]:
     """One optimizer step over ``group`` (``update_freq`` batches) in every process, the loss
     normalised by the number of target tokens of the whole update. Returns this process's
     summed loss, summed NLL and target tokens.
@@ -600,7 +649,7 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
     dist = dist or distributed.Distributed()
     n_tokens = sum(b.n_tgt_tokens for b in group)
     (total_tokens,) = distributed.all_reduce([n_tokens], dist)
-    lr = learning_rate(step, config.lr, config.warmup_steps)
+    lr = learning_rate(step, config.lr, config.warmup_steps, config.lr_schedule, progress)
     for g in optimizer.param_groups:
         g["lr"] = lr
     optimizer.zero_grad(set_to_none=True)

@@ -96,10 +96,11 @@ class EncoderLayer(nn.Module):
 
 @dataclass
 class LayerCache:
-    """One decoder layer's keys and values, each (B, H, L, Dh).
+    """One decoder layer's keys and values, each (rows, H, L, Dh).
 
-    ``self_k``/``self_v`` grow by one position per decoding step; ``cross_k``/``cross_v`` are the
-    projected encoder output, computed once per sentence.
+    ``self_k``/``self_v`` (B rows) grow by one position per decoding step; ``cross_k``/``cross_v``
+    are the projected encoder output, computed once per sentence: B / group rows when ``group``
+    consecutive decoder rows (the beams of a sentence) share one sentence (see DecoderState).
     """
 
     self_k: Tensor
@@ -107,9 +108,13 @@ class LayerCache:
     cross_k: Tensor
     cross_v: Tensor
 
-    def index_select(self, index: Tensor) -> LayerCache:
-        return LayerCache(*(t.index_select(0, index) for t in
-                            (self.self_k, self.self_v, self.cross_k, self.cross_v)))
+    def index_select(self, index: Tensor, memory_index: Tensor | None = None) -> LayerCache:
+        """Rows ``index`` of the self-attention cache and rows ``memory_index`` (default:
+        ``index``) of the cross-attention keys and values."""
+        memory_index = index if memory_index is None else memory_index
+        return LayerCache(self.self_k.index_select(0, index), self.self_v.index_select(0, index),
+                          self.cross_k.index_select(0, memory_index),
+                          self.cross_v.index_select(0, memory_index))
 
 
 class DecoderLayer(nn.Module):
@@ -135,12 +140,16 @@ class DecoderLayer(nn.Module):
         src_mask: Tensor,
         cache: LayerCache | None = None,
         need_weights: bool = False,
+        group: int = 1,
     ) -> tuple[Tensor, LayerCache | None, Tensor | None]:
         """x (B, T, D) -> (B, T, D), the extended cache, and cross-attention weights (B, H, T, S).
 
         Without a cache, x is the whole target prefix and ``self_mask`` (B, 1, T, T) hides later
         positions. With a cache, x holds only the newest position(s): their keys and values are
         appended to the cache, and they may attend to every cached position, so no mask is needed.
+
+        ``group`` > 1: each run of ``group`` consecutive rows of x (the beams of one sentence)
+        shares one row of ``cross_kv`` and ``src_mask`` (B / group rows).
         """
         new_cache = None
         weights = None
@@ -156,8 +165,20 @@ class DecoderLayer(nn.Module):
 
         def cross_attention(h: Tensor) -> Tensor:
             nonlocal weights
-            out, weights = self.encoder_attn(h, cross_kv, src_mask, need_weights)
-            return out
+            if group == 1:
+                out, weights = self.encoder_attn(h, cross_kv, src_mask, need_weights)
+                return out
+            # The group's rows become query positions of one sentence: (B/g, g*T, D). Each
+            # query attends on its own, so this is the same attention without g copies of the
+            # sentence's keys and values.
+            b, t, d = h.shape
+            out, weights = self.encoder_attn(h.reshape(b // group, group * t, d), cross_kv,
+                                             src_mask, need_weights)
+            if weights is not None:  # (B/g, H, g*T, S) -> (B, H, T, S)
+                n, heads, _, s = weights.shape
+                weights = weights.view(n, heads, group, t, s).transpose(1, 2).reshape(
+                    b, heads, t, s)
+            return out.reshape(b, t, d)
 
         x = _residual(x, self_attention, self.self_attn_layer_norm, self.dropout, self.norm_first)
         x = _residual(x, cross_attention, self.encoder_attn_layer_norm, self.dropout,

@@ -22,26 +22,32 @@ from tfm.model.layers import DecoderLayer, Embeddings, EncoderLayer, LayerCache
 class DecoderState:
     """Everything incremental decoding needs besides the next input token.
 
-    memory_mask: (B, 1, 1, S) source padding mask; layers: one LayerCache per decoder layer;
-    step: how many target positions have been fed so far.
+    memory_mask: (B / group, 1, 1, S) source padding mask; layers: one LayerCache per decoder
+    layer; step: how many target positions have been fed so far; group: how many consecutive
+    rows (the beams of a sentence) share one sentence's encoder output and mask.
     """
 
     memory_mask: Tensor
     layers: list[LayerCache]
     step: int = 0
+    group: int = 1
 
     def index_select(self, index: Tensor) -> DecoderState:
         """Keep and reorder batch rows: beam search reorders by ``index``, and finished
-        sentences are pruned by leaving their rows out."""
+        sentences are pruned by leaving their rows out. With ``group`` > 1, ``index`` must keep
+        the rows of a sentence together: its i-th run of ``group`` entries all come from one
+        sentence (beams move within their sentence)."""
+        memory_index = index if self.group == 1 else index[::self.group] // self.group
         return DecoderState(
-            self.memory_mask.index_select(0, index),
-            [layer.index_select(index) for layer in self.layers],
+            self.memory_mask.index_select(0, memory_index),
+            [layer.index_select(index, memory_index) for layer in self.layers],
             self.step,
+            self.group,
         )
 
     @property
     def batch_size(self) -> int:
-        return self.memory_mask.size(0)
+        return self.memory_mask.size(0) * self.group
 
 
 class Transformer(nn.Module):
@@ -129,16 +135,18 @@ class Transformer(nn.Module):
 
     # --- decoder, one position at a time (search) ----------------------------------------------
 
-    def start_decoding(self, memory: Tensor, memory_mask: Tensor) -> DecoderState:
-        """An empty self-attention cache, and cross-attention keys/values projected once."""
+    def start_decoding(self, memory: Tensor, memory_mask: Tensor, group: int = 1
+                       ) -> DecoderState:
+        """An empty self-attention cache, and cross-attention keys/values projected once per
+        sentence. ``group``: decoder rows per sentence (the beam size), consecutive."""
         b = memory.size(0)
         c = self.config
-        empty = memory.new_zeros(b, c.n_heads, 0, c.d_head)
+        empty = memory.new_zeros(b * group, c.n_heads, 0, c.d_head)
         layers = []
         for layer in self.decoder_layers:
             cross_k, cross_v = layer.encoder_attn.project_kv(memory)
             layers.append(LayerCache(empty, empty, cross_k, cross_v))
-        return DecoderState(memory_mask, layers, 0)
+        return DecoderState(memory_mask, layers, 0, group)
 
     def decode_step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False
                     ) -> tuple[Tensor, DecoderState, Tensor | None]:
@@ -149,10 +157,10 @@ class Transformer(nn.Module):
         weights = None
         for layer, cache in zip(self.decoder_layers, state.layers):
             x, new_cache, weights = layer(x, (cache.cross_k, cache.cross_v), None,
-                                          state.memory_mask, cache, need_weights)
+                                          state.memory_mask, cache, need_weights, state.group)
             new_layers.append(new_cache)
         logits = self.output_proj(self.decoder_norm(x))[:, 0]  # (B, V)
-        new_state = DecoderState(state.memory_mask, new_layers, state.step + 1)
+        new_state = DecoderState(state.memory_mask, new_layers, state.step + 1, state.group)
         return logits, new_state, None if weights is None else weights[:, :, 0]
 
 
