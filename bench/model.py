@@ -157,6 +157,19 @@ def run_decode(args: argparse.Namespace) -> dict:
             "batch": args.decode_batch, **results, "peak_rss_mb": peak_rss_mb()}
 
 
+def _without(argv: list[str], options: set[str]) -> list[str]:
+    """``argv`` less the given options and their values (``--opt value`` or ``--opt=value``)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in options:
+            skip = True
+        elif arg.split("=", 1)[0] not in options:
+            out.append(arg)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="../shared/data/multi30k")
@@ -194,9 +207,8 @@ def main() -> None:
             save_tokenizer(train_tokenizer(iter_texts(spec), 8000), Path(args.tokenizer))
         results = {"machine": machine}
         for part in ("train", "decode"):
-            command = [sys.executable, __file__, "--part", part] + [
-                a for a in sys.argv[1:] if a != "--json" and not a.endswith(".json")]
-            command += ["--tokenizer", args.tokenizer]
+            command = [sys.executable, __file__, "--part", part, *_without(
+                sys.argv[1:], {"--json", "--tokenizer"}), "--tokenizer", args.tokenizer]
             output = subprocess.run(command, capture_output=True, text=True, check=True)
             results[part] = json.loads(output.stdout.strip().splitlines()[-1])
             print(json.dumps(results[part]))

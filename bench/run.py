@@ -1,0 +1,226 @@
+"""The benchmark entry point: tfm and its peers on Multi30k, side by side, in one run.
+
+    python bench/run.py --data ../shared/data/multi30k [--train-minutes 10] [--peers onmt,ct2,joey]
+
+Measures, on this machine and in this run:
+  - tfm: `train-tokenizer` and `prepare` times; the training-step throughput of the Multi30k
+    model and its fraction of the measured fp32 matmul peak (bench/model.py); a training run of
+    --train-minutes with the peers' settings (tokens/s, peak memory); decoding test_2016_flickr
+    with that model, greedy and beam 5 (sentences/s, target pieces/s, BLEU, peak memory);
+  - the peers (bench/peers.py, each in its own virtual environment): the same training budget,
+    model, BPE and batch size, and the same decoding.
+Then prints one table with the ratios tfm / peer and writes docs/BENCHMARKS.md (numbers,
+machine, date, the exact commands). Run it on an otherwise idle machine: with two cores, any
+other process changes every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+# The peers' recipe (bench/peers.py MODEL): noam factor 2, warmup 4000, d_model 256, which is
+# tfm's inverse-sqrt schedule with peak 2 / sqrt(256 * 4000) at step 4000.
+PEER_LR = 2.0 / (256 * 4000) ** 0.5
+
+# A child's peak resident memory: it runs under a small Python wrapper that reports it.
+_MEASURE = ("import resource, subprocess, sys, json; "
+            "r = subprocess.run(sys.argv[1:]); "
+            "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
+            "file=sys.stderr); sys.exit(r.returncode)")
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run(command: list[str], commands: list[str], env: dict | None = None) -> dict:
+    """Run ``command`` (recorded in ``commands``), failing loudly; its seconds, peak RSS and
+    output."""
+    commands.append(shlex.join(command))
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", _MEASURE, *command], capture_output=True,
+                            text=True, env={**os.environ, **(env or {})}, cwd=REPO)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"failed: {shlex.join(command)}\n{result.stderr[-3000:]}")
+    rss = [line.split()[1] for line in result.stderr.splitlines()
+           if line.startswith("PEAK_RSS_KB")]
+    return {"seconds": round(seconds, 2), "peak_rss_mb": round(int(rss[-1]) / 1024, 1),
+            "stdout": result.stdout, "stderr": result.stderr}
+
+
+def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict:
+    data, s, t = args.data, args.src, args.tgt
+    tfm = [sys.executable, "-m", "tfm"]
+    threads = str(args.threads)
+    result: dict = {}
+    log("tfm: train-tokenizer")
+    r = run([*tfm, "train-tokenizer", "--train", f"{data}/train", "-s", s, "-t", t,
+             "--vocab-size", "8000", "-o", str(work / "tokenizer.json")], commands)
+    result["train_tokenizer_s"] = r["seconds"]
+    log("tfm: prepare")
+    r = run([*tfm, "prepare", "--train", f"{data}/train", "--valid", f"{data}/val", "-s", s,
+             "-t", t, "--tokenizer", str(work / "tokenizer.json"), "-o", str(work / "data")],
+            commands)
+    result["prepare_s"] = r["seconds"]
+    log("tfm: training step throughput (bench/model.py)")
+    r = run([sys.executable, "bench/model.py", "--data", str(data), "--src", s, "--tgt", t,
+             "--tokenizer", str(work / "tokenizer.json"), "--json", str(work / "model.json")],
+            commands, {"OMP_NUM_THREADS": threads})
+    step = json.loads((work / "model.json").read_text())
+    result["machine"] = step["machine"]
+    result["step"] = step["train"]
+    log(f"tfm: training for {args.train_minutes:g} min")
+    r = run([*tfm, "train", "--data", str(work / "data"), "--output", str(work / "model"),
+             "--preset", "small", "--max-tokens", "4096", "--lr", f"{PEER_LR:.6g}",
+             "--warmup", "4000", "--max-time", f"{args.train_minutes:g}",
+             "--valid-every", "1000000", "--save-every", "1000000", "--log-every", "10",
+             "--precision", "fp32",
+             "--threads", threads, "--overwrite"], commands)
+    metrics = [json.loads(line) for line in
+               (work / "model" / "metrics.jsonl").read_text().splitlines()]
+    logged = [m for m in metrics if m["kind"] == "train"]
+    windows = [m["tokens_per_s"] for m in logged if m["step"] > 1]  # step 1: start-up
+    result["train"] = {"tokens_per_s": statistics.median(windows),
+                       "steps": logged[-1]["step"], "train_s": round(logged[-1]["elapsed"]),
+                       "peak_rss_mb": r["peak_rss_mb"]}
+    result["decode"] = {}
+    for mode, beam in (("greedy", 1), ("beam5", 5)):
+        log(f"tfm: decoding, {mode}")
+        r = run([sys.executable, "bench/decode.py", str(work / "model"),
+                 f"{data}/test_2016_flickr.{s}.gz", f"{data}/test_2016_flickr.{t}.gz",
+                 "--beam", str(beam), "--threads", threads], commands)
+        result["decode"][mode] = {**json.loads(r["stdout"].strip().splitlines()[-1]),
+                                  "peak_rss_mb": r["peak_rss_mb"]}
+    return result
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def table(results: dict) -> list[str]:
+    """Markdown rows: each toolkit's figures, and tfm's ratio to it (higher is better)."""
+    tfm = results["tfm"]
+    rows = ["| toolkit | train tok/s | train peak RSS MB | greedy sent/s | greedy pieces/s "
+            "| beam 5 sent/s | beam 5 pieces/s | BLEU greedy / beam 5 |",
+            "|---|---|---|---|---|---|---|---|"]
+
+    def row(name: str, entry: dict) -> str:
+        train, dec = entry.get("train", {}), entry.get("decode", {})
+        g, b = dec.get("greedy", {}), dec.get("beam5", {})
+
+        def f(d: dict, key: str, fmt: str = ",.0f") -> str:
+            return format(d[key], fmt) if d.get(key) is not None else "-"
+        return (f"| {name} | {f(train, 'tokens_per_s')} | {f(train, 'peak_rss_mb')} | "
+                f"{f(g, 'sent_per_s')} | {f(g, 'pieces_per_s')} | {f(b, 'sent_per_s')} | "
+                f"{f(b, 'pieces_per_s')} | {f(g, 'bleu', '.2f')} / {f(b, 'bleu', '.2f')} |")
+
+    rows.append(row("**tfm**", tfm))
+    for key, peer in results.get("peers", {}).get("peers", {}).items():
+        name = {"onmt": "OpenNMT-py", "ct2": "CTranslate2 (fp32)", "joey": "JoeyNMT"}[key]
+        if "error" in peer:
+            rows.append(f"| {name} | failed: {peer['error'].splitlines()[0][:80]} |||||||")
+            continue
+        rows.append(row(name, peer))
+        train, dec = peer.get("train", {}), peer.get("decode", {})
+
+        def r(mode: str, key: str, dec: dict = dec) -> str:
+            return ratio(tfm["decode"][mode][key], dec.get(mode, {}).get(key))
+        speedup = ratio(tfm["train"]["tokens_per_s"], train.get("tokens_per_s"))
+        rows.append(f"| tfm / {name} | {speedup} "
+                    f"| | {r('greedy', 'sent_per_s')} | {r('greedy', 'pieces_per_s')} "
+                    f"| {r('beam5', 'sent_per_s')} | {r('beam5', 'pieces_per_s')} | |")
+    return rows
+
+
+def write_report(results: dict, path: Path, commands: list[str]) -> None:
+    tfm, machine = results["tfm"], results["tfm"]["machine"]
+    step = tfm["step"]
+    lines = [
+        "# Benchmarks: tfm and its peers, side by side",
+        "",
+        f"Measured by `python bench/run.py {' '.join(results['argv'])}` on {results['date']}, "
+        f"in one run on one machine: {machine['cpu']}, {results['threads']} threads, torch "
+        f"{machine['torch']}, measured fp32 matmul peak {machine['fp32_gflops']} GFLOP/s. "
+        "Multi30k en→de, the same joint 8k BPE for every toolkit, the same model (d_model 256, "
+        "3+3 layers, 4 heads, FFN 1024, shared embeddings), batches of 4,096 tokens, fp32, "
+        f"each toolkit trained for {results['train_minutes']:g} minutes with the same schedule "
+        "(noam factor 2, warmup 4000), then decoding test_2016_flickr (1,000 sentences, model "
+        "load excluded). Training tokens/s count non-padding source+target tokens; pieces/s "
+        "count target BPE pieces (EOS included). These are short runs to measure speed, not "
+        "quality (docs/multi30k.md has BLEU against training time); decoding speed depends on "
+        "what a model has learnt (a model that ends sentences too early or never decodes "
+        "faster or slower), so compare decoding between models of similar BLEU, and prefer "
+        "pieces/s to sentences/s.",
+        "",
+        *table(results),
+        "",
+        f"tfm training step alone (bench/model.py, {step['max_tokens']}-token batches): "
+        f"{step['tokens_per_s']:,.0f} tokens/s, {step['matmul_gflops']:.0f} GFLOP/s = "
+        f"{step['matmul_gflops'] / machine['fp32_gflops']:.0%} of the measured fp32 matmul peak, "
+        f"padding {step['padding_fraction']:.1%}. `train-tokenizer`: {tfm['train_tokenizer_s']} "
+        f"s, `prepare`: {tfm['prepare_s']} s (command line, start-up included).",
+        "",
+        "The commands, in order:",
+        "",
+        "```",
+        *commands,
+        "```",
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("../shared/data/multi30k"))
+    parser.add_argument("--src", default="en")
+    parser.add_argument("--tgt", default="de")
+    parser.add_argument("--train-minutes", type=float, default=10.0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--peers", default="onmt,ct2,joey", help="'' to measure tfm alone")
+    parser.add_argument("--work", type=Path, help="work directory (default: a temporary one)")
+    parser.add_argument("--report", type=Path, default=REPO / "docs" / "BENCHMARKS.md")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    args.data = args.data.resolve()
+    commands: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = (args.work or Path(tmp)).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        results = {"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d"),
+                   "threads": args.threads, "train_minutes": args.train_minutes}
+        start = time.perf_counter()
+        results["tfm"] = bench_tfm(args, work / "tfm", commands)
+        if args.peers:
+            log("peers (bench/peers.py)")
+            run([sys.executable, "bench/peers.py", "--data", str(args.data), "--tokenizer",
+                 str(work / "tfm" / "tokenizer.json"), "--work", str(work / "peers"),
+                 "--peers", args.peers, "--train-minutes", f"{args.train_minutes:g}",
+                 "--threads", str(args.threads), "--src", args.src, "--tgt", args.tgt,
+                 "--json", str(work / "peers.json")], commands)
+            results["peers"] = json.loads((work / "peers.json").read_text())
+        results["seconds"] = round(time.perf_counter() - start)
+    print("\n".join(table(results)))
+    print(f"\n{results['tfm']['machine']['cpu']}; whole run {results['seconds'] / 60:.1f} min")
+    write_report(results, args.report, commands)
+    print(f"Wrote {args.report}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
