@@ -252,8 +252,9 @@ def train(
     device: Annotated[Optional[str], typer.Option(
         help="auto (CUDA if available, else CPU), cpu or cuda.  \\[default: auto]")] = None,
     precision: Annotated[Optional[str], typer.Option(
-        help="auto, fp32, bf16 or fp16. auto: bf16 autocast on CUDA and on CPUs with native "
-        "bf16 (detected), fp32 elsewhere.  \\[default: auto]")] = None,
+        help="auto, fp32, bf16 or fp16. auto: bf16 autocast on CUDA (fp16 where bf16 is not "
+        "supported), fp32 on CPUs (bf16 autocast is not reliably faster there: --precision "
+        "bf16 to try it).  \\[default: auto]")] = None,
     threads: Annotated[Optional[int], typer.Option(
         "--threads", help="CPU threads for torch (0: torch's default).")] = None,
     compile_model: Annotated[Optional[bool], typer.Option(

@@ -81,7 +81,7 @@ class Translator:
         self.device = resolve_device(device)
         self.model, self.vocabs, self.info = load_model_dir(Path(model_dir), weights_file)
         self.model.to(self.device)
-        dtype = resolve_precision(precision, self.device)
+        dtype = resolve_precision(precision, self.device, training=False)
         if dtype is not None:  # weights converted once: autocast would recast them every step
             self.model.to(dtype)
 

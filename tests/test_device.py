@@ -1,0 +1,35 @@
+"""Precision choice: what `--precision auto` means for training and for decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tfm.device
+from tfm.device import resolve_precision
+from tfm.errors import UsageError
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native-bf16", "no-bf16"])
+def test_auto_trains_in_fp32_on_any_cpu(monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
+    monkeypatch.setattr(tfm.device, "cpu_has_native_bf16", lambda: native)
+    assert resolve_precision("auto", CPU) is None
+
+
+def test_auto_decodes_with_bf16_weights_only_where_the_cpu_has_bf16(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tfm.device, "cpu_has_native_bf16", lambda: True)
+    assert resolve_precision("auto", CPU, training=False) is torch.bfloat16
+    monkeypatch.setattr(tfm.device, "cpu_has_native_bf16", lambda: False)
+    assert resolve_precision("auto", CPU, training=False) is None
+
+
+def test_explicit_precisions_are_obeyed_and_impossible_ones_refused() -> None:
+    assert resolve_precision("fp32", CPU) is None
+    assert resolve_precision("bf16", CPU) is torch.bfloat16
+    with pytest.raises(UsageError, match="fp16 is for CUDA"):
+        resolve_precision("fp16", CPU)
+    with pytest.raises(UsageError, match="choose one of auto, fp32, bf16, fp16"):
+        resolve_precision("fp64", CPU)
