@@ -70,7 +70,10 @@ def load_weights(model: Transformer, path: Path) -> None:
     if missing or unexpected:
         detail = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
         raise ModelError(f"{path}: weights do not match the model in config.json ({detail})")
-    for name, tensor in tensors.items():
+    # Walk in the model's own order so the first mismatch named is the same on every run
+    # (the order of a safetensors header is not guaranteed).
+    for name in (k for k in expected if k in tensors):
+        tensor = tensors[name]
         if tensor.shape != expected[name].shape:
             raise ModelError(
                 f"{path}: {name} has shape {tuple(tensor.shape)} but config.json implies "
