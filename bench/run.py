@@ -31,9 +31,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-# The peers' recipe (bench/peers.py MODEL): noam factor 2, warmup 4000, d_model 256, which is
-# tfm's inverse-sqrt schedule with peak 2 / sqrt(256 * 4000) at step 4000.
-PEER_LR = 2.0 / (256 * 4000) ** 0.5
+from peers import MODEL  # noqa: E402
+
+# The peers' noam schedule (bench/peers.py MODEL) is tfm's inverse-sqrt schedule with this peak,
+# reached at the end of the same warmup.
+PEER_LR = MODEL["noam_factor"] / (MODEL["d_model"] * MODEL["warmup"]) ** 0.5
 
 # A child's peak resident memory: it runs under a small Python wrapper that reports it.
 _MEASURE = ("import resource, subprocess, sys, json; "
@@ -86,7 +88,7 @@ def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict
     log(f"tfm: training for {args.train_minutes:g} min")
     r = run([*tfm, "train", "--data", str(work / "data"), "--output", str(work / "model"),
              "--preset", "small", "--max-tokens", "4096", "--lr", f"{PEER_LR:.6g}",
-             "--warmup", "4000", "--max-time", f"{args.train_minutes:g}",
+             "--warmup", str(MODEL["warmup"]), "--max-time", f"{args.train_minutes:g}",
              "--valid-every", "1000000", "--save-every", "1000000", "--log-every", "10",
              "--precision", "fp32",
              "--threads", threads, "--overwrite"], commands)
@@ -97,14 +99,26 @@ def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict
     result["train"] = {"tokens_per_s": statistics.median(windows),
                        "steps": logged[-1]["step"], "train_s": round(logged[-1]["elapsed"]),
                        "peak_rss_mb": r["peak_rss_mb"]}
-    result["decode"] = {}
-    for mode, beam in (("greedy", 1), ("beam5", 5)):
-        log(f"tfm: decoding, {mode}")
-        r = run([sys.executable, "bench/decode.py", str(work / "model"),
-                 f"{data}/test_2016_flickr.{s}.gz", f"{data}/test_2016_flickr.{t}.gz",
-                 "--beam", str(beam), "--threads", threads], commands)
-        result["decode"][mode] = {**json.loads(r["stdout"].strip().splitlines()[-1]),
-                                  "peak_rss_mb": r["peak_rss_mb"]}
+    # fp32 like the peers; then `--precision auto` (tfm translate's default), where it differs.
+    for key, precision in (("decode", "fp32"), ("decode_auto", "auto")):
+        result[key] = {}
+        for mode, beam in (("greedy", 1), ("beam5", 5)):
+            log(f"tfm: decoding, {mode}, --precision {precision}")
+            command = [sys.executable, "bench/decode.py", str(work / "model"),
+                       f"{data}/test_2016_flickr.{s}.gz", f"{data}/test_2016_flickr.{t}.gz",
+                       "--beam", str(beam), "--threads", threads, "--precision", precision]
+            r = run(command, commands)
+            result[key][mode] = {**json.loads(r["stdout"].strip().splitlines()[-1]),
+                                 "peak_rss_mb": r["peak_rss_mb"]}
+            if result[key][mode]["precision"] == "float32" and key == "decode_auto":
+                del result[key]  # auto is fp32 on this machine: nothing more to measure
+                break
+    # Where the time goes, in a run of its own (the profiler's records would inflate the
+    # memory figures above).
+    log("tfm: profiling beam 5 decoding")
+    r = run([*command[:-4], "--beam", "5", "--precision", "fp32", "--profile"], commands)
+    result["decode"]["beam5"]["profile"] = json.loads(
+        r["stdout"].strip().splitlines()[-1])["profile"]
     return result
 
 
@@ -116,24 +130,30 @@ def table(results: dict) -> list[str]:
     """Markdown rows: each toolkit's figures, and tfm's ratio to it (higher is better)."""
     tfm = results["tfm"]
     rows = ["| toolkit | train tok/s | train peak RSS MB | greedy sent/s | greedy pieces/s "
-            "| beam 5 sent/s | beam 5 pieces/s | BLEU greedy / beam 5 |",
-            "|---|---|---|---|---|---|---|---|"]
+            "| beam 5 sent/s | beam 5 pieces/s | beam 5 peak RSS MB | BLEU greedy / beam 5 |",
+            "|---|---|---|---|---|---|---|---|---|"]
 
-    def row(name: str, entry: dict) -> str:
-        train, dec = entry.get("train", {}), entry.get("decode", {})
+    def row(name: str, entry: dict, decode: str = "decode") -> str:
+        train, dec = entry.get("train", {}), entry.get(decode, {})
         g, b = dec.get("greedy", {}), dec.get("beam5", {})
+        b_rss = b.get("peak_rss_mb") or entry.get("decode_peak_rss_mb")
 
         def f(d: dict, key: str, fmt: str = ",.0f") -> str:
             return format(d[key], fmt) if d.get(key) is not None else "-"
         return (f"| {name} | {f(train, 'tokens_per_s')} | {f(train, 'peak_rss_mb')} | "
                 f"{f(g, 'sent_per_s')} | {f(g, 'pieces_per_s')} | {f(b, 'sent_per_s')} | "
-                f"{f(b, 'pieces_per_s')} | {f(g, 'bleu', '.2f')} / {f(b, 'bleu', '.2f')} |")
+                f"{f(b, 'pieces_per_s')} | {f({'m': b_rss}, 'm')} | "
+                f"{f(g, 'bleu', '.2f')} / {f(b, 'bleu', '.2f')} |")
 
-    rows.append(row("**tfm**", tfm))
+    rows.append(row("**tfm** (fp32)", tfm))
+    if "decode_auto" in tfm:
+        precision = tfm["decode_auto"]["beam5"]["precision"]
+        rows.append(row(f"**tfm** (decoding `--precision auto`: {precision} weights)",
+                        {"decode_auto": tfm["decode_auto"]}, "decode_auto"))
     for key, peer in results.get("peers", {}).get("peers", {}).items():
         name = {"onmt": "OpenNMT-py", "ct2": "CTranslate2 (fp32)", "joey": "JoeyNMT"}[key]
         if "error" in peer:
-            rows.append(f"| {name} | failed: {peer['error'].splitlines()[0][:80]} |||||||")
+            rows.append(f"| {name} | failed: {peer['error'].splitlines()[0][:80]} ||||||||")
             continue
         rows.append(row(name, peer))
         train, dec = peer.get("train", {}), peer.get("decode", {})
@@ -143,8 +163,53 @@ def table(results: dict) -> list[str]:
         speedup = ratio(tfm["train"]["tokens_per_s"], train.get("tokens_per_s"))
         rows.append(f"| tfm / {name} | {speedup} "
                     f"| | {r('greedy', 'sent_per_s')} | {r('greedy', 'pieces_per_s')} "
-                    f"| {r('beam5', 'sent_per_s')} | {r('beam5', 'pieces_per_s')} | |")
+                    f"| {r('beam5', 'sent_per_s')} | {r('beam5', 'pieces_per_s')} | | |")
     return rows
+
+
+def targets(results: dict) -> list[str]:
+    """The goals of the benchmark issues, each met or missed, and by how much."""
+    tfm, peers = results["tfm"], results.get("peers", {}).get("peers", {})
+    lines = []
+
+    def goal(text: str, value: float | None, needed: float) -> None:
+        if value is None:
+            lines.append(f"- {text}: not measured (the peer failed or was not run)")
+            return
+        verdict = "met" if value >= needed else f"**missed** by {needed / value:.2f}x"
+        lines.append(f"- {text}: {value:.2f}x (goal {needed:g}x): {verdict}")
+
+    def get(peer: str, *keys: str) -> float | None:
+        d = peers.get(peer, {})
+        for k in keys:
+            d = d.get(k, {}) if isinstance(d, dict) else {}
+        return d or None
+
+    pytorch = [v for v in (get("onmt", "train", "tokens_per_s"),
+                           get("joey", "train", "tokens_per_s")) if v]
+    goal("training tokens/s, tfm / best PyTorch peer",
+         tfm["train"]["tokens_per_s"] / max(pytorch) if pytorch else None, 1.5)
+    for key, label in (("decode", "fp32"), ("decode_auto", "`--precision auto`")):
+        if key not in tfm:
+            continue
+        for mode, name in (("beam5", "beam 5"), ("greedy", "greedy")):
+            onmt = get("onmt", "decode", mode, "sent_per_s")
+            ct2 = get("ct2", "decode", mode, "sent_per_s")
+            ours = tfm[key][mode]["sent_per_s"]
+            goal(f"{name} sentences/s, tfm {label} / OpenNMT-py", ours / onmt if onmt else None,
+                 2.0 if mode == "beam5" else 1.0)
+            goal(f"{name} sentences/s, tfm {label} / CTranslate2 fp32 (within 2x)",
+                 ours / ct2 if ct2 else None, 0.5)
+    return lines
+
+
+def profile_lines(results: dict) -> list[str]:
+    rows = results["tfm"]["decode"]["beam5"].get("profile")
+    if not rows:
+        return []
+    return ["Where tfm's beam-5 decoding time goes (fp32, torch profiler, self CPU time):", "",
+            "| operator | share | calls |", "|---|---|---|",
+            *(f"| `{r['op']}` | {r['share']:.1%} | {r['calls']:,} |" for r in rows)]
 
 
 def write_report(results: dict, path: Path, commands: list[str]) -> None:
@@ -159,15 +224,22 @@ def write_report(results: dict, path: Path, commands: list[str]) -> None:
         "Multi30k en→de, the same joint 8k BPE for every toolkit, the same model (d_model 256, "
         "3+3 layers, 4 heads, FFN 1024, shared embeddings), batches of 4,096 tokens, fp32, "
         f"each toolkit trained for {results['train_minutes']:g} minutes with the same schedule "
-        "(noam factor 2, warmup 4000), then decoding test_2016_flickr (1,000 sentences, model "
-        "load excluded). Training tokens/s count non-padding source+target tokens; pieces/s "
-        "count target BPE pieces (EOS included). These are short runs to measure speed, not "
-        "quality (docs/multi30k.md has BLEU against training time); decoding speed depends on "
-        "what a model has learnt (a model that ends sentences too early or never decodes "
-        "faster or slower), so compare decoding between models of similar BLEU, and prefer "
+        f"(noam, warmup {MODEL['warmup']}, peak learning rate {PEER_LR:.2g}), then decoding "
+        "test_2016_flickr (1,000 sentences, model load excluded). Training tokens/s count "
+        "non-padding source+target tokens; pieces/s count target BPE pieces of the output (EOS "
+        "excluded). These are short runs to measure speed, not quality (docs/multi30k.md has "
+        "BLEU against training time); decoding speed depends on what a model has learnt (a "
+        "model that ends sentences too early or never decodes faster or slower), so compare "
+        "decoding between models of similar BLEU, and prefer "
         "pieces/s to sentences/s.",
         "",
         *table(results),
+        "",
+        "Against the goals (tfm issues #6 and #8):",
+        "",
+        *targets(results),
+        "",
+        *profile_lines(results),
         "",
         f"tfm training step alone (bench/model.py, {step['max_tokens']}-token batches): "
         f"{step['tokens_per_s']:,.0f} tokens/s, {step['matmul_gflops']:.0f} GFLOP/s = "
@@ -214,7 +286,7 @@ def main() -> None:
                  "--json", str(work / "peers.json")], commands)
             results["peers"] = json.loads((work / "peers.json").read_text())
         results["seconds"] = round(time.perf_counter() - start)
-    print("\n".join(table(results)))
+    print("\n".join(table(results) + [""] + targets(results)))
     print(f"\n{results['tfm']['machine']['cpu']}; whole run {results['seconds'] / 60:.1f} min")
     write_report(results, args.report, commands)
     print(f"Wrote {args.report}")

@@ -61,8 +61,9 @@ def test_the_average_of_two_checkpoints_is_their_elementwise_mean(run_dir: Path)
         assert torch.equal(mean[name], (a[name] + b[name]) / 2), name
 
 
-def test_the_averaged_directory_is_a_complete_model_that_translates(run_dir: Path,
-                                                                     tmp_path: Path) -> None:
+def test_the_averaged_directory_is_a_complete_model_that_translates(
+    run_dir: Path, tmp_path: Path,
+) -> None:
     out = tmp_path / "avg"
     average_checkpoints(run_dir, last=3, output=out)
     config = json.loads((out / "config.json").read_text())

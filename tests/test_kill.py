@@ -33,8 +33,9 @@ def every_checkpoint_file_loads(model: Path) -> int:
     return state["run"]["step"]
 
 
-def test_sigkill_at_random_moments_never_corrupts_a_checkpoint(dataset: Path,
-                                                                tmp_path: Path) -> None:
+def test_sigkill_at_random_moments_never_corrupts_a_checkpoint(
+    dataset: Path, tmp_path: Path,
+) -> None:
     model = tmp_path / "model"
     command = [sys.executable, "-m", "tfm", "train", "--data", str(dataset), "--output",
                str(model), "--preset", "tiny", "--max-steps", "100000", "--max-tokens", "512",

@@ -58,8 +58,9 @@ def test_special_tokens_have_fixed_ids_after_training(tokenizer: Tokenizer) -> N
         assert tokenizer.id_to_token(i) == token
 
 
-def test_the_vocabulary_is_not_larger_than_requested(sentence_pairs: list[tuple[str, str]]
-                                                      ) -> None:
+def test_the_vocabulary_is_not_larger_than_requested(
+    sentence_pairs: list[tuple[str, str]],
+) -> None:
     texts = [t for pair in sentence_pairs for t in pair]
     for size in (260, 300, 400):
         tok = train_tokenizer(texts, vocab_size=size, min_frequency=1)
@@ -76,8 +77,9 @@ def test_training_streams_from_a_generator_with_a_length_hint(
     assert decode(tok, ids_of(tok, texts[0])) == texts[0]
 
 
-def test_encode_batch_adds_no_special_tokens(tokenizer: Tokenizer,
-                                            sentence_pairs: list[tuple[str, str]]) -> None:
+def test_encode_batch_adds_no_special_tokens(
+    tokenizer: Tokenizer, sentence_pairs: list[tuple[str, str]],
+) -> None:
     for ids in encode_batch(tokenizer, [s for s, _ in sentence_pairs[:5]]):
         assert ids and min(ids) >= len(SPECIAL_TOKENS)
 
@@ -194,8 +196,9 @@ def test_load_refuses_a_file_that_is_not_a_tokenizer(tmp_path: Path, content: by
     assert "\n" not in message
 
 
-def test_load_refuses_special_tokens_at_other_ids(tmp_path: Path,
-                                                 sentence_pairs: list[tuple[str, str]]) -> None:
+def test_load_refuses_special_tokens_at_other_ids(
+    tmp_path: Path, sentence_pairs: list[tuple[str, str]],
+) -> None:
     # A BPE tokenizer from the library directly, special tokens in another order.
     tok = new_tokenizer()
     trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<pad>", "<unk>"],

@@ -106,8 +106,8 @@ def test_same_seed_same_data_gives_the_same_loss_curve(dataset: Path, tmp_path: 
 def test_a_run_stopped_and_resumed_ends_with_identical_weights(dataset: Path,
                                                                tmp_path: Path) -> None:
     k = 7  # at 2048 tokens an epoch of the demo corpus is a few batches: the runs cross epochs
-    straight = train(dataset, tmp_path / "straight", TINY, config(max_steps=2 * k,
-                                                                   max_tokens=2048))
+    straight = train(dataset, tmp_path / "straight", TINY,
+                     config(max_steps=2 * k, max_tokens=2048))
     first = train(dataset, tmp_path / "resumed", TINY, config(max_steps=k, max_tokens=2048))
     assert first.step == k
     second = train(dataset, tmp_path / "resumed", None, config(max_steps=2 * k), resume=True,
@@ -203,8 +203,9 @@ def test_running_out_of_memory_names_the_batch_and_gives_advice(
         train(dataset, tmp_path / "m", TINY, config(max_steps=3))
 
 
-def test_training_time_is_wall_time_however_often_the_run_saves(dataset: Path,
-                                                                 tmp_path: Path) -> None:
+def test_training_time_is_wall_time_however_often_the_run_saves(
+    dataset: Path, tmp_path: Path,
+) -> None:
     start = time.monotonic()
     train(dataset, tmp_path / "m", TINY, config(max_steps=12, save_every=1))
     wall = time.monotonic() - start

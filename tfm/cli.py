@@ -202,13 +202,13 @@ def train(
         "--resume", help="Continue the run in --output where it stopped.")] = False,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Start afresh, deleting the run already in --output.")] = False,
-    d_model: Annotated[Optional[int], typer.Option(help="Override the preset's model width.")
-    ] = None,
+    d_model: Annotated[Optional[int], typer.Option(
+        help="Override the preset's model width.")] = None,
     n_heads: Annotated[Optional[int], typer.Option(help="Override: attention heads.")] = None,
-    encoder_layers: Annotated[Optional[int], typer.Option(help="Override: encoder layers.")
-    ] = None,
-    decoder_layers: Annotated[Optional[int], typer.Option(help="Override: decoder layers.")
-    ] = None,
+    encoder_layers: Annotated[Optional[int], typer.Option(
+        help="Override: encoder layers.")] = None,
+    decoder_layers: Annotated[Optional[int], typer.Option(
+        help="Override: decoder layers.")] = None,
     d_ff: Annotated[Optional[int], typer.Option(help="Override: feed-forward width.")] = None,
     dropout: Annotated[Optional[float], typer.Option(help="Override: dropout.")] = None,
     norm_first: Annotated[Optional[bool], typer.Option(

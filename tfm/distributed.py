@@ -58,8 +58,8 @@ def launched_by_torchrun(environ: Mapping[str, str] = os.environ) -> tuple[int, 
     if not all(name in environ for name in ENV_VARS):
         return None
     try:
-        rank, local_rank, world_size = (int(environ[name]) for name in ("RANK", "LOCAL_RANK",
-                                                                         "WORLD_SIZE"))
+        names = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+        rank, local_rank, world_size = (int(environ[name]) for name in names)
     except ValueError as e:
         raise UsageError(f"torchrun variables RANK/LOCAL_RANK/WORLD_SIZE are not numbers "
                          f"({e}); start tfm with torchrun or without those variables") from e

@@ -1,0 +1,1067 @@
+"""Peer toolkits on Multi30k en->de: OpenNMT-py, CTranslate2 and JoeyNMT, measured like tfm.
+
+    python bench/peers.py --data ../shared/data/multi30k --tokenizer TOKENIZER.json --work DIR \
+        [--peers onmt,ct2,joey] [--train-minutes 10] [--threads 2] [--json OUT.json]
+
+Run it from the repository root with tfm's virtual environment active (tfm must be importable:
+the text is normalised with ``tfm.data.normalize_text`` and scored with ``tfm.evaluate.bleu``).
+tfm never imports this file. What it does, in order:
+
+1. Setup. Each peer gets its own virtual environment under ``--venvs`` (outside the repository):
+   ``onmt`` holds OpenNMT-py 3.5.1 and CTranslate2 4.8.5 (its converter needs OpenNMT-py),
+   ``joey`` holds JoeyNMT 2.3.0. ``torch==2.13.0`` is installed first in each (a CPU wheel on
+   these machines), and every later install runs with a constraint file pinning it, so pip never
+   resolves torch itself (any other version would pull gigabytes of CUDA packages). OpenNMT-py
+   declares torch<2.3: it is installed with ``--no-deps`` and its imports by hand. Installed
+   versions are checked first, so a second run installs nothing.
+2. Data. train / val / test_2016_flickr, both languages, normalised like tfm and encoded with
+   the same byte-level BPE (``--tokenizer``, from ``tfm train-tokenizer``), written as
+   pre-tokenized files (pieces joined by spaces). Every peer reads these files; its output
+   pieces are mapped back to ids and decoded with the same tokenizer, then scored with
+   sacrebleu against the raw German references.
+3. Training (OpenNMT-py, JoeyNMT): the model of shared/peers/README.md -- Transformer d_model
+   256, 3+3 layers, 4 heads, FFN 1024, dropout 0.1, one joint vocabulary, embeddings shared
+   and tied to the output, label smoothing 0.1, Adam (0.9, 0.98), noam schedule warmup 400 with
+   factor 0.32 (a peak of 1e-3, as in tfm's Multi30k recipe: with shared/peers/README.md's
+   warmup 4000 a 10-minute model has not learnt to stop, and its decoding speed says nothing),
+   batches of 4096 tokens, fp32, pre-norm (OpenNMT-py's Transformer; set for JoeyNMT),
+   ``--threads`` threads (OMP_NUM_THREADS / MKL_NUM_THREADS), each toolkit's own data loading
+   (OpenNMT-py: 2 loader processes filling length buckets of 262,144 examples; JoeyNMT: random
+   token batches in the main process). Both report every step; each trains for
+   ``--train-minutes`` of wall clock counted from the report of its first step (start-up,
+   bucket filling and the first step excluded). Then OpenNMT-py runs on to its next periodic
+   checkpoint (every 20 steps) and is stopped; JoeyNMT, which does not validate here, gets
+   SIGINT, on which it saves a checkpoint and exits. That checkpoint is the model decoded; the
+   training seconds reported run from the first step's report to its save. A process seen
+   stopped (SIGSTOP from outside) is reported in ``stopped_s``: its timings are then not valid.
+   Throughput, in non-padding source + target tokens per second, is read from the toolkit's
+   own log lines, timestamped here as they arrive, from the first step's report to the last:
+   - OpenNMT-py reports, for each window between reports, the mean source and target tokens
+     per batch (source pieces; target pieces + </s>): tokens are summed over the windows and
+     divided by the wall time between the first and the last report.
+   - JoeyNMT reports only target tokens per second (pieces + </s>) for each window (its own
+     validation time excluded; windows that contain a validation are left out): the rates are
+     weighted by the windows' wall time, and scaled by (source + target) / target tokens of
+     the training corpus (source pieces + </s>, target pieces + </s>): an estimate, since its
+     batches are random samples of that corpus.
+   Peak RSS: the kernel's high-water mark (VmHWM) of the training process, read just before it
+   is stopped; ``peak_rss_tree_mb`` adds those of its worker processes (OpenNMT-py's data
+   loaders; pages they share are counted in each).
+4. Decoding test_2016_flickr (1,000 sentences), greedy and beam 5, ``--threads`` threads, each
+   peer's default batch (OpenNMT-py 30 sentences, JoeyNMT 64 sentences), model load excluded:
+   the seconds are the toolkit's own timing of its decoding loop (OpenNMT-py ``-report_time``,
+   JoeyNMT "Generation took"); the wall time of the command minus that of the same command on
+   a 1-line input is recorded beside it. CTranslate2: the OpenNMT-py checkpoint converted
+   (``--unsafe_deserialization``, ``self_attn_type`` rewritten to ``scaled-dot`` in a copy of
+   its options; the weights are unchanged), translated with the Python API in float32,
+   ``intra_threads=--threads``, ``max_batch_size=2048, batch_type="tokens"``, timed in-process
+   around ``translate_batch`` after a 1-sentence warm-up. Reported: seconds, sentences/s,
+   target pieces/s (pieces of the output, </s> excluded), BLEU and its signature. Output
+   lengths are capped by each peer's default (OpenNMT-py: 1.25 x source length, at most 250;
+   CTranslate2: 256; JoeyNMT: 1.5 x the longest source of the batch): a model trained too
+   briefly to emit </s> decodes up to those caps, and its speed then says little
+   (``--max-length N`` caps all of them at N pieces, for short debug runs).
+5. A table on stdout, and everything in ``--json``: a dict per peer with the versions, the
+   training figures, each decoding mode, and the wall time of each phase.
+
+Every peer runs in its own processes; a failing peer is recorded with its error and the others
+go on. Work files go to ``--work`` (logs: ``WORK/PEER/*.log``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tfm.data import normalize_text  # noqa: E402
+from tfm.evaluate import bleu  # noqa: E402
+
+TORCH = "torch==2.13.0"
+ONMT = "OpenNMT-py==3.5.1"
+CT2 = "ctranslate2==4.8.5"
+JOEY = "joeynmt==2.3.0"
+# What OpenNMT-py 3.5.1 imports to build a vocabulary, train and translate (its metadata asks
+# for torch<2.3, hence --no-deps): every module of onmt/transforms is imported at start-up, so
+# spacy, fasttext, ahocorasick and rapidfuzz are needed too. Left out: flask and waitress (the
+# server), tensorboard (only with -tensorboard), six (not imported).
+ONMT_DEPS = ["configargparse", "pyonmttok>=1.37,<2", "pyyaml", "sacrebleu", "regex",
+             "rapidfuzz", "pyahocorasick", "spacy", "fasttext-wheel", "numpy"]
+# JoeyNMT 2.3.0 imports importlib_metadata without declaring it.
+JOEY_DEPS = ["importlib_metadata"]
+
+MODEL = {"d_model": 256, "layers": 3, "heads": 4, "ff": 1024, "dropout": 0.1,
+         "label_smoothing": 0.1, "adam_betas": [0.9, 0.98], "noam_factor": 0.32,
+         "warmup": 400, "batch_tokens": 4096}
+SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
+PEER_NAMES = {"onmt": "OpenNMT-py", "ct2": "CTranslate2", "joey": "JoeyNMT"}
+MODES = {"greedy": 1, "beam5": 5}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------- setup
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def installed_versions(venv: Path, names: list[str]) -> dict[str, str | None]:
+    code = ("import importlib.metadata as m, json, sys\n"
+            "out = {}\n"
+            "for n in sys.argv[1:]:\n"
+            "    try: out[n] = m.version(n)\n"
+            "    except m.PackageNotFoundError: out[n] = None\n"
+            "print(json.dumps(out))")
+    result = subprocess.run([str(venv_python(venv)), "-c", code, *names], check=True,
+                            capture_output=True, text=True)
+    return json.loads(result.stdout)
+
+
+def pip(venv: Path, *args: str) -> None:
+    command = [str(venv_python(venv)), "-m", "pip", "install", "-q", *args]
+    log("  " + " ".join(command[2:]))
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(f"pip failed ({result.returncode}): "
+                           + "\n".join(result.stderr.splitlines()[-15:]))
+
+
+def ensure_venv(venv: Path, wanted: dict[str, str], no_deps: list[str], deps: list[str]) -> dict:
+    """A virtual environment with torch 2.13.0 first, then the ``wanted`` {distribution:
+    requirement} (those in ``no_deps`` without their dependencies), then ``deps``; each step only
+    if what it installs is missing or at another version."""
+    if not venv_python(venv).exists():
+        log(f"creating {venv}")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    constraint = venv / "torch-constraint.txt"
+    constraint.write_text(TORCH + "\n")
+    names = ["torch", *wanted]
+    have = installed_versions(venv, names)
+    if not (have["torch"] or "").startswith("2.13.0"):
+        pip(venv, TORCH)
+    for name, requirement in wanted.items():
+        version = requirement.split("==")[1]
+        if have.get(name) != version:
+            extra = ["--no-deps"] if name in no_deps else []
+            pip(venv, "-c", str(constraint), *extra, requirement)
+    dep_names = [re.split(r"[<>=!\[]", d)[0] for d in deps]
+    have_deps = installed_versions(venv, dep_names)
+    missing = [d for d, n in zip(deps, dep_names) if have_deps[n] is None]
+    if missing:
+        pip(venv, "-c", str(constraint), *missing)
+    versions = installed_versions(venv, names)
+    if not (versions["torch"] or "").startswith("2.13.0"):
+        raise RuntimeError(f"{venv}: torch {versions['torch']} instead of 2.13.0")
+    return versions
+
+
+def setup(peers: list[str], venvs: Path) -> dict:
+    out: dict = {}
+    venvs.mkdir(parents=True, exist_ok=True)
+    if "onmt" in peers or "ct2" in peers:
+        start = time.perf_counter()
+        versions = ensure_venv(venvs / "onmt", {"OpenNMT-py": ONMT, "ctranslate2": CT2},
+                               ["OpenNMT-py"], ONMT_DEPS)
+        out["onmt"] = {"venv": str(venvs / "onmt"), "versions": versions,
+                       "seconds": round(time.perf_counter() - start, 1)}
+    if "joey" in peers:
+        start = time.perf_counter()
+        versions = ensure_venv(venvs / "joey", {"joeynmt": JOEY}, [], JOEY_DEPS)
+        out["joey"] = {"venv": str(venvs / "joey"), "versions": versions,
+                       "seconds": round(time.perf_counter() - start, 1)}
+    return out
+
+
+# ----------------------------------------------------------------------------------- data
+
+def read_gz(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8-sig") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def prepare_data(data: Path, tokenizer_path: Path, work: Path, src: str, tgt: str) -> dict:
+    """Pre-tokenized files WORK/data/{train,val,test}.{src,tgt}, a joint vocabulary of the
+    training pieces (most frequent first), and the raw test references."""
+    from tokenizers import Tokenizer
+
+    out_dir = work / "data"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = out_dir / "stamp.json"
+    key = {"data": str(data.resolve()), "tokenizer": str(tokenizer_path.resolve()),
+           "tokenizer_mtime": tokenizer_path.stat().st_mtime,
+           "tokenizer_size": tokenizer_path.stat().st_size, "src": src, "tgt": tgt}
+    if stamp.exists():
+        saved = json.loads(stamp.read_text())
+        if saved.get("key") == key:
+            return saved["info"]
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    info: dict = {"dir": str(out_dir), "splits": {}}
+    counts: Counter = Counter()
+    for name, split in SPLITS.items():
+        entry = {}
+        for lang in (src, tgt):
+            lines = read_gz(data / f"{split}.{lang}.gz")
+            texts = [normalize_text(t) for t in lines]
+            encodings = tok.encode_batch(texts, add_special_tokens=False)
+            rows = [" ".join(e.tokens) for e in encodings]
+            if any(not r for r in rows):
+                empty = sum(1 for r in rows if not r)
+                raise RuntimeError(f"{split}.{lang}: {empty} empty lines after tokenization")
+            (out_dir / f"{name}.{lang}").write_text("\n".join(rows) + "\n", encoding="utf-8")
+            pieces = sum(len(e.tokens) for e in encodings)
+            entry[lang] = {"sentences": len(rows), "pieces": pieces}
+            if name == "train":
+                for e in encodings:
+                    counts.update(e.tokens)
+            if name == "test" and lang == tgt:
+                (out_dir / f"test.ref.{tgt}").write_text("\n".join(lines) + "\n",
+                                                         encoding="utf-8")
+        info["splits"][name] = entry
+    # Joint vocabulary, frequency then alphabetical order (JoeyNMT's own sort_and_cut order).
+    vocab = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    (out_dir / "vocab.txt").write_text("".join(f"{t}\n" for t, _ in vocab), encoding="utf-8")
+    info["vocab_pieces"] = len(vocab)
+    info["tokenizer_vocab"] = tok.get_vocab_size()
+    train = info["splits"]["train"]
+    n = train[src]["sentences"]
+    info["train_src_tgt_ratio"] = (train[src]["pieces"] + n) / (train[tgt]["pieces"] + n)
+    stamp.write_text(json.dumps({"key": key, "info": info}, indent=1))
+    return info
+
+
+NOT_PIECES = {"<s>", "</s>", "<pad>", "<blank>"}  # tfm's and OpenNMT-py's specials
+
+
+def detokenize(tokenizer_path: Path, hyp_file: Path) -> tuple[list[str], int]:
+    """Peer output (pieces joined by spaces) -> text: pieces -> ids (``token_to_id``) -> tfm's
+    ``decode`` (special tokens dropped, ends stripped); also the number of output pieces
+    (</s>, <s> and padding excluded, <unk> counted)."""
+    from tfm.tokenizer import decode, load_tokenizer
+
+    tok = load_tokenizer(tokenizer_path)
+    texts, pieces = [], 0
+    for line in hyp_file.read_text(encoding="utf-8").split("\n")[:-1]:
+        tokens = [t for t in line.split() if t not in NOT_PIECES]
+        ids = [tok.token_to_id(t) for t in tokens]
+        texts.append(decode(tok, [i for i in ids if i is not None]))
+        pieces += len(tokens)
+    return texts, pieces
+
+
+def score(tokenizer_path: Path, data_info: dict, hyp_file: Path, tgt: str,
+          seconds: float) -> dict:
+    refs = (Path(data_info["dir"]) / f"test.ref.{tgt}").read_text(encoding="utf-8")
+    refs = refs.split("\n")[:-1]
+    texts, pieces = detokenize(tokenizer_path, hyp_file)
+    (hyp_file.with_suffix(".detok")).write_text("\n".join(texts) + "\n", encoding="utf-8")
+    result = bleu(texts, refs)
+    return {"seconds": round(seconds, 3), "sentences": len(texts),
+            "sent_per_s": round(len(texts) / seconds, 1),
+            "pieces": pieces, "pieces_per_s": round(pieces / seconds, 1),
+            "bleu": round(result.score, 2), "signature": result.signature}
+
+
+# ------------------------------------------------------------------------- processes
+
+def thread_env(threads: int, **extra: str) -> dict:
+    env = dict(os.environ)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = str(threads)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("VIRTUAL_ENV", None)
+    env.update(extra)
+    return env
+
+
+def _hwm_kb(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP from outside: its timings would be wrong)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "Tt"
+    except (OSError, IndexError):
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    """Processes below ``pid`` (from the parent ids in /proc/*/stat)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+class Monitored:
+    """A command in its own session; its merged stdout/stderr timestamped line by line (seconds
+    since launch) into ``log``; peak RSS (VmHWM) of the process and of its descendants."""
+
+    def __init__(self, command: list[str], log_path: Path, env: dict, cwd: Path | None = None):
+        self.log_path = log_path
+        self.lines: list[tuple[float, str]] = []
+        self.hwm_main_kb = 0
+        self.hwm_tree_kb: dict[int, int] = {}
+        self.stopped_s = 0.0
+        self._last_sample = None
+        self.start = time.monotonic()
+        self._log = log_path.open("w", encoding="utf-8")
+        self._log.write("# " + " ".join(command) + "\n")
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, cwd=cwd, text=True,
+                                     errors="replace", start_new_session=True, bufsize=1)
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            t = time.monotonic() - self.start
+            line = line.rstrip("\n")
+            with self._lock:
+                self.lines.append((t, line))
+            self._log.write(f"{t:9.3f} {line}\n")
+            self._log.flush()
+
+    def snapshot(self) -> list[tuple[float, str]]:
+        with self._lock:
+            return list(self.lines)
+
+    def sample_memory(self) -> None:
+        pid = self.proc.pid
+        now = time.monotonic()
+        if self._last_sample is not None and _stopped(pid):
+            self.stopped_s += now - self._last_sample
+        self._last_sample = now
+        self.hwm_main_kb = max(self.hwm_main_kb, _hwm_kb(pid))
+        for child in _descendants(pid):
+            self.hwm_tree_kb[child] = max(self.hwm_tree_kb.get(child, 0), _hwm_kb(child))
+
+    def stop(self) -> None:
+        self.sample_memory()
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def finish(self) -> int:
+        rc = self.proc.wait()
+        self._reader.join(10)
+        self._log.close()
+        return rc
+
+    @property
+    def peak_rss_mb(self) -> float:
+        return round(self.hwm_main_kb / 1024, 1)
+
+    @property
+    def peak_rss_tree_mb(self) -> float:
+        return round((self.hwm_main_kb + sum(self.hwm_tree_kb.values())) / 1024, 1)
+
+
+def run_training(command: list[str], log_path: Path, env: dict, minutes: float,
+                 start_pattern: str, checkpoint_done, startup_limit_s: float = 900,
+                 interrupt: bool = False) -> dict:
+    """Runs a training command until ``minutes`` after the first line matching
+    ``start_pattern``; then (``interrupt``) sends it SIGINT, on which it saves a checkpoint, or
+    lets it run on to its next periodic checkpoint; once a checkpoint is complete
+    (``checkpoint_done(lines, after_t)`` returns (step, path, t) or None), stops it."""
+    mon = Monitored(command, log_path, env)
+    start_re = re.compile(start_pattern)
+    t_start = None
+    deadline = mon.start + startup_limit_s
+    checkpoint = None
+    interrupted = False
+    try:
+        while True:
+            time.sleep(0.5)
+            mon.sample_memory()
+            lines = mon.snapshot()
+            if t_start is None:
+                for t, line in lines:
+                    if start_re.search(line):
+                        t_start = t
+                        deadline = mon.start + t_start + minutes * 60
+                        break
+            if time.monotonic() >= deadline and t_start is None:
+                raise RuntimeError(f"training did not start in {startup_limit_s:.0f} s "
+                                   f"(see {log_path})")
+            if time.monotonic() >= deadline:
+                if interrupt and not interrupted:
+                    os.kill(mon.proc.pid, signal.SIGINT)
+                    interrupted = True
+                checkpoint = checkpoint_done(lines, deadline - mon.start)
+                if checkpoint is not None:
+                    break
+                if time.monotonic() > deadline + 600:
+                    raise RuntimeError(f"no checkpoint within 10 minutes after the budget "
+                                       f"(see {log_path})")
+            if mon.proc.poll() is not None:
+                break
+    finally:
+        mon.stop()
+        rc = mon.finish()
+    lines = mon.lines
+    if checkpoint is None:  # the process ended by itself
+        tail = "\n".join(line for _, line in lines[-15:])
+        if rc:
+            raise RuntimeError(f"training failed (rc {rc}), see {log_path}:\n{tail}")
+        checkpoint = checkpoint_done(lines, 0.0)
+        if checkpoint is None:
+            raise RuntimeError(f"training ended without a checkpoint, see {log_path}:\n{tail}")
+    step, path, t_ckpt = checkpoint
+    return {"lines": lines, "rc": rc, "t_start": t_start, "step": step, "checkpoint": path,
+            "t_checkpoint": t_ckpt, "peak_rss_mb": mon.peak_rss_mb,
+            "peak_rss_tree_mb": mon.peak_rss_tree_mb, "wall_s": lines[-1][0] if lines else 0,
+            "stopped_s": round(mon.stopped_s, 1)}
+
+
+def run_timed(command: list[str], log_path: Path, env: dict, stdin: Path | None = None,
+              stdout: Path | None = None) -> tuple[float, str, float]:
+    """Wall time of a command, its log (stderr, and stdout when not redirected), and the seconds
+    it was seen stopped (SIGSTOP from outside)."""
+    stopped = 0.0
+    start = time.perf_counter()
+    with log_path.open("w", encoding="utf-8") as err:
+        fin = stdin.open("rb") if stdin else subprocess.DEVNULL
+        fout = stdout.open("wb") if stdout else err
+        try:
+            proc = subprocess.Popen(command, stdin=fin, stdout=fout, stderr=err, env=env)
+            last = time.monotonic()
+            while True:
+                try:
+                    rc = proc.wait(0.2)
+                    break
+                except subprocess.TimeoutExpired:
+                    now = time.monotonic()
+                    if _stopped(proc.pid):
+                        stopped += now - last
+                    last = now
+        finally:
+            if stdin:
+                fin.close()
+            if stdout:
+                fout.close()
+    wall = time.perf_counter() - start
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    if rc:
+        raise RuntimeError(f"{' '.join(command[:3])} ... failed ({rc}):\n"
+                           + "\n".join(text.splitlines()[-15:]))
+    return wall, text, stopped
+
+
+def yaml_dump(obj, indent: int = 0) -> str:
+    """Enough YAML for these configs: block mappings, flow lists of scalars, and floats always
+    written with a dot (PyYAML reads ``1e-09`` as a string)."""
+    def scalar(v) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if v is None:
+            return "null"
+        if isinstance(v, float):
+            text = repr(v)
+            if "e" in text and "." not in text.split("e")[0]:
+                mantissa, exponent = text.split("e")
+                text = f"{mantissa}.0e{exponent}"
+            return text
+        if isinstance(v, int):
+            return str(v)
+        return json.dumps(str(v), ensure_ascii=False)
+
+    lines = []
+    for key, value in obj.items():
+        pad = " " * indent
+        if isinstance(value, dict):
+            lines.append(f"{pad}{key}:")
+            lines.append(yaml_dump(value, indent + 2).rstrip("\n"))
+        elif isinstance(value, (list, tuple)):
+            lines.append(f"{pad}{key}: [{', '.join(scalar(v) for v in value)}]")
+        else:
+            lines.append(f"{pad}{key}: {scalar(value)}")
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------------- OpenNMT-py
+
+ONMT_STEP = re.compile(r"Step\s+(\d+)(?:/\s*\d+)?; acc:.*?bsz:\s*(\d+)/\s*(\d+)/\s*(\d+);")
+ONMT_SAVE = re.compile(r"Saving checkpoint (\S+_step_(\d+)\.pt)")
+
+
+def onmt_config(work: Path, data_dir: Path, src: str, tgt: str, save_every: int) -> dict:
+    m = MODEL
+    return {
+        "save_data": str(work / "onmt" / "samples"),
+        "src_vocab": str(work / "onmt" / "vocab.shared"),
+        "tgt_vocab": str(work / "onmt" / "vocab.shared"),
+        "share_vocab": True,
+        "overwrite": True,
+        "data": {"corpus_1": {"path_src": str(data_dir / f"train.{src}"),
+                              "path_tgt": str(data_dir / f"train.{tgt}")}},
+        "save_model": str(work / "onmt" / "model"),
+        "save_checkpoint_steps": save_every,
+        "keep_checkpoint": 3,
+        "seed": 1234,
+        "train_steps": 10_000_000,
+        "valid_steps": 10_000_000,
+        "report_every": 1,
+        "model_dtype": "fp32",
+        "encoder_type": "transformer",
+        "decoder_type": "transformer",
+        "enc_layers": m["layers"],
+        "dec_layers": m["layers"],
+        "hidden_size": m["d_model"],
+        "word_vec_size": m["d_model"],
+        "transformer_ff": m["ff"],
+        "heads": m["heads"],
+        "dropout": [m["dropout"]],
+        "attention_dropout": [m["dropout"]],
+        "position_encoding": True,
+        "share_embeddings": True,
+        "share_decoder_embeddings": True,
+        "label_smoothing": m["label_smoothing"],
+        "optim": "adam",
+        "adam_beta1": m["adam_betas"][0],
+        "adam_beta2": m["adam_betas"][1],
+        "decay_method": "noam",
+        "learning_rate": m["noam_factor"],
+        "warmup_steps": m["warmup"],
+        "max_grad_norm": 0.0,
+        "param_init": 0.0,
+        "param_init_glorot": True,
+        "batch_size": m["batch_tokens"],
+        "batch_type": "tokens",
+        "normalization": "tokens",
+        "accum_count": [1],
+        "world_size": 1,
+        "gpu_ranks": [],
+    }
+
+
+def onmt_checkpoint_done(lines, after_t):
+    """The last checkpoint announced after ``after_t`` whose file is complete (torch.save writes
+    the zip directory last)."""
+    for t, line in reversed(lines):
+        if t < after_t:
+            return None
+        match = ONMT_SAVE.search(line)
+        if match and zipfile.is_zipfile(match.group(1)):
+            return int(match.group(2)), match.group(1), t
+    return None
+
+
+def onmt_throughput(lines) -> dict:
+    reports = []
+    for t, line in lines:
+        match = ONMT_STEP.search(line)
+        if match:
+            step, src_b, tgt_b, _ = (int(g) for g in match.groups())
+            reports.append((t, step, src_b + tgt_b))
+    if len(reports) < 2:
+        return {"tokens_per_s": None, "reports": len(reports)}
+    tokens = sum((s - reports[i - 1][1]) * tok for i, (_, s, tok) in enumerate(reports)
+                 if i > 0)
+    seconds = reports[-1][0] - reports[0][0]
+    steps = reports[-1][1] - reports[0][1]
+    return {"tokens_per_s": round(tokens / seconds, 1), "measured_steps": steps,
+            "measured_seconds": round(seconds, 1),
+            "tokens_per_step": round(tokens / steps, 1), "s_per_step": round(seconds / steps, 3),
+            "measure": "OpenNMT-py report lines: mean src+tgt non-pad tokens per batch x steps, "
+                       "over the wall time from the first to the last report"}
+
+
+def train_onmt(args, venv: Path, data_info: dict) -> dict:
+    out_dir = args.work / "onmt"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data_dir = Path(data_info["dir"])
+    config = onmt_config(args.work, data_dir, args.src, args.tgt, save_every=20)
+    config_path = out_dir / "train.yaml"
+    config_path.write_text(yaml_dump(config))
+    env = thread_env(args.threads, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    bin_dir = venv / "bin"
+    start = time.perf_counter()
+    run_timed([str(bin_dir / "onmt_build_vocab"), "-config", str(config_path), "-n_sample",
+               "-1"], out_dir / "build_vocab.log", env)
+    vocab_s = time.perf_counter() - start
+    vocab_size = sum(1 for _ in (out_dir / "vocab.shared").open(encoding="utf-8"))
+    for old in out_dir.glob("model_step_*.pt"):
+        old.unlink()
+    start = time.perf_counter()
+    run = run_training([str(bin_dir / "onmt_train"), "-config", str(config_path)],
+                       out_dir / "train.log", env, args.train_minutes,
+                       r"Step\s+\d+/", onmt_checkpoint_done)
+    train_wall = time.perf_counter() - start
+    result = {"vocab_entries_file": vocab_size, "config": str(config_path),
+              "steps": run["step"], "checkpoint": run["checkpoint"],
+              "startup_s": round(run["t_start"], 1),
+              "train_s": round(run["t_checkpoint"] - run["t_start"], 1),
+              "peak_rss_mb": run["peak_rss_mb"], "peak_rss_tree_mb": run["peak_rss_tree_mb"],
+              "stopped_s": run["stopped_s"], **onmt_throughput(run["lines"])}
+    return {"train": result, "phases": {"vocab": round(vocab_s, 1),
+                                        "train": round(train_wall, 1)}}
+
+
+ONMT_TIME = re.compile(r"Total translation time \(s\): ([\d.]+)")
+
+
+def decode_onmt(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
+    out_dir = args.work / "onmt"
+    data_dir = Path(data_info["dir"])
+    env = thread_env(args.threads, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    one = out_dir / "one.src"
+    one.write_text((data_dir / f"test.{args.src}").read_text(encoding="utf-8")
+                   .split("\n")[0] + "\n", encoding="utf-8")
+    results = {}
+    for mode, beam in MODES.items():
+        def command(src: Path, output: Path, beam: int = beam) -> list[str]:
+            return [str(venv / "bin" / "onmt_translate"), "-model", checkpoint, "-src",
+                    str(src), "-output", str(output), "-beam_size", str(beam),
+                    "-batch_size", "30", "-batch_type", "sents", "-gpu", "-1",
+                    "-report_time"] + (["-max_length", str(args.max_length)]
+                                       if args.max_length else [])
+        hyp = out_dir / f"test.{mode}.hyp"
+        base_wall, _, base_stopped = run_timed(
+            command(one, out_dir / f"one.{mode}.hyp"), out_dir / f"translate.one.{mode}.log", env)
+        wall, text, stopped = run_timed(
+            command(data_dir / f"test.{args.src}", hyp), out_dir / f"translate.{mode}.log", env)
+        own = ONMT_TIME.findall(text)
+        seconds = float(own[-1]) if own else wall - base_wall
+        results[mode] = score(args.tokenizer, data_info, hyp, args.tgt, seconds)
+        results[mode].update({"timing": "onmt -report_time" if own else "wall - 1-line wall",
+                              "wall_s": round(wall, 2),
+                              "wall_minus_1line_s": round(wall - base_wall, 2),
+                              "stopped_s": round(stopped + base_stopped, 1),
+                              "batch": "30 sentences"})
+    return results
+
+
+# ------------------------------------------------------------------------- CTranslate2
+
+CT2_CONVERT = r"""
+import sys, torch
+import ctranslate2.converters as c
+src, dst, out = sys.argv[1:4]
+ckpt = torch.load(src, map_location="cpu", weights_only=False)
+before = getattr(ckpt["opt"], "self_attn_type", None)
+ckpt["opt"].self_attn_type = "scaled-dot"
+torch.save(ckpt, dst)
+print("self_attn_type", before, "-> scaled-dot")
+c.OpenNMTPyConverter(dst, unsafe_deserialization=True).convert(out, force=True)
+"""
+
+CT2_TRANSLATE = r"""
+import json, resource, sys, time
+import ctranslate2
+model, src, prefix, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+cap = {"max_decoding_length": int(sys.argv[5])} if int(sys.argv[5]) else {}
+batch = [l.split() for l in open(src, encoding="utf-8").read().split("\n")[:-1]]
+t0 = time.perf_counter()
+tr = ctranslate2.Translator(model, device="cpu", compute_type="float32",
+                            intra_threads=threads, inter_threads=1)
+load_s = time.perf_counter() - t0
+out = {"load_s": load_s}
+for mode, beam in (("greedy", 1), ("beam5", 5)):
+    tr.translate_batch(batch[:1], beam_size=beam, **cap)  # warm-up
+    t0 = time.perf_counter()
+    res = tr.translate_batch(batch, beam_size=beam, max_batch_size=2048, batch_type="tokens",
+                             **cap)
+    out[mode] = time.perf_counter() - t0
+    with open(f"{prefix}.{mode}.hyp", "w", encoding="utf-8") as f:
+        for r in res:
+            f.write(" ".join(r.hypotheses[0]) + "\n")
+out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print("RESULT " + json.dumps(out))
+"""
+
+
+def run_ct2(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
+    out_dir = args.work / "ct2"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = thread_env(args.threads, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    python = str(venv_python(venv))
+    start = time.perf_counter()
+    model_dir = out_dir / "model"
+    run_timed([python, "-c", CT2_CONVERT, checkpoint, str(out_dir / "onmt-scaled-dot.pt"),
+               str(model_dir)], out_dir / "convert.log", env)
+    (out_dir / "onmt-scaled-dot.pt").unlink()
+    convert_s = time.perf_counter() - start
+    start = time.perf_counter()
+    data_dir = Path(data_info["dir"])
+    _, text, stopped = run_timed([python, "-c", CT2_TRANSLATE, str(model_dir),
+                                  str(data_dir / f"test.{args.src}"), str(out_dir / "test"),
+                                  str(args.threads), str(args.max_length or 0)],
+                                 out_dir / "translate.log", env)
+    decode_s = time.perf_counter() - start
+    timing = json.loads(text.split("RESULT ", 1)[1].splitlines()[0])
+    decode = {}
+    for mode in MODES:
+        decode[mode] = score(args.tokenizer, data_info, out_dir / f"test.{mode}.hyp", args.tgt,
+                             timing[mode])
+        decode[mode].update({"timing": "in-process around translate_batch",
+                             "batch": "2048 tokens", "compute_type": "float32",
+                             "stopped_s": round(stopped, 1)})
+    return {"converted_from": checkpoint, "model_load_s": round(timing["load_s"], 3),
+            "decode_peak_rss_mb": round(timing["peak_rss_mb"], 1), "decode": decode,
+            "phases": {"convert": round(convert_s, 1), "decode": round(decode_s, 1)}}
+
+
+# ----------------------------------------------------------------------------- JoeyNMT
+
+JOEY_STEP = re.compile(r"Epoch\s+\d+, Step:\s+(\d+), Batch Loss:.*Tokens per Sec:\s+([\d.]+)")
+JOEY_SAVED = re.compile(r"Checkpoint saved in (\S+?(\d+)\.ckpt)")
+JOEY_VALID = re.compile(r"Predicting \d+ example|Evaluation result|Checkpoint saved|Hooray")
+JOEY_TIME = re.compile(r"Generation took ([\d.]+)\[sec\]")
+
+
+def joey_config(args, data_info: dict, model_dir: Path, beam: int = 1,
+                checkpoint: str | None = None) -> dict:
+    m = MODEL
+    data_dir = Path(data_info["dir"])
+    side = {"level": "word", "lowercase": False, "normalize": False, "max_length": -1,
+            "voc_file": str(data_dir / "vocab.txt")}
+    layer = {"type": "transformer", "num_layers": m["layers"], "num_heads": m["heads"],
+             "embeddings": {"embedding_dim": m["d_model"], "scale": True},
+             "hidden_size": m["d_model"], "ff_size": m["ff"], "dropout": m["dropout"],
+             "layer_norm": "pre"}
+    testing = {"beam_size": beam, "batch_size": 64, "batch_type": "sentence", "eval_metrics": []}
+    if getattr(args, "max_length", None):
+        testing["max_output_length"] = args.max_length
+    if checkpoint:
+        testing["load_model"] = checkpoint
+    return {
+        "name": "peers-joey",
+        "joeynmt_version": "2.3.0",
+        "model_dir": str(model_dir),
+        "use_cuda": False,
+        "fp16": False,
+        "random_seed": 42,
+        "data": {"train": str(data_dir / "train"), "dev": str(data_dir / "val"),
+                 "dataset_type": "plain", "sample_dev_subset": 16,
+                 "src": {"lang": args.src, **side}, "trg": {"lang": args.tgt, **side}},
+        "testing": testing,
+        "training": {
+            "optimizer": "adam", "adam_betas": m["adam_betas"], "scheduling": "noam",
+            "learning_rate_factor": m["noam_factor"], "learning_rate_warmup": m["warmup"],
+            "learning_rate_min": 1.0e-9, "loss": "crossentropy",
+            "label_smoothing": m["label_smoothing"], "batch_size": m["batch_tokens"],
+            "batch_type": "token", "normalization": "tokens", "epochs": 1000,
+            "validation_freq": 10_000_000, "logging_freq": 1,  # no validation
+            "early_stopping_metric": "loss", "keep_best_ckpts": -1, "overwrite": True,
+            "shuffle": True, "print_valid_sents": [], "num_workers": 0,
+        },
+        "model": {"initializer": "xavier_uniform", "embed_initializer": "xavier_uniform",
+                  "bias_initializer": "zeros", "tied_embeddings": True,
+                  "tied_softmax": True, "encoder": layer, "decoder": dict(layer)},
+    }
+
+
+def joey_checkpoint_done(lines, after_t):
+    for t, line in reversed(lines):
+        if t < after_t:
+            return None
+        match = JOEY_SAVED.search(line)
+        if match:
+            return int(match.group(2)), match.group(1), t
+    return None
+
+
+def joey_throughput(lines, src_tgt_ratio: float) -> dict:
+    """Target tokens/s of the report windows without a validation (the first window left out),
+    weighted by their wall time, scaled to source + target."""
+    tokens = seconds = 0.0
+    steps = 0
+    prev = None
+    valid_in_window = False
+    for t, line in lines:
+        if JOEY_VALID.search(line):
+            valid_in_window = True
+            continue
+        match = JOEY_STEP.search(line)
+        if not match:
+            continue
+        step, rate = int(match.group(1)), float(match.group(2))
+        if prev is not None and not valid_in_window:
+            dt = t - prev[0]
+            tokens += rate * dt
+            seconds += dt
+            steps += step - prev[1]
+        prev = (t, step)
+        valid_in_window = False
+    if not seconds:
+        return {"tokens_per_s": None}
+    tgt_rate = tokens / seconds
+    return {"tokens_per_s": round(tgt_rate * (1 + src_tgt_ratio), 1),
+            "tgt_tokens_per_s": round(tgt_rate, 1), "measured_steps": steps,
+            "measured_seconds": round(seconds, 1),
+            "tokens_per_step": round(tokens * (1 + src_tgt_ratio) / steps, 1),
+            "s_per_step": round(seconds / steps, 3),
+            "measure": "JoeyNMT report lines: target tokens/s of windows without validation, "
+                       f"weighted by wall time, x (1 + src/tgt corpus ratio {src_tgt_ratio:.3f}) "
+                       "(estimate)"}
+
+
+def train_joey(args, venv: Path, data_info: dict) -> dict:
+    out_dir = args.work / "joey"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model_dir = out_dir / "model"
+    config_path = out_dir / "train.yaml"
+    config_path.write_text(yaml_dump(joey_config(args, data_info, model_dir)))
+    env = thread_env(args.threads)
+
+    start = time.perf_counter()
+    run = run_training([str(venv_python(venv)), "-m", "joeynmt", "train", str(config_path),
+                        "--skip-test"], out_dir / "train.log", env, args.train_minutes,
+                       r"Step:\s+\d+,", joey_checkpoint_done, interrupt=True)
+    train_wall = time.perf_counter() - start
+    result = {"config": str(config_path), "steps": run["step"], "checkpoint": run["checkpoint"],
+              "startup_s": round(run["t_start"], 1),
+              "train_s": round(run["t_checkpoint"] - run["t_start"], 1),
+              "peak_rss_mb": run["peak_rss_mb"], "peak_rss_tree_mb": run["peak_rss_tree_mb"],
+              "validation": "none (stopped with SIGINT, on which JoeyNMT saves a checkpoint)",
+              "stopped_s": run["stopped_s"],
+              **joey_throughput(run["lines"], data_info["train_src_tgt_ratio"])}
+    return {"train": result, "phases": {"train": round(train_wall, 1)}}
+
+
+def decode_joey(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
+    out_dir = args.work / "joey"
+    model_dir = out_dir / "model"
+    data_dir = Path(data_info["dir"])
+    env = thread_env(args.threads, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")  # our own checkpoint
+    one = out_dir / "one.src"
+    one.write_text((data_dir / f"test.{args.src}").read_text(encoding="utf-8")
+                   .split("\n")[0] + "\n", encoding="utf-8")
+    results = {}
+    for mode, beam in MODES.items():
+        config_path = out_dir / f"translate.{mode}.yaml"
+        config = joey_config(args, data_info, model_dir, beam=beam, checkpoint=checkpoint)
+        config_path.write_text(yaml_dump(config))
+        command = [str(venv_python(venv)), "-m", "joeynmt", "translate", str(config_path)]
+        hyp = out_dir / f"test.{mode}.hyp"
+        base_wall, _, base_stopped = run_timed(
+            command, out_dir / f"translate.one.{mode}.log", env, stdin=one,
+            stdout=out_dir / f"one.{mode}.hyp")
+        wall, text, stopped = run_timed(
+            command, out_dir / f"translate.{mode}.log", env,
+            stdin=data_dir / f"test.{args.src}", stdout=hyp)
+        own = JOEY_TIME.findall(text)
+        seconds = float(own[-1]) if own else wall - base_wall
+        results[mode] = score(args.tokenizer, data_info, hyp, args.tgt, seconds)
+        results[mode].update({"timing": "joeynmt 'Generation took'" if own
+                              else "wall - 1-line wall", "wall_s": round(wall, 2),
+                              "wall_minus_1line_s": round(wall - base_wall, 2),
+                              "stopped_s": round(stopped + base_stopped, 1),
+                              "batch": "64 sentences"})
+    return results
+
+
+# -------------------------------------------------------------------------------- main
+
+def machine_info(threads: int) -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count(), "threads": threads,
+            "python": platform.python_version(), "loadavg_at_start": os.getloadavg()}
+
+
+def table(results: dict) -> str:
+    rows = [("peer", "train tok/s", "steps", "train s", "peak RSS MB", "mode", "sent/s",
+             "pieces/s", "BLEU")]
+    for key, peer in results["peers"].items():
+        name = PEER_NAMES.get(key, key)
+        if "error" in peer:
+            rows.append((name, "error: " + peer["error"].splitlines()[0][:60], "", "", "", "",
+                         "", "", ""))
+            continue
+        train = peer.get("train", {})
+        first = True
+        for mode, d in peer.get("decode", {}).items():
+            rows.append((name if first else "",
+                         f"{train['tokens_per_s']:,.0f}" if first and train.get(
+                             "tokens_per_s") else "",
+                         str(train.get("steps", "")) if first else "",
+                         str(train.get("train_s", "")) if first else "",
+                         f"{train['peak_rss_mb']:,.0f}" if first and train else "",
+                         mode, f"{d['sent_per_s']:,.1f}", f"{d['pieces_per_s']:,.0f}",
+                         f"{d['bleu']:.2f}"))
+            first = False
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) if i in (0, 5) else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=Path("../shared/data/multi30k"))
+    parser.add_argument("--tokenizer", type=Path, required=True,
+                        help="tokenizer JSON from tfm train-tokenizer (joint vocabulary)")
+    parser.add_argument("--work", type=Path, required=True, help="work directory")
+    parser.add_argument("--peers", default="onmt,ct2,joey",
+                        help="comma-separated: onmt, ct2 (needs an OpenNMT-py model), joey")
+    parser.add_argument("--train-minutes", type=float, default=10.0,
+                        help="training budget per peer, from its first step")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-length", type=int, default=0,
+                        help="cap every peer's outputs at this many pieces (default: each "
+                             "peer's own cap); for short debug runs whose models never stop")
+    parser.add_argument("--venvs", type=Path, default=Path("/work/peer-venvs"))
+    parser.add_argument("--src", default="en")
+    parser.add_argument("--tgt", default="de")
+    parser.add_argument("--reuse", action="store_true",
+                        help="decode the models of a previous run in --work instead of training")
+    parser.add_argument("--setup-only", action="store_true",
+                        help="install the peers' environments, print their versions, stop")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so that a running toolkit's process group is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = set(peers) - set(PEER_NAMES)
+    if unknown:
+        parser.error(f"unknown peers: {', '.join(sorted(unknown))}")
+    args.work = args.work.resolve()
+    args.tokenizer = args.tokenizer.resolve()
+    args.work.mkdir(parents=True, exist_ok=True)
+
+    results: dict = {"machine": machine_info(args.threads), "model": MODEL,
+                     "train_minutes": args.train_minutes,
+                     "max_length": args.max_length or "each peer's default", "peers": {}}
+    log("setup")
+    installed = setup(peers, args.venvs)
+    if args.setup_only:
+        print(json.dumps(installed, indent=2))
+        return
+    log("data")
+    start = time.perf_counter()
+    data_info = prepare_data(args.data, args.tokenizer, args.work, args.src, args.tgt)
+    results["data"] = {**data_info, "seconds": round(time.perf_counter() - start, 1),
+                       "tokenizer": str(args.tokenizer)}
+
+    onmt_checkpoint = None
+    state_file = args.work / "onmt" / "result.json"
+    if "onmt" in peers:
+        venv = Path(installed["onmt"]["venv"])
+        peer = {"versions": installed["onmt"]["versions"],
+                "phases": {"install": installed["onmt"]["seconds"]}}
+        results["peers"]["onmt"] = peer
+        try:
+            if args.reuse and state_file.exists():
+                peer["train"] = json.loads(state_file.read_text())["train"]
+            else:
+                log("OpenNMT-py: vocabulary and training")
+                trained = train_onmt(args, venv, data_info)
+                peer["train"] = trained["train"]
+                peer["phases"].update(trained["phases"])
+                state_file.write_text(json.dumps({"train": peer["train"]}, indent=1))
+            onmt_checkpoint = peer["train"]["checkpoint"]
+            log("OpenNMT-py: decoding")
+            start = time.perf_counter()
+            peer["decode"] = decode_onmt(args, venv, data_info, onmt_checkpoint)
+            peer["phases"]["decode"] = round(time.perf_counter() - start, 1)
+        except Exception as error:  # noqa: BLE001 - one peer failing must not stop the others
+            peer["error"] = f"{type(error).__name__}: {error}"
+            log("OpenNMT-py failed: " + peer["error"])
+    if "ct2" in peers:
+        peer = {"versions": installed["onmt"]["versions"]}
+        results["peers"]["ct2"] = peer
+        try:
+            if onmt_checkpoint is None and state_file.exists():
+                onmt_checkpoint = json.loads(state_file.read_text())["train"]["checkpoint"]
+            if onmt_checkpoint is None or not Path(onmt_checkpoint).exists():
+                raise RuntimeError("no OpenNMT-py checkpoint to convert (run with onmt)")
+            log("CTranslate2: conversion and decoding")
+            peer.update(run_ct2(args, Path(installed["onmt"]["venv"]), data_info,
+                                onmt_checkpoint))
+        except Exception as error:  # noqa: BLE001
+            peer["error"] = f"{type(error).__name__}: {error}"
+            log("CTranslate2 failed: " + peer["error"])
+    if "joey" in peers:
+        venv = Path(installed["joey"]["venv"])
+        peer = {"versions": installed["joey"]["versions"],
+                "phases": {"install": installed["joey"]["seconds"]}}
+        results["peers"]["joey"] = peer
+        joey_state = args.work / "joey" / "result.json"
+        try:
+            if args.reuse and joey_state.exists():
+                peer["train"] = json.loads(joey_state.read_text())["train"]
+            else:
+                log("JoeyNMT: training")
+                trained = train_joey(args, venv, data_info)
+                peer["train"] = trained["train"]
+                peer["phases"].update(trained["phases"])
+                joey_state.write_text(json.dumps({"train": peer["train"]}, indent=1))
+            log("JoeyNMT: decoding")
+            start = time.perf_counter()
+            peer["decode"] = decode_joey(args, venv, data_info, peer["train"]["checkpoint"])
+            peer["phases"]["decode"] = round(time.perf_counter() - start, 1)
+        except Exception as error:  # noqa: BLE001
+            peer["error"] = f"{type(error).__name__}: {error}"
+            log("JoeyNMT failed: " + peer["error"])
+
+    machine = results["machine"]
+    print(f"\n{machine['cpu']}, {args.threads} threads; Multi30k {args.src}->{args.tgt}, "
+          f"test_2016_flickr; training budget {args.train_minutes:g} min per peer")
+    print(table(results))
+    signatures = {d["signature"] for p in results["peers"].values()
+                  for d in p.get("decode", {}).values()}
+    for signature in sorted(signatures):
+        print(f"BLEU signature: {signature}")
+    for key, peer in results["peers"].items():
+        parts = [("train", peer.get("train", {}))] + list(peer.get("decode", {}).items())
+        for part, d in parts:
+            if d.get("stopped_s"):
+                print(f"WARNING: {PEER_NAMES[key]} {part}: the process was seen stopped "
+                      f"(SIGSTOP) for {d['stopped_s']} s: its timings are not valid")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()
