@@ -328,6 +328,13 @@ def _descendants(pid: int) -> list[int]:
     return out
 
 
+def _default_sigint() -> None:
+    """In the child, before it runs: SIGINT back to its default action. A job started in the
+    background by a non-interactive shell (``nohup python bench/run.py &``) ignores SIGINT, and
+    its children inherit that, so JoeyNMT would never see the SIGINT that makes it save."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Monitored:
     """A command in its own session; its merged stdout/stderr timestamped line by line (seconds
     since launch) into ``log``; peak RSS (VmHWM) of the process and of its descendants."""
@@ -344,7 +351,8 @@ class Monitored:
         self._log.write("# " + " ".join(command) + "\n")
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, cwd=cwd, text=True,
-                                     errors="replace", start_new_session=True, bufsize=1)
+                                     errors="replace", start_new_session=True, bufsize=1,
+                                     preexec_fn=_default_sigint)
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

@@ -247,6 +247,9 @@ def write_report(results: dict, path: Path, commands: list[str]) -> None:
         f"padding {step['padding_fraction']:.1%}. `train-tokenizer`: {tfm['train_tokenizer_s']} "
         f"s, `prepare`: {tfm['prepare_s']} s (command line, start-up included).",
         "",
+        "All figures are CPU figures. The CUDA path (bf16 autocast, fused attention) has not been "
+        "measured: no GPU has been available to this project yet, so its speed is untested.",
+        "",
         "The commands, in order:",
         "",
         "```",
@@ -291,7 +294,7 @@ def main() -> None:
     write_report(results, args.report, commands)
     print(f"Wrote {args.report}")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+        args.json.write_text(json.dumps({**results, "commands": commands}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
