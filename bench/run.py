@@ -116,7 +116,8 @@ def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict
     # Where the time goes, in a run of its own (the profiler's records would inflate the
     # memory figures above).
     log("tfm: profiling beam 5 decoding")
-    r = run([*command[:-4], "--beam", "5", "--precision", "fp32", "--profile"], commands)
+    r = run([*command[:-6], "--beam", "5", "--threads", threads, "--precision", "fp32",
+             "--profile"], commands)
     result["decode"]["beam5"]["profile"] = json.loads(
         r["stdout"].strip().splitlines()[-1])["profile"]
     return result

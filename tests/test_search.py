@@ -224,6 +224,42 @@ def test_beam_search_stops_early_only_when_nothing_better_can_come(seed):
             assert_same_hypothesis(got, want)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_with_one_best_asked_for_search_stops_at_the_best_a_full_search_finds(seed):
+    # Without length normalisation, a sentence whose best hypothesis has ended cannot do better
+    # by decoding on: with n_best=1 it stops there, and returns the best that running every
+    # beam to the length limit finds.
+    model = tiny_model(seed)
+    with torch.no_grad():
+        model.output_proj.weight[EOS_ID] *= 2.5
+    lengths = [3, 6, 4, 8]
+    src = sources(lengths, 10, seed)
+    k, a, b = 3, 1.0, 3
+    results = beam_search(model, src, beam=k, length_penalty=0.0, max_len_a=a, max_len_b=b,
+                          n_best=1)
+    for i, n in enumerate(lengths):
+        [best] = results[i]
+        assert_same_hypothesis(best, reference_beam_search(model, src[i: i + 1, :n], k,
+                                                           int(a * n + b))[0])
+
+
+def test_without_stop_early_the_search_waits_for_beam_finished_hypotheses():
+    # fairseq's rule: the best of n_best=1 is the best of the n_best=beam search, exactly. With
+    # a strong length penalty, longer hypotheses that end later can win, so stopping at the
+    # first best changes some outputs here (this seed: 3 of 5 sentences).
+    model = tiny_model(5)
+    with torch.no_grad():
+        model.output_proj.weight[EOS_ID] *= 2.5
+    src = sources(LENGTHS, 10, 5)
+    options = dict(beam=4, length_penalty=2.0, max_len_a=1.0, max_len_b=6)
+    waited = beam_search(model, src, n_best=1, stop_early=False, **options)
+    early = beam_search(model, src, n_best=1, **options)
+    full = beam_search(model, src, n_best=4, **options)
+    for [best], hyps in zip(waited, full):
+        assert_same_hypothesis(best, hyps[0])
+    assert [e.tokens for [e] in early] != [w.tokens for [w] in waited]
+
+
 @pytest.mark.parametrize("n_best", [1, 3, 4, 6])
 def test_n_best_gives_distinct_hypotheses_best_first(n_best):
     model = tiny_model(3)

@@ -353,10 +353,11 @@ def plot_curve(
 
 
 def _search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len, n_best,
-                    attention=False):
+                    stop_early, attention=False):
     return translator.default_options(beam=beam, length_penalty=length_penalty,
                                       max_len_a=max_len_a, max_len_b=max_len_b,
-                                      min_len=min_len, n_best=n_best, attention=attention)
+                                      min_len=min_len, n_best=n_best, stop_early=stop_early,
+                                      attention=attention)
 
 
 ModelOpt = Annotated[Path, typer.Option(
@@ -369,6 +370,10 @@ MaxLenAOpt = Annotated[Optional[float], typer.Option(
     "--max-len-a", help="Maximum output length is a * source length + b.  \\[default: 1.5]")]
 MaxLenBOpt = Annotated[Optional[int], typer.Option(
     "--max-len-b", help="See --max-len-a.  \\[default: 10]")]
+StopEarlyOpt = Annotated[bool, typer.Option(
+    "--stop-early/--no-stop-early", help="Beam search: end a sentence once its --n-best best "
+    "hypotheses have ended (as OpenNMT-py and CTranslate2 do), or wait for --beam of them (as "
+    "fairseq does: slower, sometimes slightly higher BLEU).")]
 
 
 @app.command()
@@ -389,6 +394,7 @@ def translate(
         "--min-len", help="Minimum output length in tokens.")] = 0,
     n_best: Annotated[int, typer.Option(
         "--n-best", help="Hypotheses per sentence (jsonl shows them all).")] = 1,
+    stop_early: StopEarlyOpt = True,
     fmt: Annotated[str, typer.Option(
         "--format", help="text: one translation a line; jsonl: scores and n-best too.")
     ] = "text",
@@ -420,7 +426,8 @@ def translate(
         raise UsageError(f"--input {input}: no such file")
     translator = Translator(model, device, precision=precision)
     options = _search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len,
-                              n_best, attention=alignments or show_attention or plot is not None)
+                              n_best, stop_early,
+                              attention=alignments or show_attention or plot is not None)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     try:
         if text:
@@ -511,6 +518,7 @@ def eval_cmd(
     length_penalty: LenPenOpt = None,
     max_len_a: MaxLenAOpt = None,
     max_len_b: MaxLenBOpt = None,
+    stop_early: StopEarlyOpt = True,
     save_hyp: Annotated[Optional[Path], typer.Option(
         "--save-hyp", help="Also write the translations to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
@@ -534,7 +542,8 @@ def eval_cmd(
             raise UsageError(f"{src} has {len(sources)} lines but {ref} has "
                              f"{len(references)}: they must be aligned line by line")
         translator = Translator(model, device, precision=precision)
-        options = _search_options(translator, beam, length_penalty, max_len_a, max_len_b, 0, 1)
+        options = _search_options(translator, beam, length_penalty, max_len_a, max_len_b, 0, 1,
+                                  stop_early)
         start = time.monotonic()
         with err.status(f"Translating {len(sources)} sentences (beam {options.beam}) ..."):
             hypotheses = [t.text for t in translator.translate(sources, options)]

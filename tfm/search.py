@@ -89,17 +89,23 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
 @torch.inference_mode()
 def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: float = 1.0,
                 max_len_a: float = 1.5, max_len_b: int = 10, min_len: int = 0,
-                n_best: int = 1, need_attention: bool = False) -> list[list[Hypothesis]]:
+                n_best: int = 1, need_attention: bool = False, stop_early: bool = True,
+                ) -> list[list[Hypothesis]]:
     """Beam search; for each sentence the ``n_best`` finished hypotheses, best first.
 
     Scores are length-normalised: log P / length ** length_penalty, the length counting EOS.
-    A sentence is finished at its length limit, or when it has ``beam`` finished hypotheses
-    and no live beam would beat the worst of them if it ended now.
+    A sentence is finished at its length limit, or when it has ``n_best`` finished hypotheses
+    (``beam`` of them without ``stop_early``) and no live beam would beat the worst of those
+    if it ended now. With one best asked for, ``stop_early`` ends a sentence as soon as its
+    best hypothesis has ended, as OpenNMT-py and CTranslate2 do; without it, the search waits
+    for ``beam`` finished hypotheses, as fairseq does: more steps, the same best hypothesis
+    when there is no length normalisation, and with it sometimes a longer, better one.
     """
     pad = model.config.pad_id
     device = src.device
     b = src.size(0)
     k = beam
+    need = min(n_best, k) if stop_early else k  # finished hypotheses needed before stopping
     max_len_all = max_lengths(src, pad, max_len_a, max_len_b, model.config.max_positions)
     memory, memory_mask = model.encode(src)
     # k decoder rows per sentence (its beams), sharing the sentence's cross-attention keys and
@@ -153,16 +159,17 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
                     del hyps[k:]
 
         # A sentence is done at its length limit (every live beam was just forced to end), or
-        # once it has k finished hypotheses and its best live beam, ended now, would score no
-        # better than the worst of them. (log P only falls as a hypothesis grows; with a
-        # length penalty this is the usual heuristic, as in Hugging Face's beam search.)
+        # once it has the n_best finished hypotheses it returns and its best live beam, ended
+        # now, would score no better than the worst of them. (log P only falls as a hypothesis
+        # grows; with a length penalty this is the usual heuristic, as in Hugging Face's.)
         best_live = (cont_scores[:, 0] / (step + 2) ** length_penalty).tolist()
         at_limit = (max_len_all[alive] == step + 1).tolist()
         keep_rows = []
         for row in range(n):
             hyps = finished[alive_list[row]]
             done = at_limit[row] or (
-                len(hyps) >= k and min(h.score for h in hyps) >= best_live[row])
+                len(hyps) >= need
+                and sorted((h.score for h in hyps), reverse=True)[need - 1] >= best_live[row])
             if not done:
                 keep_rows.append(row)
         keep = torch.arange(n, device=device)

@@ -39,6 +39,7 @@ class SearchOptions:
     max_len_b: int = 10
     min_len: int = 0
     n_best: int = 1
+    stop_early: bool = True  # end a sentence once its n_best best hypotheses have ended
     max_tokens: int = 4096  # source tokens x beam per batch
     attention: bool = False  # keep cross-attention and word alignments (slower)
 
@@ -135,7 +136,7 @@ class Translator:
             return greedy_search(self.model, src, o.max_len_a, o.max_len_b, o.min_len,
                                  o.attention)
         return beam_search(self.model, src, o.beam, o.length_penalty, o.max_len_a, o.max_len_b,
-                           o.min_len, o.n_best, o.attention)
+                           o.min_len, o.n_best, o.attention, o.stop_early)
 
     def _attach_attention(self, result: Translation, src_ids: list[int],
                           best: Hypothesis) -> None:
