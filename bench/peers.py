@@ -58,9 +58,11 @@ tfm never imports this file. What it does, in order:
    around ``translate_batch`` after a 1-sentence warm-up. Reported: seconds, sentences/s,
    target pieces/s (pieces of the output, </s> excluded), BLEU and its signature. Output
    lengths are capped by each peer's default (OpenNMT-py: 1.25 x source length, at most 250;
-   CTranslate2: 256; JoeyNMT: 1.5 x the longest source of the batch): a model trained too
-   briefly to emit </s> decodes up to those caps, and its speed then says little
-   (``--max-length N`` caps all of them at N pieces, for short debug runs).
+   JoeyNMT: 1.5 x the longest source of the batch), except CTranslate2, whose only cap is an
+   absolute one (256 by default): it gets 1.5 x the longest test source + 10, the cap tfm
+   gives that sentence (a single output that never ends holds up its whole batch to the cap).
+   A model trained too briefly to emit </s> decodes up to those caps, and its speed then says
+   little (``--max-length N`` caps all of them at N pieces, for short debug runs).
 5. A table on stdout, and everything in ``--json``: a dict per peer with the versions, the
    training figures, each decoding mode, and the wall time of each phase.
 
@@ -736,9 +738,12 @@ def run_ct2(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
     convert_s = time.perf_counter() - start
     start = time.perf_counter()
     data_dir = Path(data_info["dir"])
+    longest = max(len(line.split()) for line in
+                  (data_dir / f"test.{args.src}").read_text(encoding="utf-8").splitlines())
+    ct2_cap = int(1.5 * (longest + 1) + 10)  # tfm's cap for that sentence (source + </s>)
     _, text, stopped = run_timed([python, "-c", CT2_TRANSLATE, str(model_dir),
                                   str(data_dir / f"test.{args.src}"), str(out_dir / "test"),
-                                  str(args.threads), str(args.max_length or 0)],
+                                  str(args.threads), str(args.max_length or ct2_cap)],
                                  out_dir / "translate.log", env)
     decode_s = time.perf_counter() - start
     timing = json.loads(text.split("RESULT ", 1)[1].splitlines()[0])
