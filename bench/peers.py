@@ -950,6 +950,33 @@ def table(results: dict) -> str:
                                for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
 
 
+def train_and_decode(args, key: str, installed: dict, data_info: dict, train, decode) -> dict:
+    """One PyTorch peer: train (or, with --reuse, read back the training of a previous run in
+    --work), then decode with that checkpoint. A failure is recorded in the result, not raised:
+    one peer failing must not stop the others."""
+    name = PEER_NAMES[key]
+    venv = Path(installed["venv"])
+    peer = {"versions": installed["versions"], "phases": {"install": installed["seconds"]}}
+    state_file = args.work / key / "result.json"
+    try:
+        if args.reuse and state_file.exists():
+            peer["train"] = json.loads(state_file.read_text())["train"]
+        else:
+            log(f"{name}: training")
+            trained = train(args, venv, data_info)
+            peer["train"] = trained["train"]
+            peer["phases"].update(trained["phases"])
+            state_file.write_text(json.dumps({"train": peer["train"]}, indent=1))
+        log(f"{name}: decoding")
+        start = time.perf_counter()
+        peer["decode"] = decode(args, venv, data_info, peer["train"]["checkpoint"])
+        peer["phases"]["decode"] = round(time.perf_counter() - start, 1)
+    except Exception as error:  # noqa: BLE001
+        peer["error"] = f"{type(error).__name__}: {error}"
+        log(f"{name} failed: " + peer["error"])
+    return peer
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=Path("../shared/data/multi30k"))
@@ -1000,27 +1027,9 @@ def main() -> None:
     onmt_checkpoint = None
     state_file = args.work / "onmt" / "result.json"
     if "onmt" in peers:
-        venv = Path(installed["onmt"]["venv"])
-        peer = {"versions": installed["onmt"]["versions"],
-                "phases": {"install": installed["onmt"]["seconds"]}}
-        results["peers"]["onmt"] = peer
-        try:
-            if args.reuse and state_file.exists():
-                peer["train"] = json.loads(state_file.read_text())["train"]
-            else:
-                log("OpenNMT-py: vocabulary and training")
-                trained = train_onmt(args, venv, data_info)
-                peer["train"] = trained["train"]
-                peer["phases"].update(trained["phases"])
-                state_file.write_text(json.dumps({"train": peer["train"]}, indent=1))
-            onmt_checkpoint = peer["train"]["checkpoint"]
-            log("OpenNMT-py: decoding")
-            start = time.perf_counter()
-            peer["decode"] = decode_onmt(args, venv, data_info, onmt_checkpoint)
-            peer["phases"]["decode"] = round(time.perf_counter() - start, 1)
-        except Exception as error:  # noqa: BLE001 - one peer failing must not stop the others
-            peer["error"] = f"{type(error).__name__}: {error}"
-            log("OpenNMT-py failed: " + peer["error"])
+        peer = results["peers"]["onmt"] = train_and_decode(
+            args, "onmt", installed["onmt"], data_info, train_onmt, decode_onmt)
+        onmt_checkpoint = peer.get("train", {}).get("checkpoint")
     if "ct2" in peers:
         peer = {"versions": installed["onmt"]["versions"]}
         results["peers"]["ct2"] = peer
@@ -1036,27 +1045,8 @@ def main() -> None:
             peer["error"] = f"{type(error).__name__}: {error}"
             log("CTranslate2 failed: " + peer["error"])
     if "joey" in peers:
-        venv = Path(installed["joey"]["venv"])
-        peer = {"versions": installed["joey"]["versions"],
-                "phases": {"install": installed["joey"]["seconds"]}}
-        results["peers"]["joey"] = peer
-        joey_state = args.work / "joey" / "result.json"
-        try:
-            if args.reuse and joey_state.exists():
-                peer["train"] = json.loads(joey_state.read_text())["train"]
-            else:
-                log("JoeyNMT: training")
-                trained = train_joey(args, venv, data_info)
-                peer["train"] = trained["train"]
-                peer["phases"].update(trained["phases"])
-                joey_state.write_text(json.dumps({"train": peer["train"]}, indent=1))
-            log("JoeyNMT: decoding")
-            start = time.perf_counter()
-            peer["decode"] = decode_joey(args, venv, data_info, peer["train"]["checkpoint"])
-            peer["phases"]["decode"] = round(time.perf_counter() - start, 1)
-        except Exception as error:  # noqa: BLE001
-            peer["error"] = f"{type(error).__name__}: {error}"
-            log("JoeyNMT failed: " + peer["error"])
+        results["peers"]["joey"] = train_and_decode(
+            args, "joey", installed["joey"], data_info, train_joey, decode_joey)
 
     machine = results["machine"]
     print(f"\n{machine['cpu']}, {args.threads} threads; Multi30k {args.src}->{args.tgt}, "
