@@ -8,7 +8,9 @@
 # (d_model 256, 3+3 layers, 4 heads, d_ff 1024: 7.6M parameters with the joint 8k BPE),
 # trained for 45 minutes (--max-time; pass e.g. --max-time 120 to train longer) with the
 # learning rate decaying linearly to zero at the end of that time, then scored with beam 5 by
-# sacrebleu on detokenised, cased output.
+# sacrebleu on detokenised, cased output. Expected test_2016_flickr BLEU on 2 CPU cores (Intel
+# Xeon, --precision fp32): en-de 38.2 with --max-time 60, de-en 41.0 and en-fr 58.0 in 45 min
+# (docs/multi30k.md).
 set -euo pipefail
 data=${1:?usage: multi30k.sh DATA_DIR SRC TGT [OUT_DIR] [train options...]}
 src=${2:?source language, e.g. en}
