@@ -469,10 +469,12 @@ def run_training(command: list[str], log_path: Path, env: dict, minutes: float,
 
 
 def run_timed(command: list[str], log_path: Path, env: dict, stdin: Path | None = None,
-              stdout: Path | None = None) -> tuple[float, str, float]:
-    """Wall time of a command, its log (stderr, and stdout when not redirected), and the seconds
-    it was seen stopped (SIGSTOP from outside)."""
+              stdout: Path | None = None) -> tuple[float, str, float, float]:
+    """Wall time of a command, its log (stderr, and stdout when not redirected), the seconds it
+    was seen stopped (SIGSTOP from outside), and its peak resident memory in MB (the kernel's
+    ru_maxrss of that process, read when it is reaped)."""
     stopped = 0.0
+    peak_rss_mb = 0.0
     start = time.perf_counter()
     with log_path.open("w", encoding="utf-8") as err:
         fin = stdin.open("rb") if stdin else subprocess.DEVNULL
@@ -481,14 +483,17 @@ def run_timed(command: list[str], log_path: Path, env: dict, stdin: Path | None 
             proc = subprocess.Popen(command, stdin=fin, stdout=fout, stderr=err, env=env)
             last = time.monotonic()
             while True:
-                try:
-                    rc = proc.wait(0.2)
+                # wait4 instead of proc.wait: it also returns the child's resource usage.
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    rc = proc.returncode = os.waitstatus_to_exitcode(status)
+                    peak_rss_mb = usage.ru_maxrss / 1024  # Linux: kilobytes
                     break
-                except subprocess.TimeoutExpired:
-                    now = time.monotonic()
-                    if _stopped(proc.pid):
-                        stopped += now - last
-                    last = now
+                time.sleep(0.2)
+                now = time.monotonic()
+                if _stopped(proc.pid):
+                    stopped += now - last
+                last = now
         finally:
             if stdin:
                 fin.close()
@@ -499,7 +504,7 @@ def run_timed(command: list[str], log_path: Path, env: dict, stdin: Path | None 
     if rc:
         raise RuntimeError(f"{' '.join(command[:3])} ... failed ({rc}):\n"
                            + "\n".join(text.splitlines()[-15:]))
-    return wall, text, stopped
+    return wall, text, stopped, peak_rss_mb
 
 
 def yaml_dump(obj, indent: int = 0) -> str:
@@ -671,9 +676,9 @@ def decode_onmt(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
                     "-report_time"] + (["-max_length", str(args.max_length)]
                                        if args.max_length else [])
         hyp = out_dir / f"test.{mode}.hyp"
-        base_wall, _, base_stopped = run_timed(
+        base_wall, _, base_stopped, _ = run_timed(
             command(one, out_dir / f"one.{mode}.hyp"), out_dir / f"translate.one.{mode}.log", env)
-        wall, text, stopped = run_timed(
+        wall, text, stopped, peak_rss_mb = run_timed(
             command(data_dir / f"test.{args.src}", hyp), out_dir / f"translate.{mode}.log", env)
         own = ONMT_TIME.findall(text)
         seconds = float(own[-1]) if own else wall - base_wall
@@ -682,7 +687,7 @@ def decode_onmt(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
                               "wall_s": round(wall, 2),
                               "wall_minus_1line_s": round(wall - base_wall, 2),
                               "stopped_s": round(stopped + base_stopped, 1),
-                              "batch": "30 sentences"})
+                              "peak_rss_mb": round(peak_rss_mb, 1), "batch": "30 sentences"})
     return results
 
 
@@ -741,10 +746,10 @@ def run_ct2(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
     longest = max(len(line.split()) for line in
                   (data_dir / f"test.{args.src}").read_text(encoding="utf-8").splitlines())
     ct2_cap = int(1.5 * (longest + 1) + 10)  # tfm's cap for that sentence (source + </s>)
-    _, text, stopped = run_timed([python, "-c", CT2_TRANSLATE, str(model_dir),
-                                  str(data_dir / f"test.{args.src}"), str(out_dir / "test"),
-                                  str(args.threads), str(args.max_length or ct2_cap)],
-                                 out_dir / "translate.log", env)
+    _, text, stopped, _ = run_timed([python, "-c", CT2_TRANSLATE, str(model_dir),
+                                     str(data_dir / f"test.{args.src}"), str(out_dir / "test"),
+                                     str(args.threads), str(args.max_length or ct2_cap)],
+                                    out_dir / "translate.log", env)
     decode_s = time.perf_counter() - start
     timing = json.loads(text.split("RESULT ", 1)[1].splitlines()[0])
     decode = {}
@@ -892,10 +897,10 @@ def decode_joey(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
         config_path.write_text(yaml_dump(config))
         command = [str(venv_python(venv)), "-m", "joeynmt", "translate", str(config_path)]
         hyp = out_dir / f"test.{mode}.hyp"
-        base_wall, _, base_stopped = run_timed(
+        base_wall, _, base_stopped, _ = run_timed(
             command, out_dir / f"translate.one.{mode}.log", env, stdin=one,
             stdout=out_dir / f"one.{mode}.hyp")
-        wall, text, stopped = run_timed(
+        wall, text, stopped, peak_rss_mb = run_timed(
             command, out_dir / f"translate.{mode}.log", env,
             stdin=data_dir / f"test.{args.src}", stdout=hyp)
         own = JOEY_TIME.findall(text)
@@ -905,7 +910,7 @@ def decode_joey(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
                               else "wall - 1-line wall", "wall_s": round(wall, 2),
                               "wall_minus_1line_s": round(wall - base_wall, 2),
                               "stopped_s": round(stopped + base_stopped, 1),
-                              "batch": "64 sentences"})
+                              "peak_rss_mb": round(peak_rss_mb, 1), "batch": "64 sentences"})
     return results
 
 
