@@ -101,7 +101,8 @@ def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict
     result["train"] = {"tokens_per_s": statistics.median(windows),
                        "steps": logged[-1]["step"], "train_s": round(logged[-1]["elapsed"]),
                        "peak_rss_mb": r["peak_rss_mb"]}
-    # fp32 like the peers; then `--precision auto` (tfm translate's default), where it differs.
+    # fp32 like the peers; then `--precision auto` (bf16 weights on CPUs with native bf16),
+    # where it differs.
     for key, precision in (("decode", "fp32"), ("decode_auto", "auto")):
         result[key] = {}
         for mode, beam in (("greedy", 1), ("beam5", 5)):
