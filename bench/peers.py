@@ -1030,7 +1030,6 @@ def main() -> None:
                        "tokenizer": str(args.tokenizer)}
 
     onmt_checkpoint = None
-    state_file = args.work / "onmt" / "result.json"
     if "onmt" in peers:
         peer = results["peers"]["onmt"] = train_and_decode(
             args, "onmt", installed["onmt"], data_info, train_onmt, decode_onmt)
@@ -1039,8 +1038,9 @@ def main() -> None:
         peer = {"versions": installed["onmt"]["versions"]}
         results["peers"]["ct2"] = peer
         try:
-            if onmt_checkpoint is None and state_file.exists():
-                onmt_checkpoint = json.loads(state_file.read_text())["train"]["checkpoint"]
+            onmt_state = args.work / "onmt" / "result.json"  # a previous run's, without onmt
+            if onmt_checkpoint is None and onmt_state.exists():
+                onmt_checkpoint = json.loads(onmt_state.read_text())["train"]["checkpoint"]
             if onmt_checkpoint is None or not Path(onmt_checkpoint).exists():
                 raise RuntimeError("no OpenNMT-py checkpoint to convert (run with onmt)")
             log("CTranslate2: conversion and decoding")

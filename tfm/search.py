@@ -140,7 +140,7 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
         new_token = top_token.gather(1, order)
 
         # Hypotheses end where EOS is among a sentence's k best candidates; each sentence keeps
-        # its k best finished hypotheses.
+        # its k best finished hypotheses, best first.
         eos_rows, eos_cols = is_eos[:, :k].nonzero(as_tuple=True)
         if eos_rows.numel():
             hist_cpu = history.cpu()
@@ -154,9 +154,8 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
                 lp = float(ends[row, col])
                 attn = attn_cpu[beam_row].tolist() if attn_cpu is not None else None
                 hyps.append(Hypothesis(out, lp / (len(out) + 1) ** length_penalty, lp, attn))
-                if len(hyps) > k:
-                    hyps.sort(key=lambda h: h.score, reverse=True)
-                    del hyps[k:]
+                hyps.sort(key=lambda h: h.score, reverse=True)  # kept best first
+                del hyps[k:]
 
         # A sentence is done at its length limit (every live beam was just forced to end), or
         # once it has the n_best finished hypotheses it returns and its best live beam, ended
@@ -168,8 +167,7 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
         for row in range(n):
             hyps = finished[alive_list[row]]
             done = at_limit[row] or (
-                len(hyps) >= need
-                and sorted((h.score for h in hyps), reverse=True)[need - 1] >= best_live[row])
+                len(hyps) >= need and hyps[need - 1].score >= best_live[row])
             if not done:
                 keep_rows.append(row)
         keep = torch.arange(n, device=device)
@@ -188,8 +186,4 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
         scores = cont_scores
         state = state.index_select(source_rows)
         step += 1
-    results = []
-    for hyps in finished:
-        hyps.sort(key=lambda h: h.score, reverse=True)
-        results.append(hyps[:n_best])
-    return results
+    return [hyps[:n_best] for hyps in finished]
