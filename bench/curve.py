@@ -14,9 +14,9 @@ import re
 import sys
 from pathlib import Path
 
-from tfm.corpus import read_text_lines
-from tfm.evaluate import bleu
-from tfm.translate import Translator
+from tfm.data.corpus import read_text_lines
+from tfm.decoding.scoring import bleu
+from tfm.decoding.torch_engine import TorchTranslator
 
 
 def elapsed_by_step(metrics: Path) -> dict[int, float]:
@@ -45,7 +45,7 @@ def main() -> None:
         step = int(re.search(r"step_(\d+)", path.name).group(1))
         logged = [s for s in times if s <= step]
         minutes = times[max(logged)] / 60 if logged else float("nan")
-        translator = Translator(args.model, "cpu", f"checkpoints/{path.name}")
+        translator = TorchTranslator(args.model, "cpu", f"checkpoints/{path.name}")
         options = translator.default_options(beam=args.beam)
         hypotheses = [t.text for t in translator.translate(sources, options)]
         score = bleu(hypotheses, references)

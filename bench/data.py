@@ -35,9 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import describe  # noqa: E402
 
-from tfm.corpus import CorpusSpec, iter_pairs, iter_texts, read_text_lines  # noqa: E402
-from tfm.data import load_split, normalize_text  # noqa: E402
-from tfm.tokenizer import UNK_ID, decode, encode_batch, load_tokenizer, train_tokenizer  # noqa: E402
+from tfm.data.corpus import CorpusSpec, iter_pairs, iter_texts, read_text_lines  # noqa: E402
+from tfm.data.dataset import load_split
+from tfm.data.prepare import normalize_text  # noqa: E402
+from tfm.data.tokenizer import UNK_ID, decode, encode_batch, load_tokenizer, train_tokenizer  # noqa: E402
 
 TFM = [sys.executable, "-m", "tfm"]
 
@@ -114,7 +115,7 @@ def bench_round_trip(args: argparse.Namespace, tokenizer_path: Path) -> dict:
 
 
 def bench_padding(args: argparse.Namespace, data_dir: Path) -> dict:
-    from tfm.batching import collate, make_batches
+    from tfm.data.batching import collate, make_batches
 
     split = load_split(data_dir, "train")
     start = time.perf_counter()

@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from tfm.corpus import read_text_lines
-from tfm.evaluate import bleu
-from tfm.translate import Translator
+from tfm.data.corpus import read_text_lines
+from tfm.decoding.scoring import bleu
+from tfm.decoding.torch_engine import TorchTranslator
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sources, references = read_text_lines(args.src), read_text_lines(args.ref)
-    translator = Translator(args.model, "cpu", precision=args.precision)
+    translator = TorchTranslator(args.model, "cpu", precision=args.precision)
     options = translator.default_options(beam=args.beam)
     translator.translate(sources[:20], options)  # warm-up, not timed
     start = time.perf_counter()

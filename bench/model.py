@@ -28,12 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import describe  # noqa: E402
 
-from tfm.batching import Batch, collate, make_batches  # noqa: E402
 from tfm.config import ModelConfig, model_config_from_preset  # noqa: E402
-from tfm.data import TokenizedSplit  # noqa: E402
+from tfm.data.batching import Batch, collate, make_batches  # noqa: E402
+from tfm.data.prepare import TokenizedSplit  # noqa: E402
+from tfm.data.tokenizer import EOS_ID, PAD_ID, encode_batch, load_tokenizer  # noqa: E402
 from tfm.device import autocast, resolve_precision  # noqa: E402
 from tfm.model import Transformer  # noqa: E402
-from tfm.tokenizer import EOS_ID, PAD_ID, encode_batch, load_tokenizer  # noqa: E402
 
 
 def peak_rss_mb() -> float:
@@ -41,7 +41,7 @@ def peak_rss_mb() -> float:
 
 
 def read_split(data: Path, split: str, src: str, tgt: str) -> tuple[list[str], list[str]]:
-    from tfm.corpus import CorpusSpec, iter_pairs
+    from tfm.data.corpus import CorpusSpec, iter_pairs
 
     pairs = list(iter_pairs(CorpusSpec((str(data / split),), src, tgt)))
     return [s for s, _ in pairs], [t for _, t in pairs]
@@ -75,7 +75,7 @@ def matmul_flops(config: ModelConfig, batch: Batch) -> float:
 
 
 def run_train(args: argparse.Namespace) -> dict:
-    from tfm.train import label_smoothed_loss
+    from tfm.training.objective import label_smoothed_loss
 
     torch.manual_seed(0)
     tokenizer = load_tokenizer(Path(args.tokenizer))
@@ -123,7 +123,7 @@ def run_train(args: argparse.Namespace) -> dict:
 
 
 def run_decode(args: argparse.Namespace) -> dict:
-    from tfm.search import beam_search, greedy_search
+    from tfm.decoding.search import beam_search, greedy_search
 
     torch.manual_seed(0)
     if args.model:
@@ -199,8 +199,8 @@ def main() -> None:
     print(json.dumps({"machine": machine}))
     with tempfile.TemporaryDirectory() as tmp:
         if not args.tokenizer:
-            from tfm.corpus import CorpusSpec, iter_texts
-            from tfm.tokenizer import save_tokenizer, train_tokenizer
+            from tfm.data.corpus import CorpusSpec, iter_texts
+            from tfm.data.tokenizer import save_tokenizer, train_tokenizer
 
             spec = CorpusSpec((str(Path(args.data) / args.train_split),), args.src, args.tgt)
             args.tokenizer = str(Path(tmp) / "tokenizer.json")

@@ -4,7 +4,8 @@
         [--peers onmt,ct2,joey] [--train-minutes 10] [--threads 2] [--json OUT.json]
 
 Run it from the repository root with tfm's virtual environment active (tfm must be importable:
-the text is normalised with ``tfm.data.normalize_text`` and scored with ``tfm.evaluate.bleu``).
+the text is normalised with ``tfm.data.text.normalize_text`` and scored with
+``tfm.decoding.scoring.bleu``).
 tfm never imports this file. What it does, in order:
 
 1. Setup. Each peer gets its own virtual environment under ``--venvs`` (outside the repository):
@@ -90,8 +91,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tfm.data import normalize_text  # noqa: E402
-from tfm.evaluate import bleu  # noqa: E402
+from tfm.data.prepare import normalize_text  # noqa: E402
+from tfm.decoding.scoring import bleu  # noqa: E402
 
 TORCH = "torch==2.13.0"
 ONMT = "OpenNMT-py==3.5.1"
@@ -255,7 +256,7 @@ def detokenize(tokenizer_path: Path, hyp_file: Path) -> tuple[list[str], int]:
     """Peer output (pieces joined by spaces) -> text: pieces -> ids (``token_to_id``) -> tfm's
     ``decode`` (special tokens dropped, ends stripped); also the number of output pieces
     (</s>, <s> and padding excluded, <unk> counted)."""
-    from tfm.tokenizer import decode, load_tokenizer
+    from tfm.data.tokenizer import decode, load_tokenizer
 
     tok = load_tokenizer(tokenizer_path)
     texts, pieces = [], 0

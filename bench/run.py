@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from peers import MODEL, PEER_NAMES  # noqa: E402
 
-from tfm.translate import SearchOptions  # noqa: E402
+from tfm.config import SearchOptions  # noqa: E402
 
 # The peers' noam schedule (bench/peers.py MODEL) is tfm's inverse-sqrt schedule with this peak,
 # reached at the end of the same warmup.

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from tfm.tokenizer import save_tokenizer, train_tokenizer
+from tfm.data.tokenizer import save_tokenizer, train_tokenizer
 
 PAIRS: list[tuple[str, str]] = [
     ("A man is walking his dog in the park .", "Ein Mann geht mit seinem Hund im Park spazieren ."),
@@ -104,9 +104,9 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled demo corpus (data/demo, 520 + 50 pairs) prepared with a 400-entry BPE:
     a real dataset directory for training tests. Read-only: tests train into their own
     directories."""
-    from tfm.corpus import CorpusSpec
-    from tfm.data import prepare
-    from tfm.tokenizer import save_tokenizer, train_tokenizer
+    from tfm.data.corpus import CorpusSpec
+    from tfm.data.prepare import prepare
+    from tfm.data.tokenizer import save_tokenizer, train_tokenizer
 
     demo = Path(__file__).resolve().parent.parent / "data" / "demo"
     root = tmp_path_factory.mktemp("demo")

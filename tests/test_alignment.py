@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tfm.alignment import align_words, pharaoh, word_ids
 from tfm.config import ModelConfig
+from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tfm.decoding.alignment import align_words, pharaoh, word_ids
+from tfm.decoding.search import beam_search, greedy_search
 from tfm.model import Transformer
-from tfm.search import beam_search, greedy_search
-from tfm.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def test_a_space_mark_starts_a_new_word() -> None:

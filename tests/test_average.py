@@ -13,12 +13,12 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
 from tfm.atomic import atomic_write_bytes
-from tfm.average import average_checkpoints, numbered_checkpoints
 from tfm.checkpoint import ModelInfo, save_model_dir, weights_to_bytes
 from tfm.config import ModelConfig
+from tfm.decoding.torch_engine import TorchTranslator
 from tfm.errors import ModelError, UsageError
 from tfm.model import Transformer
-from tfm.translate import Translator
+from tfm.training.average import average_checkpoints, numbered_checkpoints
 
 STEPS = (100, 200, 300)
 
@@ -71,7 +71,7 @@ def test_the_averaged_directory_is_a_complete_model_that_translates(
     assert "valid_bleu" not in config["provenance"]  # that score was the best checkpoint's
     assert config["provenance"]["seed"] == 1
     assert (out / "tokenizer.json").read_text() == (run_dir / "tokenizer.json").read_text()
-    translator = Translator(out, device="cpu")
+    translator = TorchTranslator(out, device="cpu")
     results = translator.translate(["A dog runs."], translator.default_options(
         beam=2, max_len_a=0.0, max_len_b=5))
     assert len(results) == 1

@@ -1,4 +1,4 @@
-"""Specification of tfm.batching: token-sized length-bucketed batches that are a pure function
+"""Specification of tfm.data.batching: token-sized length-bucketed batches that are a pure function
 of (lengths, max_tokens, seed, epoch), sharding between processes, and padding into tensors."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from tfm.batching import Batch, batch_sizes, collate, make_batches, shard
-from tfm.data import TokenizedSplit
-from tfm.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tfm.data.batching import Batch, batch_sizes, collate, make_batches, shard
+from tfm.data.dataset import TokenizedSplit
+from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def realistic_lengths(n: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -21,10 +21,7 @@ from tokenizers import Tokenizer
 
 from tfm import __version__
 from tfm.checkpoint import (
-    CONFIG_FILE,
     FORMAT_VERSION,
-    TOKENIZER_FILE,
-    WEIGHTS_FILE,
     GenerationDefaults,
     ModelInfo,
     atomic_write_bytes,
@@ -37,9 +34,10 @@ from tfm.checkpoint import (
     weights_to_bytes,
 )
 from tfm.config import ModelConfig
+from tfm.data.tokenizer import save_tokenizer, train_tokenizer
 from tfm.errors import ModelError, ResourceError
+from tfm.layout import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from tfm.model import Transformer
-from tfm.tokenizer import save_tokenizer, train_tokenizer
 
 
 def tiny_config(vocab: int, **overrides: object) -> ModelConfig:

@@ -1,4 +1,4 @@
-"""Specification of tfm.corpus: which corpus shapes are read, and how bad input is reported."""
+"""Specification of tfm.data.corpus: which corpus shapes are read, and how bad input is reported."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tfm.corpus import (
+from tfm.data.corpus import (
     CorpusSpec,
     corpus_fingerprint,
     iter_pairs,

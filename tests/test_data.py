@@ -12,21 +12,11 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from tfm.corpus import CorpusSpec
-from tfm.data import (
-    PREPARE_FILE,
-    PREPARE_VERSION,
-    TOKENIZER_FILE,
-    CleanConfig,
-    SplitReport,
-    TokenizedSplit,
-    load_split,
-    normalize_text,
-    prepare,
-    read_prepare_info,
-)
-from tfm.errors import DataError, ModelError
-from tfm.tokenizer import (
+from tfm.data.corpus import CorpusSpec
+from tfm.data.dataset import PREPARE_FILE, TokenizedSplit, load_split, read_prepare_info
+from tfm.data.prepare import PREPARE_VERSION, CleanConfig, SplitReport, prepare
+from tfm.data.text import normalize_text
+from tfm.data.tokenizer import (
     EOS_ID,
     SPECIAL_TOKENS,
     decode,
@@ -35,6 +25,8 @@ from tfm.tokenizer import (
     save_tokenizer,
     train_tokenizer,
 )
+from tfm.errors import DataError, ModelError
+from tfm.layout import TOKENIZER_FILE
 
 Pairs = list[tuple[str, str]]
 NO_DROPS = {"empty": 0, "too long": 0, "length ratio": 0, "duplicate": 0}
@@ -263,9 +255,9 @@ def test_worker_processes_prepare_exactly_what_one_process_prepares(
     tmp_path: Path, tokenizer_path: Path, sentence_pairs: Pairs, monkeypatch: pytest.MonkeyPatch,
     dedup: bool,
 ) -> None:
-    import tfm.data
+    import tfm.data.prepare
 
-    monkeypatch.setattr(tfm.data, "_CHUNK", 7)  # several chunks, duplicates across chunks
+    monkeypatch.setattr(tfm.data.prepare, "_CHUNK", 7)  # several chunks, duplicates across chunks
     long_pair = (("The dog runs . " * 30).strip(), ("Der Hund rennt . " * 30).strip())
     pairs = [*sentence_pairs, ("", "x"), long_pair, ("A\u200b dog .", "Ein Hund ."),
              *sentence_pairs[:9], long_pair, ("Yes .", "Ja ,  ja , ja , ja , ja , ja , ja .")]
@@ -436,7 +428,7 @@ def test_an_interrupted_prepare_leaves_the_previous_dataset_intact(
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("tfm.data.save_vocabularies", interrupted)  # late: splits written
+    monkeypatch.setattr("tfm.data.prepare.save_vocabularies", interrupted)  # late: splits written
     with pytest.raises(KeyboardInterrupt):
         prepare(train, tokenizer_path, out, force=True)
     assert stats(out) == before

@@ -18,12 +18,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tfm import distributed
-from tfm.batching import Batch, make_batches, shard
 from tfm.config import ModelConfig, TrainConfig, model_config_from_preset
-from tfm.data import load_split
+from tfm.data.batching import Batch, make_batches, shard
+from tfm.data.dataset import load_split
+from tfm.layout import ModelDir
 from tfm.model import Transformer
-from tfm.train import STATE_FILE, _update, train
+from tfm.training import distributed
+from tfm.training.loop import _update, train
 
 MAX_TOKENS = 512
 SEED = 3
@@ -194,7 +195,7 @@ def test_a_signal_to_one_process_stops_all_at_the_same_step_and_rank_0_saves(
     _, stderr = process.communicate(timeout=120)
     assert "Stopped: interrupted by SIGINT" in stderr, stderr
     assert "--resume" in stderr
-    state = torch.load(model / STATE_FILE, weights_only=True)
+    state = torch.load(ModelDir(model).train_state, weights_only=True)
     step = state["run"]["step"]
     assert step == train_records(model)[-1]["step"] >= 2
     assert state["run"]["world_size"] == 2

@@ -13,13 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tfm.checkpoint import ModelInfo, save_model_dir
-from tfm.config import ModelConfig
-from tfm.corpus import CorpusSpec, iter_pairs
-from tfm.data import normalize_text, prepare
+from tfm.config import ModelConfig, SearchOptions
+from tfm.data.corpus import CorpusSpec, iter_pairs
+from tfm.data.prepare import prepare
+from tfm.data.text import normalize_text
+from tfm.data.tokenizer import UNK_ID, decode, encode_batch, save_tokenizer, train_tokenizer
+from tfm.decoding.torch_engine import TorchTranslator
 from tfm.errors import TfmError
 from tfm.model import Transformer
-from tfm.tokenizer import UNK_ID, decode, encode_batch, save_tokenizer, train_tokenizer
-from tfm.translate import SearchOptions, Translator
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -92,7 +93,7 @@ def test_prepare_takes_any_unicode_pairs_or_refuses_cleanly(tmp_path_factory, to
 @given(st.lists(st.text(max_size=300), min_size=1, max_size=4), st.integers(1, 3))
 def test_translate_any_unicode_gives_one_line_per_input(model_dir: Path, sentences: list[str],
                                                         beam: int) -> None:
-    translator = Translator(model_dir, "cpu")
+    translator = TorchTranslator(model_dir, "cpu")
     results = translator.translate(sentences, SearchOptions(beam=beam, max_len_b=5))
     assert len(results) == len(sentences)
     assert all("\n" not in r.text for r in results)
@@ -100,18 +101,18 @@ def test_translate_any_unicode_gives_one_line_per_input(model_dir: Path, sentenc
 
 def test_a_sentence_longer_than_the_model_accepts_is_truncated_not_fatal(model_dir) -> None:
     long = " ".join(random.Random(0).choice(["dog", "Straße", "📚"]) for _ in range(500))
-    result = Translator(model_dir, "cpu").translate([long], SearchOptions(beam=2))[0]
+    result = TorchTranslator(model_dir, "cpu").translate([long], SearchOptions(beam=2))[0]
     assert result.truncated
 
 
 def test_a_generated_line_break_never_splits_a_translation(model_dir: Path) -> None:
-    from tfm.translate import _one_line
+    from tfm.decoding.translator import _one_line
 
     assert _one_line("eins\nzwei\r\ndrei\u2028vier\x85fünf") == "eins zwei  drei vier fünf"
 
 
 def test_bf16_weights_translate_every_input(model_dir: Path) -> None:
-    translator = Translator(model_dir, "cpu", precision="bf16")
+    translator = TorchTranslator(model_dir, "cpu", precision="bf16")
     assert next(translator.model.parameters()).dtype == torch.bfloat16
     results = translator.translate(["Der Hund läuft.", "", "📚"], SearchOptions(beam=2))
     assert len(results) == 3 and results[1].text == ""

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from tfm.config import ModelConfig, TrainConfig
-from tfm.corpus import CorpusSpec
-from tfm.data import prepare
-from tfm.tokenizer import save_tokenizer, train_tokenizer
-from tfm.train import train
-from tfm.translate import SearchOptions, Translator
+from tfm.config import ModelConfig, SearchOptions, TrainConfig
+from tfm.data.corpus import CorpusSpec
+from tfm.data.prepare import prepare
+from tfm.data.tokenizer import save_tokenizer, train_tokenizer
+from tfm.decoding.torch_engine import TorchTranslator
+from tfm.training.loop import train
 
 LETTERS = "abcdefgh"
 
@@ -58,7 +58,7 @@ def test_a_small_transformer_learns_to_reverse_sequences(reversal_model, beam: i
     root, model_dir = reversal_model
     sources = (root / "test.src").read_text().splitlines()
     references = (root / "test.tgt").read_text().splitlines()
-    translator = Translator(model_dir, "cpu")
+    translator = TorchTranslator(model_dir, "cpu")
     hypotheses = [t.text for t in translator.translate(sources, SearchOptions(beam=beam))]
     exact = sum(h == r for h, r in zip(hypotheses, references)) / len(references)
     bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tfm.config import ModelConfig, model_config_from_preset
+from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tfm.model import Transformer
 from tfm.model.attention import (
     attention,
@@ -21,7 +22,6 @@ from tfm.model.attention import (
 )
 from tfm.model.layers import sinusoidal_positions
 from tfm.model.transformer import count_parameters
-from tfm.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 VOCAB = 20
 

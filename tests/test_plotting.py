@@ -10,8 +10,12 @@ import pytest
 
 from tfm.config import ModelConfig, TrainConfig
 from tfm.errors import DataError
+from tfm.layout import ModelDir
 from tfm.plotting import plot_learning_curve, read_metrics
-from tfm.train import CURVE_FILE, TrainReporter, train
+from tfm.training.loop import train
+from tfm.training.reporting import TrainReporter
+
+CURVE_FILE = ModelDir(".").curve.name
 
 TINY = ModelConfig(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

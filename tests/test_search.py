@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from tfm.config import ModelConfig
+from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tfm.decoding.search import Hypothesis, beam_search, greedy_search, max_lengths
 from tfm.model import Transformer
-from tfm.search import Hypothesis, beam_search, greedy_search, max_lengths
-from tfm.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 def tiny_model(seed: int, vocab: int = 10, d_model: int = 16, layers: int = 1,

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from tfm.config import ModelConfig, TrainConfig
-from tfm.corpus import CorpusSpec
-from tfm.data import prepare
+from tfm.data.corpus import CorpusSpec
+from tfm.data.prepare import prepare
+from tfm.data.tokenizer import save_tokenizer, train_tokenizer
 from tfm.errors import UsageError
-from tfm.tensorboard_log import require_tensorboard
-from tfm.tokenizer import save_tokenizer, train_tokenizer
-from tfm.train import train
+from tfm.training.loop import train
+from tfm.training.reporting import require_tensorboard
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 HAVE_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None

@@ -1,4 +1,4 @@
-"""Specification of tfm.tokenizer: byte-level BPE that round-trips any text, and the checks
+"""Specification of tfm.data.tokenizer: byte-level BPE that round-trips any text, and the checks
 made when a tokenizer file is loaded."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, trainers
 
-from tfm.errors import ModelError
-from tfm.tokenizer import (
+from tfm.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -25,6 +24,7 @@ from tfm.tokenizer import (
     save_tokenizer,
     train_tokenizer,
 )
+from tfm.errors import ModelError
 
 ROUND_TRIP = [
     "A man is walking his dog in the park .",

@@ -15,7 +15,10 @@ from safetensors.torch import load_file
 
 from tfm.config import ModelConfig, TrainConfig
 from tfm.errors import UsageError
-from tfm.train import STATE_FILE, TrainingDiverged, label_smoothed_loss, learning_rate, train
+from tfm.layout import ModelDir
+from tfm.training.loop import TrainingDiverged, train
+from tfm.training.objective import label_smoothed_loss
+from tfm.training.schedule import learning_rate
 
 TINY = ModelConfig(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64,
                    dropout=0.1)
@@ -53,7 +56,7 @@ def test_budget_schedules_warm_up_then_decay_to_zero_at_the_end_of_the_budget(
 
 
 def test_the_first_budget_to_run_out_sets_the_progress() -> None:
-    from tfm.train import budget_progress
+    from tfm.training.schedule import budget_progress
 
     assert budget_progress(config(max_steps=100), 25, 0.0, 0.0) == 0.25
     assert budget_progress(config(max_epochs=4), 25, 1.0, 0.0) == 0.25
@@ -147,17 +150,17 @@ def test_a_new_run_does_not_silently_overwrite_an_old_one(dataset: Path, tmp_pat
 def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(
         dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     train(dataset, tmp_path / "m", TINY, config(max_steps=4, save_every=2))
-    before = (tmp_path / "m" / STATE_FILE).read_bytes()
+    before = ModelDir(tmp_path / "m").train_state.read_bytes()
 
     def nan_loss(logits, target, epsilon):
         loss, nll = label_smoothed_loss(logits, target, epsilon)
         return loss * float("nan"), nll
 
-    monkeypatch.setattr("tfm.train.label_smoothed_loss", nan_loss)
+    monkeypatch.setattr("tfm.training.loop.label_smoothed_loss", nan_loss)
     with pytest.raises(TrainingDiverged, match="loss became nan at step 5"):
         train(dataset, tmp_path / "m", None, config(max_steps=8), resume=True,
               explicit={"max_steps"})
-    assert (tmp_path / "m" / STATE_FILE).read_bytes() == before
+    assert ModelDir(tmp_path / "m").train_state.read_bytes() == before
 
 
 def test_sigint_saves_a_loadable_checkpoint_and_resume_continues(dataset: Path,
@@ -180,7 +183,7 @@ def test_sigint_saves_a_loadable_checkpoint_and_resume_continues(dataset: Path,
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert "--resume" in stderr
-    state = torch.load(model / STATE_FILE, weights_only=True)
+    state = torch.load(ModelDir(model).train_state, weights_only=True)
     step = state["run"]["step"]
     assert step >= 3
     resumed = subprocess.run(
@@ -188,7 +191,7 @@ def test_sigint_saves_a_loadable_checkpoint_and_resume_continues(dataset: Path,
          "--resume", "--max-steps", str(step + 2)], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert f"Resuming at step {step}" in resumed.stderr
-    assert torch.load(model / STATE_FILE, weights_only=True)["run"]["step"] == step + 2
+    assert torch.load(ModelDir(model).train_state, weights_only=True)["run"]["step"] == step + 2
 
 
 def test_running_out_of_memory_names_the_batch_and_gives_advice(
@@ -198,7 +201,7 @@ def test_running_out_of_memory_names_the_batch_and_gives_advice(
     def no_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr("tfm.train._update", no_memory)
+    monkeypatch.setattr("tfm.training.loop._update", no_memory)
     with pytest.raises(ResourceError, match=r"sentences x \d+ positions.*--max-tokens 512"):
         train(dataset, tmp_path / "m", TINY, config(max_steps=3))
 
@@ -214,5 +217,5 @@ def test_training_time_is_wall_time_however_often_the_run_saves(
                if json.loads(line)["kind"] == "train"]
     assert elapsed == sorted(elapsed)
     assert elapsed[-1] <= wall  # saving every step must not count the time again
-    state = torch.load(tmp_path / "m" / STATE_FILE, weights_only=True)
+    state = torch.load(ModelDir(tmp_path / "m").train_state, weights_only=True)
     assert elapsed[-1] <= state["run"]["elapsed"] <= wall

@@ -11,16 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from tfm.corpus import CorpusSpec
-from tfm.data import load_split, prepare, train_vocabularies
-from tfm.errors import ModelError
-from tfm.tokenizer import (
+from tfm.data.corpus import CorpusSpec
+from tfm.data.dataset import load_split
+from tfm.data.prepare import prepare, train_vocabularies
+from tfm.data.tokenizer import (
     Vocabularies,
     decode,
     load_vocabularies,
     save_vocabularies,
     separate_paths,
 )
+from tfm.errors import ModelError
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "data" / "demo"

@@ -1,16 +1,10 @@
-"""Model directories and atomic file writes.
+"""Model directories: save and load a model with its tokenizer and config.json, weights in
+safetensors, and the training state.
 
-A model directory is self-contained; ``translate`` and ``eval`` need nothing else:
-
-    config.json         format version, tfm version, architecture, languages, generation
-                        defaults, provenance (no absolute paths)
-    tokenizer.json      the vocabulary, normalisation and special tokens (HF tokenizers); a
-                        model with one vocabulary per language has tokenizer.src.json and
-                        tokenizer.tgt.json instead
-    model.safetensors   weights (the best checkpoint); tied weights stored once
-
-Weights are read only through safetensors and training state only through
-``torch.load(weights_only=True)``: loading a model never executes code from it.
+A model directory is self-contained (its files: tfm.layout); ``translate`` and ``eval`` need
+nothing else. Weights are read only through safetensors, tied weights stored once, and the
+training state only through ``torch.load(weights_only=True)``: loading a model never executes
+code from it. Every file is written atomically (tfm.atomic).
 """
 
 from __future__ import annotations
@@ -28,15 +22,13 @@ from safetensors.torch import save as st_save
 
 from tfm import __version__
 from tfm.atomic import atomic_write_bytes
-from tfm.config import ModelConfig, model_config_from_dict
+from tfm.config import GenerationDefaults, ModelConfig, model_config_from_dict
+from tfm.data.tokenizer import Vocabularies
 from tfm.errors import ModelError, UsageError
+from tfm.layout import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, ModelDir
 from tfm.model import Transformer
-from tfm.tokenizer import Vocabularies
 
 FORMAT_VERSION = 1
-CONFIG_FILE = "config.json"
-TOKENIZER_FILE = "tokenizer.json"
-WEIGHTS_FILE = "model.safetensors"
 
 
 # --- weights ---------------------------------------------------------------------------------
@@ -96,16 +88,6 @@ def _tied_aliases(model: torch.nn.Module) -> set[str]:
 # --- model directories -----------------------------------------------------------------------
 
 @dataclass
-class GenerationDefaults:
-    """Decoding settings saved with a model, used when the user gives none."""
-
-    beam: int = 5
-    length_penalty: float = 1.0
-    max_len_a: float = 1.5  # maximum output length: a * source length + b
-    max_len_b: int = 10
-
-
-@dataclass
 class ModelInfo:
     """The contents of config.json."""
 
@@ -133,14 +115,19 @@ def save_model_dir(directory: Path, model: Transformer, vocabs: Vocabularies | A
                    info: ModelInfo, weights_file: str = WEIGHTS_FILE) -> None:
     """Write (or update) a self-contained model directory. ``vocabs``: the model's
     Vocabularies, or one joint tokenizer."""
-    from tfm.tokenizer import save_vocabularies
+    from tfm.data.tokenizer import save_vocabularies
 
     directory = Path(directory)
     if not isinstance(vocabs, Vocabularies):
         vocabs = Vocabularies.shared(vocabs)
     save_vocabularies(vocabs, directory / TOKENIZER_FILE)
     atomic_write_bytes(directory / weights_file, weights_to_bytes(model, {"format": "pt"}))
-    atomic_write_bytes(directory / CONFIG_FILE,
+    save_model_info(ModelDir(directory), info)
+
+
+def save_model_info(files: ModelDir, info: ModelInfo) -> None:
+    """Write (or replace) config.json."""
+    atomic_write_bytes(files.config,
                        (json.dumps(info.to_json(), indent=2, ensure_ascii=False) + "\n").encode())
 
 
@@ -177,7 +164,7 @@ def read_model_info(directory: Path) -> ModelInfo:
 def load_model_dir(directory: Path, weights_file: str = WEIGHTS_FILE
                    ) -> tuple[Transformer, Vocabularies, ModelInfo]:
     """Model (in eval mode, on CPU), tokenizers and info from a model directory."""
-    from tfm.tokenizer import load_vocabularies
+    from tfm.data.tokenizer import load_vocabularies
 
     directory = Path(directory)
     info = read_model_info(directory)

@@ -1,7 +1,9 @@
 """Configuration dataclasses: one per concern, defaults in one place, saved as JSON.
 
 ``ModelConfig`` describes the architecture and is stored in every model directory's
-``config.json``; ``TrainConfig`` describes a training run and is stored beside it.
+``config.json`` with the model's ``GenerationDefaults``; ``TrainConfig`` describes a training
+run and is stored beside it; ``CleanConfig`` says which pairs ``prepare`` keeps and
+``SearchOptions`` how a translator decodes. Command-line defaults are read from these classes.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from tfm.errors import UsageError
+from tfm.special_tokens import PAD_ID
 
 T = TypeVar("T")
 
@@ -32,7 +35,6 @@ class ModelConfig:
     norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
     share_embeddings: bool = True  # one embedding table for source and target (joint vocabulary)
     tie_output: bool = True  # output projection shares the target embedding matrix
-    pad_id: int = 0
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -109,6 +111,48 @@ class TrainConfig:
     num_threads: int = 0  # 0: torch's default
 
 
+@dataclass
+class CleanConfig:
+    """Which pairs ``tfm prepare`` keeps."""
+
+    max_tokens: int = 250  # per side, BPE tokens (the end-of-sentence token not counted)
+    max_ratio: float = 3.0  # longer side / shorter side in tokens, each +1; 0 disables
+    dedup: bool = False  # drop repeated (source, target) pairs
+
+
+@dataclass
+class GenerationDefaults:
+    """Decoding settings saved with a model (config.json), used when the user gives none."""
+
+    beam: int = 5  # 1 = greedy
+    length_penalty: float = 1.0  # scores are divided by length ** this (beam search)
+    max_len_a: float = 1.5  # maximum output length: a * source length + b
+    max_len_b: int = 10
+
+
+@dataclass
+class SearchOptions:
+    """How one call of a Translator decodes; the model's GenerationDefaults fill what the user
+    leaves unset."""
+
+    beam: int = GenerationDefaults.beam
+    length_penalty: float = GenerationDefaults.length_penalty
+    max_len_a: float = GenerationDefaults.max_len_a
+    max_len_b: int = GenerationDefaults.max_len_b
+    min_len: int = 0
+    n_best: int = 1
+    stop_early: bool = True  # end a sentence once its n_best best hypotheses have ended
+    max_tokens: int = 4096  # source tokens x beam per batch
+    attention: bool = False  # keep cross-attention and word alignments (slower)
+
+    def __post_init__(self) -> None:
+        if self.beam < 1:
+            raise UsageError(f"--beam must be at least 1, not {self.beam}")
+        if not 1 <= self.n_best <= self.beam:
+            raise UsageError(f"--n-best must be between 1 and --beam ({self.beam}), "
+                             f"not {self.n_best}")
+
+
 def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
     known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     unknown = set(data) - known
@@ -123,6 +167,11 @@ def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
 
 
 def model_config_from_dict(data: dict[str, Any]) -> ModelConfig:
+    data = dict(data)
+    # Format 1 stored the padding id in the config; it is tfm.special_tokens.PAD_ID, always.
+    pad_id = data.pop("pad_id", PAD_ID)
+    if pad_id != PAD_ID:
+        raise UsageError(f"pad_id {pad_id} is not supported (tfm pads with id {PAD_ID})")
     return _from_dict(ModelConfig, data)
 
 
@@ -133,6 +182,9 @@ def train_config_from_dict(data: dict[str, Any]) -> TrainConfig:
 __all__ = [
     "ModelConfig",
     "TrainConfig",
+    "CleanConfig",
+    "GenerationDefaults",
+    "SearchOptions",
     "PRESETS",
     "model_config_from_preset",
     "model_config_from_dict",

@@ -41,3 +41,7 @@ class ResourceError(TfmError):
 
 # Exit code for a run stopped by Ctrl-C / SIGTERM (the shell convention 128 + SIGINT).
 EXIT_INTERRUPTED = 130
+# Out of memory that surfaced as a bare MemoryError (ResourceError's code).
+EXIT_OUT_OF_MEMORY = ResourceError.exit_code
+# A bug in tfm (the BSD sysexits EX_SOFTWARE).
+EXIT_INTERNAL = 70

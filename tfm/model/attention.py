@@ -71,7 +71,11 @@ class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W_O with head_i = Attention(Q W_Q, K W_K, V W_V).
 
     The projections of all heads are done by one matrix each (``q_proj`` is W_Q for every head,
-    and so on). Parameter names follow the Hugging Face Marian layout.
+    and so on), with biases. The four are named ``q_proj``, ``k_proj``, ``v_proj`` and
+    ``out_proj`` as in fairseq's and Hugging Face's (Marian, BART) attention modules; the rest
+    of tfm's parameter names are its own (``encoder_layers.N``, ``ffn.fc1``, ``src_embed.token``
+    where Marian has ``model.encoder.layers.N``, ``fc1``, ``model.shared``), so loading weights
+    from or into those models needs a name mapping.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:

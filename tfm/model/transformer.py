@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from tfm.config import ModelConfig
 from tfm.model.attention import decoder_self_attention_mask, padding_mask
 from tfm.model.layers import DecoderLayer, Embeddings, EncoderLayer, LayerCache
+from tfm.special_tokens import PAD_ID
 
 
 @dataclass
@@ -55,9 +56,9 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         c = config
-        src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=c.pad_id)
+        src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=PAD_ID)
         tgt_embed = src_embed if c.share_embeddings else nn.Embedding(
-            c.tgt_vocab_size, c.d_model, padding_idx=c.pad_id)
+            c.tgt_vocab_size, c.d_model, padding_idx=PAD_ID)
         self.src_embed = Embeddings(src_embed, c.max_positions, c.dropout)
         self.tgt_embed = Embeddings(tgt_embed, c.max_positions, c.dropout)
         layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.attention_dropout,
@@ -88,13 +89,13 @@ class Transformer(nn.Module):
         for embed in {self.src_embed.token, self.tgt_embed.token}:
             nn.init.normal_(embed.weight, mean=0.0, std=self.config.d_model ** -0.5)
             with torch.no_grad():
-                embed.weight[self.config.pad_id].zero_()
+                embed.weight[PAD_ID].zero_()
 
     # --- encoder -------------------------------------------------------------------------------
 
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src (B, S) ids -> memory (B, S, D) and its padding mask (B, 1, 1, S)."""
-        src_mask = padding_mask(src, self.config.pad_id)
+        src_mask = padding_mask(src, PAD_ID)
         x = self.src_embed(src)
         for layer in self.encoder_layers:
             x = layer(x, src_mask)
@@ -106,7 +107,7 @@ class Transformer(nn.Module):
                       need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """tgt_in (B, T) ids -> decoder output (B, T, D) before the vocabulary projection, and
         the last layer's cross-attention weights (B, H, T, S) when asked."""
-        self_mask = decoder_self_attention_mask(tgt_in, self.config.pad_id)  # (B, 1, T, T)
+        self_mask = decoder_self_attention_mask(tgt_in, PAD_ID)  # (B, 1, T, T)
         x = self.tgt_embed(tgt_in)
         weights = None
         for layer in self.decoder_layers:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tfm.model import Transformer
-from tfm.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @dataclass
@@ -52,7 +52,7 @@ def _step_log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor) ->
 def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
                   min_len: int = 0, need_attention: bool = False) -> list[list[Hypothesis]]:
     """The most probable next token at every step; one hypothesis per sentence."""
-    pad = model.config.pad_id
+    pad = PAD_ID
     max_len = max_lengths(src, pad, max_len_a, max_len_b, model.config.max_positions)
     memory, memory_mask = model.encode(src)
     state = model.start_decoding(memory, memory_mask)
@@ -101,7 +101,7 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
     for ``beam`` finished hypotheses, as fairseq does: more steps, the same best hypothesis
     when there is no length normalisation, and with it sometimes a longer, better one.
     """
-    pad = model.config.pad_id
+    pad = PAD_ID
     device = src.device
     b = src.size(0)
     k = beam

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tfm.data import TokenizedSplit
-from tfm.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tfm.data.dataset import TokenizedSplit
+from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def batch_sizes(src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> np.ndarray:

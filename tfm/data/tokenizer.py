@@ -19,10 +19,17 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from tfm.errors import ModelError
-
-PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
-SPECIAL_TOKENS = [PAD, UNK, BOS, EOS]
-PAD_ID, UNK_ID, BOS_ID, EOS_ID = range(4)
+from tfm.special_tokens import (  # noqa: F401 (re-exported: the tokenizer's special tokens)
+    BOS,
+    BOS_ID,
+    EOS,
+    EOS_ID,
+    PAD,
+    PAD_ID,
+    SPECIAL_TOKENS,
+    UNK,
+    UNK_ID,
+)
 
 
 def new_tokenizer() -> Tokenizer:

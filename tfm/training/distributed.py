@@ -171,7 +171,7 @@ def resume_position(position: int, saved_world_size: int, world_size: int) -> in
     with ``world_size``.
 
     Each process steps through every ``world_size``-th batch of the epoch (see
-    ``tfm.batching.shard``), so after ``position`` updates the run has consumed a prefix of the
+    ``tfm.data.batching.shard``), so after ``position`` updates the run has consumed a prefix of the
     epoch's batch list, ``position * saved_world_size`` update-groups long. The new position
     covers no more than that prefix: no batch is skipped, a few may be seen twice.
     """

@@ -1,24 +1,14 @@
-"""The training loop: label-smoothed cross-entropy, Adam with warmup + inverse square root,
-validation with BLEU, atomic checkpoints, exact resume (of a single process), clean stop on
-Ctrl-C / SIGTERM, and DistributedDataParallel under torchrun.
+"""The training loop, as the paper trains: batches of about --max-tokens tokens, the
+label-smoothed cross-entropy (tfm.training.objective), Adam with a warmup schedule
+(tfm.training.schedule), validation with BLEU (tfm.training.validation), atomic checkpoints
+and exact resume of a single process (tfm.training.state), a clean stop on Ctrl-C / SIGTERM.
 
-Files in the output (model) directory:
-
-    config.json, tokenizer.json     the model directory (see tfm.checkpoint)
-    model.safetensors               the best weights by validation BLEU (the last, without one)
-    last.safetensors                the latest weights
-    checkpoints/step_N.safetensors  the last ``keep_last`` saved weights, for averaging
-    train_state.pt                  weights, optimizer, RNG, data position: what resume reads
-    train_config.json               the TrainConfig of the run
-    metrics.jsonl                   one JSON line per logged step and per validation
-    learning_curve.png              losses and validation BLEU against step, drawn at the end
-
-``train_state.pt`` is one file written atomically, so a run killed at any moment resumes from
-its last complete save.
+The files a run writes are those of tfm.layout.ModelDir. ``train_state.pt`` is one file written
+atomically, so a run killed at any moment resumes from its last complete save.
 
 Under torchrun each process trains on its own shard of the batches with DistributedDataParallel
-(tfm.distributed); an update is the same as one process accumulating the same batches with
-``--update-freq``. Rank 0 writes every file.
+(tfm.training.distributed); an update is the same as one process accumulating the same batches
+with ``--update-freq``. Rank 0 writes every file.
 """
 
 from __future__ import annotations
@@ -35,101 +25,33 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from tfm import distributed
-from tfm.atomic import remove_stale_temporaries
-from tfm.batching import Batch, collate, make_batches, shard
+from tfm.atomic import atomic_write_bytes, remove_stale_temporaries
 from tfm.checkpoint import (
     ModelInfo,
-    atomic_write_bytes,
-    load_train_state,
     save_model_dir,
+    save_model_info,
     save_train_state,
     weights_to_bytes,
 )
-from tfm.config import ModelConfig, TrainConfig, train_config_from_dict
-from tfm.data import TokenizedSplit, load_split, read_prepare_info
+from tfm.config import ModelConfig, TrainConfig
+from tfm.data.batching import Batch, collate, make_batches, shard
+from tfm.data.dataset import load_split, read_prepare_info
+from tfm.data.tokenizer import load_vocabularies
 from tfm.device import autocast, precision_name, resolve_device, resolve_precision
 from tfm.errors import ResourceError, TfmError, UsageError
-from tfm.evaluate import bleu
+from tfm.layout import TOKENIZER_FILE, ModelDir
 from tfm.model import Transformer, count_parameters
-from tfm.search import greedy_search
-from tfm.tokenizer import PAD_ID, decode_batch, load_vocabularies
-
-STATE_FILE = "train_state.pt"
-TRAIN_CONFIG_FILE = "train_config.json"
-METRICS_FILE = "metrics.jsonl"
-CURVE_FILE = "learning_curve.png"
-CHECKPOINTS_DIR = "checkpoints"
-# Options that may change when a run is resumed: how long it goes on, and where and how it
-# computes (a run may move from CPU to GPU), but not what it computes.
-RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_time", "patience", "valid_every",
-                     "save_every", "keep_last", "log_every", "device", "num_threads", "compile",
-                     "precision"}
+from tfm.training import distributed
+from tfm.training.objective import label_smoothed_loss
+from tfm.training.reporting import Reporters, TrainReporter
+from tfm.training.schedule import budget_progress, learning_rate
+from tfm.training.state import RunState, StopSignal, remove_run, start_or_resume
+from tfm.training.validation import validate
 
 
 class TrainingDiverged(TfmError):
     exit_code = 6
-
-
-SCHEDULES = ("inverse-sqrt", "linear", "cosine")
-
-
-def learning_rate(step: int, peak: float, warmup: int, schedule: str = "inverse-sqrt",
-                  progress: float = 0.0) -> float:
-    """The learning rate of optimizer step ``step`` (counted from 1).
-
-    ``inverse-sqrt`` (the paper's): linear warmup to ``peak`` over ``warmup`` steps, then decay
-    as 1/sqrt(step). ``linear`` and ``cosine`` follow the same warmup, then decay to 0 as the
-    run's budget is used up: ``progress`` is the fraction of it used so far (0 to 1; see
-    ``budget_progress``). Under a fixed budget, decaying to zero by its end trains better
-    models than a schedule that does not know the end (Li et al., 2020, "Budgeted training").
-    """
-    step = max(step, 1)
-    ramp = step / warmup if warmup > 0 else 1.0
-    if schedule == "inverse-sqrt":
-        return peak * min(ramp, math.sqrt(warmup / step)) if warmup > 0 else peak
-    left = 1.0 - min(max(progress, 0.0), 1.0)
-    if schedule == "linear":
-        decay = left
-    elif schedule == "cosine":
-        decay = 0.5 * (1.0 + math.cos(math.pi * (1.0 - left)))
-    else:
-        raise UsageError(f"unknown --lr-schedule {schedule!r}; choose one of: "
-                         f"{', '.join(SCHEDULES)}")
-    return peak * min(ramp, decay)
-
-
-def budget_progress(config: TrainConfig, step: int, epochs: float, seconds: float) -> float:
-    """The fraction of the run's budget used after ``step`` steps, ``epochs`` epochs (with
-    fractions) and ``seconds`` of training: the largest of the fractions of --max-steps,
-    --max-epochs and --max-time, since the first budget to run out ends the run."""
-    fractions = [0.0]
-    if config.max_steps:
-        fractions.append(step / config.max_steps)
-    if config.max_epochs:
-        fractions.append(epochs / config.max_epochs)
-    if config.max_time:
-        fractions.append(seconds / (config.max_time * 60))
-    return max(fractions)
-
-
-def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
-                        pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL over non-padding positions.
-
-    logits (..., V) and target (...) of the same leading shape, e.g. (B, T, V) and (B, T), or
-    (N, V) and (N,) for real positions only. The smoothed target puts 1 - epsilon on the
-    reference and spreads epsilon evenly over the whole vocabulary.
-    """
-    lprobs = F.log_softmax(logits.float(), dim=-1).reshape(-1, logits.size(-1))  # (N, V)
-    target = target.reshape(-1)
-    keep = target != pad_id
-    nll = -lprobs.gather(1, target[:, None]).squeeze(1)
-    smooth = -lprobs.mean(dim=-1)
-    loss = (1.0 - epsilon) * nll + epsilon * smooth
-    return loss[keep].sum(), nll[keep].sum()
 
 
 @dataclass
@@ -144,84 +66,6 @@ class TrainResult:
     elapsed: float
     processes: int = 1  # torchrun's world size
     is_main: bool = True  # rank 0: the process that wrote the files and reports the result
-
-
-class TrainReporter:
-    """Receives progress; the CLI draws it, tests ignore it."""
-
-    def start(self, info: dict[str, Any]) -> None: ...
-    def step(self, metrics: dict[str, Any]) -> None: ...
-    def validation(self, metrics: dict[str, Any]) -> None: ...
-    def message(self, text: str) -> None: ...
-    def end(self) -> None: ...
-
-
-@dataclass
-class _RunState:
-    """What resume restores besides weights and optimizer."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    best_bleu: float | None = None
-    best_step: int | None = None
-    bad_validations: int = 0
-    elapsed: float = 0.0  # seconds of training before this process
-    saved_steps: list[int] = field(default_factory=list)
-    world_size: int = 1  # processes that trained up to ``step``
-
-
-class _StopSignal:
-    """Turns the first SIGINT/SIGTERM into a flag checked between steps; a second one
-    interrupts at once. (torchrun passes a signal it receives on to every process once.)"""
-
-    def __init__(self) -> None:
-        self.signum = 0  # the signal received, 0 while none
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _StopSignal:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread: leave signals alone
-                pass
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.signum:
-            raise KeyboardInterrupt
-        self.signum = signum
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-class _Reporters(TrainReporter):
-    """Several reporters as one."""
-
-    def __init__(self, reporters: list[TrainReporter]) -> None:
-        self.reporters = reporters
-
-    def start(self, info: dict[str, Any]) -> None:
-        for r in self.reporters:
-            r.start(info)
-
-    def step(self, metrics: dict[str, Any]) -> None:
-        for r in self.reporters:
-            r.step(metrics)
-
-    def validation(self, metrics: dict[str, Any]) -> None:
-        for r in self.reporters:
-            r.validation(metrics)
-
-    def message(self, text: str) -> None:
-        for r in self.reporters:
-            r.message(text)
-
-    def end(self) -> None:
-        for r in self.reporters:
-            r.end()
 
 
 def train(
@@ -247,20 +91,20 @@ def train(
     reporter = reporter or TrainReporter()
     data_dir, output = Path(data_dir), Path(output)
     if tensorboard is not None:
-        from tfm.tensorboard_log import require_tensorboard
+        from tfm.training.reporting import require_tensorboard
 
         require_tensorboard()  # before any work, in every process
-    config, model_config, run, saved, remove_old = _start_or_resume(
+    config, model_config, run, saved, remove_old = start_or_resume(
         output, model_config, config, resume, explicit or set(), overwrite)
     with distributed.process_group(resolve_device(config.device)) as (dist, device):
         if not dist.is_main:
             reporter = TrainReporter()
         elif tensorboard is not None:
-            from tfm.tensorboard_log import TensorBoardReporter
+            from tfm.training.reporting import TensorBoardReporter
 
-            reporter = _Reporters([reporter, TensorBoardReporter(Path(tensorboard))])
+            reporter = Reporters([reporter, TensorBoardReporter(Path(tensorboard))])
         if dist.is_main and remove_old:
-            _remove_run(output)
+            remove_run(output)
         if dist.is_main and output.is_dir():
             remove_stale_temporaries(output)  # left by a process killed mid-write
         trainer = _Trainer(data_dir, output, model_config, config, run, saved, dist, device,
@@ -271,57 +115,16 @@ def train(
                        trainer.n_params, trainer.elapsed(), dist.world_size, dist.is_main)
 
 
-def _start_or_resume(
-    output: Path, model_config: ModelConfig | None, config: TrainConfig, resume: bool,
-    explicit: set[str], overwrite: bool,
-) -> tuple[TrainConfig, ModelConfig, _RunState, dict[str, Any] | None, bool]:
-    """The run's configuration and state, new or read back from ``output``; refuses what
-    cannot be done. Returns (config, model config, run state, saved state or None, whether an
-    old run must be removed first)."""
-    state_path = output / STATE_FILE
-    run = _RunState()
-    saved: dict[str, Any] | None = None
-    remove_old = False
-    if resume:
-        saved = load_train_state(state_path)
-        config = _resumed_config(output, config, explicit)
-        model_config = ModelConfig(**saved["model_config"])
-        run = _RunState(**saved["run"])
-    elif state_path.exists() and overwrite:
-        remove_old = True
-    elif state_path.exists():
-        raise UsageError(f"{output} already holds a training run; continue it with --resume, "
-                         "start again with --overwrite, or choose another --output")
-    if model_config is None:
-        raise UsageError("no model configuration given")
-    if not (config.max_steps or config.max_epochs or config.max_time or config.patience):
-        raise UsageError("give a stopping rule: --max-steps, --max-epochs, --max-time or "
-                         "--patience")
-    if config.lr_schedule not in SCHEDULES:
-        raise UsageError(f"unknown --lr-schedule {config.lr_schedule!r}; choose one of: "
-                         f"{', '.join(SCHEDULES)}")
-    if config.lr_schedule != "inverse-sqrt" and not (
-            config.max_steps or config.max_epochs or config.max_time):
-        raise UsageError(f"--lr-schedule {config.lr_schedule} decays to 0 at the end of the "
-                         "budget: give --max-steps, --max-epochs or --max-time")
-    if config.max_steps and run.step >= config.max_steps:
-        raise UsageError(f"nothing left to do: the run in {output} is at step {run.step} of "
-                         f"{config.max_steps}; raise --max-steps to train on")
-    if config.max_epochs and run.epoch >= config.max_epochs:
-        raise UsageError(f"nothing left to do: the run in {output} finished epoch "
-                         f"{run.epoch} of {config.max_epochs}; raise --max-epochs to train on")
-    return config, model_config, run, saved, remove_old
-
-
 class _Trainer:
     """One process's share of a training run: data, model, optimizer, and (rank 0 only) the
     files of the output directory and the reports."""
 
     def __init__(self, data_dir: Path, output: Path, model_config: ModelConfig,
-                 config: TrainConfig, run: _RunState, saved: dict[str, Any] | None,
+                 config: TrainConfig, run: RunState, saved: dict[str, Any] | None,
                  dist: distributed.Distributed, device: torch.device,
                  reporter: TrainReporter) -> None:
         self.output, self.config, self.run, self.dist = output, config, run, dist
+        self.files = ModelDir(output)
         self.device, self.reporter = device, reporter
         self.amp_dtype = resolve_precision(config.precision, device)
         if config.num_threads:
@@ -330,7 +133,7 @@ class _Trainer:
 
         prep = read_prepare_info(data_dir)
         # The vocabularies decide the sizes, and whether one embedding can serve both sides.
-        self.vocabs = load_vocabularies(data_dir / "tokenizer.json")
+        self.vocabs = load_vocabularies(data_dir / TOKENIZER_FILE)
         sizes = {"src_vocab_size": self.vocabs.src.get_vocab_size(),
                  "tgt_vocab_size": self.vocabs.tgt.get_vocab_size(),
                  "share_embeddings": model_config.share_embeddings and self.vocabs.joint}
@@ -365,12 +168,12 @@ class _Trainer:
                                           "seed": config.seed})
         if saved is None and dist.is_main:
             output.mkdir(parents=True, exist_ok=True)
-            (output / METRICS_FILE).unlink(missing_ok=True)
+            self.files.metrics.unlink(missing_ok=True)
             save_model_dir(output, self.model, self.vocabs, self.info)
-            atomic_write_bytes(output / TRAIN_CONFIG_FILE,
+            atomic_write_bytes(self.files.train_config,
                                (json.dumps(asdict(config), indent=2) + "\n").encode())
         self.n_params = count_parameters(self.model)
-        self.metrics_file = (output / METRICS_FILE).open("a", encoding="utf-8") \
+        self.metrics_file = self.files.metrics.open("a", encoding="utf-8") \
             if dist.is_main else None
         self.resumed = saved is not None
         self.elapsed_before = self.run.elapsed  # training time of earlier processes
@@ -416,7 +219,7 @@ class _Trainer:
         self.window = _Window()
         stopped = ""
         self.model.train()
-        with _StopSignal() as signals:
+        with StopSignal() as signals:
             while not stopped:
                 epoch = run.epoch
                 updates = self.epoch_updates(epoch)
@@ -425,7 +228,7 @@ class _Trainer:
         self.finish()
         return stopped
 
-    def step(self, updates: list[list[np.ndarray]], signals: _StopSignal) -> str:
+    def step(self, updates: list[list[np.ndarray]], signals: StopSignal) -> str:
         """One optimizer step, then what follows it: logging, validation, the end of an epoch,
         saving. Returns why the run stops here, or ""."""
         run, config = self.run, self.config
@@ -514,7 +317,7 @@ class _Trainer:
         run = self.run
         if self.dist.is_main:
             self.model.eval()
-            metrics = _validate(self.model, self.valid_split, self.vocabs.tgt, self.config,
+            metrics = validate(self.model, self.valid_split, self.vocabs.tgt, self.config,
                                 self.device, self.amp_dtype)
             self.model.train()
             metrics.update(step=run.step, epoch=run.epoch, kind="valid")
@@ -523,10 +326,10 @@ class _Trainer:
             if improved:
                 run.best_bleu, run.best_step, run.bad_validations = metrics["bleu"], run.step, 0
                 weights = weights_to_bytes(self.model, {"format": "pt", "step": str(run.step)})
-                atomic_write_bytes(self.output / "model.safetensors", weights)
+                atomic_write_bytes(self.files.weights, weights)
                 self.info.provenance.update(best_step=run.step, valid_bleu=metrics["bleu"],
                                             valid_bleu_signature=metrics["bleu_signature"])
-                save_model_dir_config(self.output, self.info)
+                save_model_info(self.files, self.info)
             else:
                 run.bad_validations += 1
             metrics["best_bleu"] = run.best_bleu
@@ -538,7 +341,7 @@ class _Trainer:
     def save(self) -> None:
         """Checkpoint: the latest weights, a numbered copy (keeping ``keep_last``) and the
         training state. Every process keeps the books; rank 0 writes the files."""
-        run, config, output = self.run, self.config, self.output
+        run, config = self.run, self.config
         run.elapsed = self.elapsed()
         numbered = config.keep_last > 0 and run.step not in run.saved_steps
         dropped = []
@@ -549,14 +352,14 @@ class _Trainer:
         if not self.dist.is_main:
             return
         weights = weights_to_bytes(self.model, {"format": "pt", "step": str(run.step)})
-        atomic_write_bytes(output / "last.safetensors", weights)
+        atomic_write_bytes(self.files.last_weights, weights)
         if self.valid_split is None or run.best_step is None:
-            atomic_write_bytes(output / "model.safetensors", weights)
+            atomic_write_bytes(self.files.weights, weights)
         if numbered:
-            atomic_write_bytes(_numbered_checkpoint(output, run.step), weights)
+            atomic_write_bytes(self.files.checkpoint(run.step), weights)
         for old in dropped:
-            _numbered_checkpoint(output, old).unlink(missing_ok=True)
-        save_train_state(output / STATE_FILE, {
+            self.files.checkpoint(old).unlink(missing_ok=True)
+        save_train_state(self.files.train_state, {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "rng": torch.get_rng_state(),  # rank 0's: exact resume is for one process
@@ -569,7 +372,7 @@ class _Trainer:
         if self.metrics_file is not None:
             self.metrics_file.close()
             self.metrics_file = None
-            _draw_learning_curve(self.output, self.reporter)
+            _draw_learning_curve(self.files, self.reporter)
         self.reporter.end()
 
 
@@ -590,19 +393,15 @@ class _Window:
         self.src_tokens += src_tokens
 
 
-def _numbered_checkpoint(output: Path, step: int) -> Path:
-    return output / CHECKPOINTS_DIR / f"step_{step:08d}.safetensors"
-
-
-def _draw_learning_curve(output: Path, reporter: TrainReporter) -> None:
+def _draw_learning_curve(files: ModelDir, reporter: TrainReporter) -> None:
     """learning_curve.png from metrics.jsonl; a failure costs a warning, never the run."""
     try:
         from tfm.plotting import plot_learning_curve
 
-        plot_learning_curve(output / METRICS_FILE, output / CURVE_FILE)
+        plot_learning_curve(files.metrics, files.curve)
     except Exception as e:  # a picture is never worth a failed run
         detail = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        reporter.message(f"warning: could not draw {CURVE_FILE}: {detail}")
+        reporter.message(f"warning: could not draw {files.curve.name}: {detail}")
 
 
 def _out_of_memory(group: list[Batch], config: TrainConfig, device: torch.device
@@ -614,22 +413,6 @@ def _out_of_memory(group: list[Batch], config: TrainConfig, device: torch.device
         f"out of {'GPU memory' if device.type == 'cuda' else 'memory'} at a batch of {shapes} "
         f"(--max-tokens {config.max_tokens}); lower --max-tokens and raise --update-freq to "
         "keep the same batch size per update. Resume with --resume.")
-
-
-def _remove_run(output: Path) -> None:
-    """Delete the files a training run writes in ``output`` (and nothing else)."""
-    import shutil
-
-    for name in (STATE_FILE, TRAIN_CONFIG_FILE, METRICS_FILE, CURVE_FILE, "last.safetensors",
-                 "model.safetensors", "config.json", "tokenizer.json", "tokenizer.src.json",
-                 "tokenizer.tgt.json"):
-        (output / name).unlink(missing_ok=True)
-    shutil.rmtree(output / CHECKPOINTS_DIR, ignore_errors=True)
-
-
-def save_model_dir_config(output: Path, info: ModelInfo) -> None:
-    atomic_write_bytes(output / "config.json",
-                       (json.dumps(info.to_json(), indent=2, ensure_ascii=False) + "\n").encode())
 
 
 def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: list[Batch],
@@ -676,50 +459,3 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
     return total_loss, total_nll, n_tokens
 
 
-@torch.inference_mode()
-def _validate(model: Transformer, split: TokenizedSplit, tokenizer: Any, config: TrainConfig,
-              device: torch.device, amp_dtype: torch.dtype | None) -> dict[str, Any]:
-    """Validation loss and perplexity, and greedy BLEU against the reference text."""
-    batches = make_batches(split.src_lengths, split.tgt_lengths, config.max_tokens,
-                           shuffle=False)
-    loss_sum = nll_sum = 0.0
-    n_tokens = 0
-    hypotheses: dict[int, str] = {}
-    for indices in batches:
-        batch = collate(split, indices).to(device)
-        with autocast(device, amp_dtype):
-            logits = model(batch.src, batch.tgt_in, batch.tgt_mask)
-            loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
-                                            config.label_smoothing)
-            loss_sum += float(loss)
-            nll_sum += float(nll)
-            n_tokens += batch.n_tgt_tokens
-            if config.valid_bleu and split.tgt_text is not None:
-                hyps = greedy_search(model, batch.src)
-                texts = decode_batch(tokenizer, [h[0].tokens for h in hyps])
-                hypotheses.update(zip(indices.tolist(), texts))
-    metrics: dict[str, Any] = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens,
-                               "ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
-    if hypotheses and split.tgt_text is not None:
-        score = bleu([hypotheses[i] for i in range(len(split))], split.tgt_text)
-        metrics.update(bleu=score.score, bleu_signature=score.signature)
-    return metrics
-
-
-def _resumed_config(output: Path, given: TrainConfig, explicit: set[str]) -> TrainConfig:
-    """The saved run's TrainConfig with the options the user set now; refuses changes other
-    than how long the run goes on."""
-    path = output / TRAIN_CONFIG_FILE
-    try:
-        saved = train_config_from_dict(json.loads(path.read_text()))
-    except FileNotFoundError as e:
-        raise UsageError(f"{output}: no {TRAIN_CONFIG_FILE}; nothing to resume") from e
-    values = asdict(saved)
-    for name in explicit:
-        new = getattr(given, name)
-        if name not in RESUMABLE_CHANGES and new != values[name]:
-            raise UsageError(
-                f"--{name.replace('_', '-')} {new} contradicts the run being resumed "
-                f"({values[name]}); resume with the same options or start a new --output")
-        values[name] = new
-    return TrainConfig(**values)

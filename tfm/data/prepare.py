@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -20,11 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from tfm.corpus import CorpusSpec, corpus_fingerprint, iter_pairs, resolve_corpus
-from tfm.errors import DataError
-from tfm.tokenizer import (
+from tfm.config import CleanConfig
+from tfm.data.corpus import CorpusSpec, corpus_fingerprint, iter_pairs, resolve_corpus
+from tfm.data.dataset import PREPARE_FILE, read_prepare_info
+from tfm.data.text import has_invisible, normalize_text
+from tfm.data.tokenizer import (
     EOS_ID,
     Vocabularies,
     encode_batch,
@@ -33,21 +32,11 @@ from tfm.tokenizer import (
     train_tokenizer,
     vocabulary_files,
 )
+from tfm.errors import DataError
+from tfm.layout import TOKENIZER_FILE
 
-PREPARE_FILE = "prepare.json"
-TOKENIZER_FILE = "tokenizer.json"
 PREPARE_VERSION = 2  # 2: control and zero-width characters removed
 _CHUNK = 20_000  # pairs tokenized at a time
-_WHITESPACE = re.compile(r"\s+")
-
-
-@dataclass
-class CleanConfig:
-    """Which pairs ``prepare`` keeps."""
-
-    max_tokens: int = 250  # per side, BPE tokens (the end-of-sentence token not counted)
-    max_ratio: float = 3.0  # longer side / shorter side in tokens, each +1; 0 disables
-    dedup: bool = False  # drop repeated (source, target) pairs
 
 
 @dataclass
@@ -70,24 +59,12 @@ class PrepareReport:
     splits: dict[str, SplitReport]
 
 
-# Invisible characters that carry no text: C0/C1 control characters (NUL among them) that are
-# not whitespace, zero-width space and a byte-order mark inside a line. Zero-width (non-)joiners
-# are kept: Persian, Indic scripts and emoji sequences need them.
-_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\ufeff]")
-
-
-def normalize_text(text: str) -> str:
-    """Invisible control characters are removed; whitespace runs (tabs, non-breaking spaces,
-    ...) become one space; ends are stripped."""
-    return _WHITESPACE.sub(" ", _INVISIBLE.sub("", text)).strip()
-
-
 def train_vocabularies(spec: CorpusSpec, vocab_size: int = 8000, min_frequency: int = 2,
                        separate: bool = False) -> Vocabularies:
     """BPE on the normalised text of a corpus, streamed: one joint vocabulary learnt from both
     sides, or (``separate``) one per side, each of ``vocab_size`` entries."""
     if not separate:
-        from tfm.corpus import iter_texts
+        from tfm.data.corpus import iter_texts
 
         texts = (normalize_text(t) for t in iter_texts(spec))
         return Vocabularies.shared(train_tokenizer(texts, vocab_size, min_frequency))
@@ -96,11 +73,6 @@ def train_vocabularies(spec: CorpusSpec, vocab_size: int = 8000, min_frequency: 
     tgt = train_tokenizer((normalize_text(t) for _, t in iter_pairs(spec)), vocab_size,
                           min_frequency)
     return Vocabularies(src, tgt)
-
-
-def has_invisible(text: str) -> bool:
-    """Whether ``normalize_text`` removes invisible characters from ``text``."""
-    return _INVISIBLE.search(text) is not None
 
 
 def prepare(
@@ -377,79 +349,3 @@ def _fingerprint(splits: dict[str, CorpusSpec], tokenizer_path: Path, clean: Cle
         h.update(name.encode())
         h.update(corpus_fingerprint(spec).encode())
     return h.hexdigest()
-
-
-def read_prepare_info(directory: Path) -> dict[str, Any]:
-    path = Path(directory) / PREPARE_FILE
-    if not Path(directory).is_dir():
-        raise DataError(f"{directory}: no such prepared dataset (make one with `tfm prepare`)")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as e:
-        raise DataError(f"{directory}: not a prepared dataset (no {PREPARE_FILE}); "
-                        "make one with `tfm prepare`") from e
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON ({e}); run `tfm prepare` again") from e
-
-
-@dataclass
-class TokenizedSplit:
-    """One split's token ids as flat arrays: row i of a column is values[offsets[i]:offsets[i+1]].
-
-    The arrays view the memory-mapped Arrow files, so a corpus of millions of pairs costs
-    almost no memory.
-    """
-
-    src_values: np.ndarray
-    src_offsets: np.ndarray
-    tgt_values: np.ndarray
-    tgt_offsets: np.ndarray
-    src_text: list[str] | None = None
-    tgt_text: list[str] | None = None
-
-    def __len__(self) -> int:
-        return len(self.src_offsets) - 1
-
-    @property
-    def src_lengths(self) -> np.ndarray:
-        return np.diff(self.src_offsets)
-
-    @property
-    def tgt_lengths(self) -> np.ndarray:
-        return np.diff(self.tgt_offsets)
-
-    def src(self, i: int) -> np.ndarray:
-        return self.src_values[self.src_offsets[i]:self.src_offsets[i + 1]]
-
-    def tgt(self, i: int) -> np.ndarray:
-        return self.tgt_values[self.tgt_offsets[i]:self.tgt_offsets[i + 1]]
-
-
-def load_split(directory: Path, split: str) -> TokenizedSplit:
-    """A split of a prepared dataset directory."""
-    import datasets
-
-    read_prepare_info(directory)
-    try:
-        dataset = datasets.load_from_disk(str(directory))[split]
-    except KeyError as e:
-        raise DataError(f"{directory}: the prepared dataset has no {split!r} split") from e
-    except (FileNotFoundError, ValueError) as e:
-        raise DataError(f"{directory}: unreadable prepared dataset ({e}); "
-                        "run `tfm prepare` again") from e
-    table = dataset.data.table
-
-    def flat(column: str) -> tuple[np.ndarray, np.ndarray]:
-        array = table.column(column).combine_chunks()
-        offsets = array.offsets.to_numpy().astype(np.int64)
-        # Offsets index into the whole child array, also for a sliced list array.
-        return array.values.to_numpy(), offsets
-
-    src_values, src_offsets = flat("src_ids")
-    tgt_values, tgt_offsets = flat("tgt_ids")
-    texts = {}
-    for column in ("src_text", "tgt_text"):
-        if column in table.column_names:
-            texts[column] = table.column(column).to_pylist()
-    return TokenizedSplit(src_values, src_offsets, tgt_values, tgt_offsets,
-                          texts.get("src_text"), texts.get("tgt_text"))

@@ -7,25 +7,17 @@ smooths out the noise of the final updates and usually gains a little BLEU at no
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from tfm.checkpoint import (
-    TOKENIZER_FILE,
-    load_weights,
-    read_model_info,
-    save_model_dir,
-)
+from tfm.checkpoint import load_weights, read_model_info, save_model_dir
+from tfm.data.tokenizer import load_vocabularies
 from tfm.errors import UsageError
+from tfm.layout import ModelDir
 from tfm.model import Transformer
-from tfm.tokenizer import load_vocabularies
 
-CHECKPOINTS_DIR = "checkpoints"
-AVERAGED_DIR = "averaged"
-_NUMBERED = re.compile(r"step_(\d+)\.safetensors")
 # Provenance that describes the best checkpoint, not an average.
 _NOT_INHERITED = ("best_step", "valid_bleu", "valid_bleu_signature")
 
@@ -38,14 +30,7 @@ class AverageResult:
 
 def numbered_checkpoints(model_dir: Path) -> dict[int, Path]:
     """The numbered checkpoints of a run directory, by step, oldest first."""
-    folder = Path(model_dir) / CHECKPOINTS_DIR
-    found = {}
-    if folder.is_dir():
-        for path in folder.iterdir():
-            match = _NUMBERED.fullmatch(path.name)
-            if match and path.is_file():
-                found[int(match.group(1))] = path
-    return dict(sorted(found.items()))
+    return ModelDir(model_dir).numbered_checkpoints()
 
 
 def average_checkpoints(model_dir: Path, last: int, output: Path | None = None
@@ -58,21 +43,22 @@ def average_checkpoints(model_dir: Path, last: int, output: Path | None = None
     that does not fit it; sums are kept in float64 and the mean stored in the weights' dtype.
     """
     model_dir = Path(model_dir)
-    output = Path(output) if output is not None else model_dir / AVERAGED_DIR
+    files = ModelDir(model_dir)
+    output = Path(output) if output is not None else files.averaged
     if last < 1:
         raise UsageError(f"--last must be at least 1, not {last}")
     info = read_model_info(model_dir)  # refuses a missing or foreign directory
     if output.resolve() == model_dir.resolve():
         raise UsageError(f"--output {output} is the training run itself; write the average "
                          "to another directory")
-    if (output / "train_state.pt").exists():
+    if ModelDir(output).train_state.exists():
         raise UsageError(f"--output {output} holds a training run; choose another directory")
     available = numbered_checkpoints(model_dir)
     if len(available) < last:
         have = (f"only {len(available)} (steps {', '.join(map(str, available))})"
                 if available else "none")
         raise UsageError(f"{model_dir}: --last {last} needs {last} numbered checkpoints in "
-                         f"{CHECKPOINTS_DIR}/ but there are {have}; lower --last, or train "
+                         f"{files.checkpoints.name}/ but there are {have}; lower --last, or train "
                          f"with --keep-last {last} or more")
     steps = list(available)[-last:]
 
@@ -90,7 +76,7 @@ def average_checkpoints(model_dir: Path, last: int, output: Path | None = None
             for name, total in sums.items()}
     model.load_state_dict(mean)
 
-    vocabs = load_vocabularies(model_dir / TOKENIZER_FILE)
+    vocabs = load_vocabularies(files.tokenizer)
     info.provenance = {k: v for k, v in info.provenance.items() if k not in _NOT_INHERITED}
     info.provenance["averaged_steps"] = steps
     save_model_dir(output, model, vocabs, info)

@@ -1,0 +1,127 @@
+"""Data commands: ``tfm train-tokenizer`` and ``tfm prepare``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tfm.cli.app import app, err
+from tfm.cli.options import (
+    CorpusOpt,
+    HfConfigOpt,
+    SplitOpt,
+    SrcLangOpt,
+    TgtLangOpt,
+    corpus_spec,
+)
+
+
+@app.command("train-tokenizer")
+def train_tokenizer_cmd(
+    train: CorpusOpt = [],  # noqa: B006 (typer reads the default)
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="Where to write the tokenizer (HF tokenizers JSON).")] = Path(
+        "tokenizer.json"),
+    vocab_size: Annotated[int, typer.Option(
+        "--vocab-size", help="Vocabulary size, special tokens included.", min=260)] = 8000,
+    min_frequency: Annotated[int, typer.Option(
+        "--min-frequency", help="Minimum count of a pair of symbols to be merged.", min=1)] = 2,
+    separate: Annotated[bool, typer.Option(
+        "--separate/--joint", help="One vocabulary per language, written as NAME.src.json and "
+        "NAME.tgt.json beside --output NAME.json, instead of one joint vocabulary (needed to "
+        "share embeddings).")] = False,
+    src_lang: SrcLangOpt = None,
+    tgt_lang: TgtLangOpt = None,
+    split: SplitOpt = "train",
+    hf_config: HfConfigOpt = None,
+) -> None:
+    """Train a byte-level BPE tokenizer on the source and target sides of a corpus: one joint
+    vocabulary (default) or one per language (--separate).
+
+    Special tokens: <pad>=0, <unk>=1, <s>=2 (begin), </s>=3 (end of sentence). Wherever a
+    tokenizer is asked for (--tokenizer NAME.json), separate ones are found as NAME.src.json
+    and NAME.tgt.json.
+    """
+    from tfm.data.corpus import resolve_corpus
+    from tfm.data.prepare import train_vocabularies
+    from tfm.data.tokenizer import save_vocabularies
+
+    spec = corpus_spec(train, src_lang, tgt_lang, split, hf_config)
+    resolved = resolve_corpus(spec)
+    start = time.monotonic()
+    with err.status(f"Training BPE on {resolved.description} ..."):
+        vocabs = train_vocabularies(spec, vocab_size, min_frequency, separate)
+    files = save_vocabularies(vocabs, output)
+    sizes = [vocabs.src.get_vocab_size()] if vocabs.joint else [
+        vocabs.src.get_vocab_size(), vocabs.tgt.get_vocab_size()]
+    written = ", ".join(f"{f} ({n} entries)" for f, n in zip(files, sizes))
+    err.print(f"[green]Wrote[/] {written} in {time.monotonic() - start:.1f} s")
+
+
+@app.command()
+def prepare(
+    train: CorpusOpt = [],  # noqa: B006
+    tokenizer: Annotated[Path, typer.Option(
+        "--tokenizer", help="Tokenizer from `tfm train-tokenizer`.")] = Path("tokenizer.json"),
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="Directory for the prepared dataset.")] = Path("data-bin"),
+    valid: Annotated[list[str], typer.Option(
+        "--valid", help="Validation corpus, in any form --train accepts.",
+        show_default=False)] = [],  # noqa: B006
+    src_lang: SrcLangOpt = None,
+    tgt_lang: TgtLangOpt = None,
+    max_tokens: Annotated[int, typer.Option(
+        "--max-tokens", help="Drop pairs with a side longer than this many BPE tokens.",
+        min=1)] = 250,
+    max_ratio: Annotated[float, typer.Option(
+        "--max-ratio", help="Drop pairs whose length ratio (tokens+1) exceeds this; 0: keep "
+        "all.", min=0)] = 3.0,
+    dedup: Annotated[bool, typer.Option(
+        "--dedup/--no-dedup", help="Drop repeated pairs.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Prepare again even if the output is up to date.")] = False,
+    num_proc: Annotated[int, typer.Option(
+        "--num-proc", help="Worker processes that normalise and tokenize chunks of 20,000 "
+        "pairs in parallel; 1 tokenizes in this process (the tokenizers library still uses "
+        "every core). The result is the same for any value.", min=1)] = 1,
+    split: SplitOpt = "train",
+    hf_config: HfConfigOpt = None,
+) -> None:
+    """Clean and tokenize a parallel corpus into a dataset for `tfm train`.
+
+    Drops empty pairs, over-long pairs and pairs of extreme length ratio, and reports how many
+    were kept. The output is a Hugging Face dataset on disk (memory-mapped Arrow) with a copy of
+    the tokenizer; preparing the same input again is instant.
+    """
+    from tfm.data.prepare import CleanConfig
+    from tfm.data.prepare import prepare as run_prepare
+
+    train_spec = corpus_spec(train, src_lang, tgt_lang, split, hf_config)
+    valid_spec = corpus_spec(valid, src_lang, tgt_lang, "validation" if split == "train" else split,
+                       hf_config, "--valid") if valid else None
+    start = time.monotonic()
+    with err.status("Preparing ..."):
+        report = run_prepare(train_spec, tokenizer, output, valid_spec,
+                             CleanConfig(max_tokens, max_ratio, dedup), force, num_proc)
+    if report.up_to_date:
+        err.print(f"{output} is up to date (same input, tokenizer and options); "
+                  "use --force to prepare again")
+    table = Table(title=f"Prepared {output}", title_justify="left")
+    for col in ("split", "read", "kept", "empty", "too long", "ratio", "duplicate",
+                "src tokens", "tgt tokens"):
+        table.add_column(col, justify="right" if col != "split" else "left")
+    for name, r in report.splits.items():
+        table.add_row(name, f"{r.read:,}", f"{r.kept:,}",
+                      *(f"{r.dropped[k]:,}" for k in ("empty", "too long", "length ratio",
+                                                      "duplicate")),
+                      f"{r.src_tokens:,}", f"{r.tgt_tokens:,}")
+    err.print(table)
+    for name, r in report.splits.items():
+        if r.invisible_removed:
+            err.print(f"{name}: removed control or zero-width characters from "
+                      f"{r.invisible_removed:,} pairs")
+    err.print(f"in {time.monotonic() - start:.1f} s")

@@ -1,0 +1,235 @@
+"""Decoding commands: ``tfm translate`` and ``tfm eval``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from tfm.cli.app import app, err, out
+from tfm.cli.options import (
+    BeamOpt,
+    DeviceOpt,
+    LenPenOpt,
+    MaxLenAOpt,
+    MaxLenBOpt,
+    ModelOpt,
+    PrecisionOpt,
+    StopEarlyOpt,
+    search_options,
+)
+from tfm.errors import UsageError
+
+
+@app.command()
+def translate(
+    text: Annotated[Optional[list[str]], typer.Argument(
+        help="Sentences to translate. Without any, reads --input or standard input, one "
+        "sentence a line.", show_default=False)] = None,
+    model: ModelOpt = Path("model"),
+    input: Annotated[Optional[Path], typer.Option(
+        "--input", "-i", help="File to translate, one sentence a line.")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", help="Write translations here instead of standard output.")] = None,
+    beam: BeamOpt = None,
+    length_penalty: LenPenOpt = None,
+    max_len_a: MaxLenAOpt = None,
+    max_len_b: MaxLenBOpt = None,
+    min_len: Annotated[int, typer.Option(
+        "--min-len", help="Minimum output length in tokens.")] = 0,
+    n_best: Annotated[int, typer.Option(
+        "--n-best", help="Hypotheses per sentence (jsonl shows them all).")] = 1,
+    stop_early: StopEarlyOpt = True,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="text: one translation a line; jsonl: scores and n-best too.")
+    ] = "text",
+    alignments: Annotated[bool, typer.Option(
+        "--alignments", help="With --format jsonl: add attention-based word alignments "
+        "('i-j': source word i, target word j, from 0).")] = False,
+    show_attention: Annotated[bool, typer.Option(
+        "--show-attention", help="For one sentence: draw the cross-attention matrix in the "
+        "terminal (on stderr).")] = False,
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", help="For one sentence: save the cross-attention as a heatmap picture "
+        "(PNG).")] = None,
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
+) -> None:
+    """Translate sentences with a trained model (greedy or beam search)."""
+    from tfm.decoding.translator import load_translator
+
+    if fmt not in ("text", "jsonl"):
+        raise UsageError(f"--format {fmt}: choose text or jsonl")
+    if alignments and fmt != "jsonl":
+        raise UsageError("--alignments needs --format jsonl")
+    if (show_attention or plot) and len(text or []) != 1:
+        raise UsageError("--show-attention and --plot take exactly one sentence, given as an "
+                         "argument")
+    if text and input:
+        raise UsageError("give sentences as arguments or --input, not both")
+    if input is not None and not input.is_file():
+        raise UsageError(f"--input {input}: no such file")
+    translator = load_translator(model, device, precision)
+    options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len,
+                              n_best, stop_early,
+                              attention=alignments or show_attention or plot is not None)
+    sink = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    try:
+        if text:
+            results = translator.translate(list(text), options)
+        elif input is not None:
+            results = translator.translate(_read_lines(input, allow_empty=True), options)
+        else:  # standard input: translate line by line as it arrives (pipes, interactive)
+            results = translator.translate_stream(sys.stdin, options, chunk=1)
+        for r in results:
+            if r.truncated:
+                err.print("[yellow]warning[/]: a sentence longer than the model's maximum "
+                          "length was truncated")
+            if fmt == "text":
+                sink.write(r.text + "\n")
+            else:
+                record = {"source": r.source, "translation": r.text,
+                          "score": r.hypotheses[0][1],
+                          "n_best": [{"translation": t, "score": s} for t, s in r.hypotheses]}
+                if alignments and r.alignment is not None:
+                    from tfm.decoding.alignment import pharaoh
+
+                    record["alignment"] = pharaoh(r.alignment)
+                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+            sink.flush()
+            if show_attention and r.attention:
+                err.print(_attention_table(r))
+            if plot is not None and r.attention:
+                from tfm.plotting import plot_attention
+
+                plot_attention(r.attention, _readable(r.source_symbols),
+                               _readable(r.target_symbols), plot)
+                err.print(f"Wrote {plot}")
+    finally:
+        if output:
+            sink.close()
+
+
+def _readable(symbols: list[str] | None) -> list[str]:
+    """Byte-level BPE symbols as text for display, a leading space shown as '▁' (a symbol
+    holding part of a multi-byte character shows as '�')."""
+    from tokenizers import decoders
+
+    decoder = decoders.ByteLevel()
+    texts = []
+    for symbol in symbols or []:
+        text = symbol if symbol.startswith("<") else decoder.decode([symbol])
+        texts.append("▁" + text[1:] if text.startswith(" ") else text)
+    return texts
+
+
+def _attention_table(result) -> Table:
+    """The cross-attention of one translation: target symbols down, source symbols across,
+    each cell shaded by its weight."""
+    table = Table(title="cross-attention (last decoder layer, mean over heads)",
+                  title_justify="left", show_lines=False, pad_edge=False)
+    table.add_column("")
+    for symbol in _readable(result.source_symbols):
+        table.add_column(symbol, justify="center", no_wrap=True)
+    for symbol, row in zip(_readable(result.target_symbols), result.attention):
+        cells = []
+        for weight in row:
+            level = int(255 - 200 * weight)
+            cells.append(f"[on rgb({level},{level},255)]{weight:.2f}[/]")
+        table.add_row(symbol, *cells)
+    return table
+
+
+def _read_lines(path: Path, allow_empty: bool = False) -> list[str]:
+    from tfm.data.corpus import read_text_lines
+
+    return read_text_lines(path, allow_empty)
+
+
+@app.command("eval")
+def eval_cmd(
+    src: Annotated[Optional[Path], typer.Option(
+        "--src", help="Source file to translate (one sentence a line).")] = None,
+    ref: Annotated[Optional[Path], typer.Option(
+        "--ref", help="Reference translations, aligned with --src.")] = None,
+    hyp: Annotated[Optional[Path], typer.Option(
+        "--hyp", help="Score these existing translations instead of translating --src.")
+    ] = None,
+    model: ModelOpt = Path("model"),
+    bleu_flag: Annotated[bool, typer.Option("--bleu/--no-bleu", help="Report BLEU.")] = True,
+    chrf: Annotated[bool, typer.Option("--chrf", help="Also report chrF.")] = False,
+    ter: Annotated[bool, typer.Option("--ter", help="Also report TER.")] = False,
+    lc_tok: Annotated[bool, typer.Option(
+        "--lc-tok", help="Also report BLEU as the Multi30k papers do: lowercased, "
+        "punctuation-normalised, Moses-tokenized text (needs tfm[moses]).")] = False,
+    tgt_lang: Annotated[Optional[str], typer.Option(
+        "--tgt-lang", help="Target language for --lc-tok's tokenizer (default: the "
+        "model's).")] = None,
+    beam: BeamOpt = None,
+    length_penalty: LenPenOpt = None,
+    max_len_a: MaxLenAOpt = None,
+    max_len_b: MaxLenBOpt = None,
+    stop_early: StopEarlyOpt = True,
+    save_hyp: Annotated[Optional[Path], typer.Option(
+        "--save-hyp", help="Also write the translations to this file.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
+) -> None:
+    """Translate --src and score it against --ref with sacrebleu (or score --hyp)."""
+    from tfm.decoding.scoring import bleu_lc_tok, require_moses, score
+    from tfm.decoding.translator import load_translator
+
+    if ref is None:
+        raise UsageError("missing --ref: the reference translations to score against")
+    if (src is None) == (hyp is None):
+        raise UsageError("give --src (to translate with --model) or --hyp (to score), not both")
+    if tgt_lang is not None and not lc_tok:
+        raise UsageError("--tgt-lang is only used by --lc-tok")
+    if lc_tok:
+        require_moses()
+        if hyp is not None and tgt_lang is None:
+            raise UsageError("--lc-tok with --hyp needs --tgt-lang (the language of the "
+                             "translations, e.g. de)")
+    references = _read_lines(ref)
+    if hyp is not None:
+        hypotheses = _read_lines(hyp)
+    else:
+        sources = _read_lines(src)
+        if len(sources) != len(references):
+            raise UsageError(f"{src} has {len(sources)} lines but {ref} has "
+                             f"{len(references)}: they must be aligned line by line")
+        translator = load_translator(model, device, precision)
+        if lc_tok and tgt_lang is None:
+            tgt_lang = translator.info.tgt_lang
+            if not tgt_lang:
+                raise UsageError(f"--lc-tok: the model in {model} does not record its target "
+                                 "language: give --tgt-lang")
+        options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, 0, 1,
+                                  stop_early)
+        start = time.monotonic()
+        with err.status(f"Translating {len(sources)} sentences (beam {options.beam}) ..."):
+            hypotheses = [t.text for t in translator.translate(sources, options)]
+        err.print(f"Translated {len(sources)} sentences in {time.monotonic() - start:.1f} s")
+        if save_hyp:
+            from tfm.atomic import atomic_write_bytes
+
+            atomic_write_bytes(save_hyp, "".join(h + "\n" for h in hypotheses).encode())
+    metrics = [m for m, on in (("bleu", bleu_flag), ("chrf", chrf), ("ter", ter)) if on]
+    if not metrics and not lc_tok:
+        raise UsageError("nothing to report: give --bleu, --chrf, --ter or --lc-tok")
+    scores = [score(m, hypotheses, references) for m in metrics]
+    if lc_tok:
+        scores.append(bleu_lc_tok(hypotheses, references, tgt_lang))
+    if as_json:
+        out.print_json(json.dumps([asdict(s) for s in scores]))
+    else:
+        for s in scores:
+            out.print(s.text, highlight=False)
+            out.print(s.signature, highlight=False)

@@ -1,0 +1,79 @@
+"""Command-line options shared by several commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tfm.config import GenerationDefaults
+from tfm.errors import UsageError
+
+CorpusOpt = Annotated[list[str], typer.Option(
+    "--train", help="Training corpus: PREFIX (with --src-lang/--tgt-lang: PREFIX.en[.gz] + "
+    "PREFIX.de[.gz]), two aligned files (give --train twice), a .tsv or .jsonl file, a saved "
+    "Hugging Face dataset folder, a .parquet/.csv file, or a hub dataset name.",
+    show_default=False)]
+SrcLangOpt = Annotated[Optional[str], typer.Option(
+    "--src-lang", "-s", help="Source language code (e.g. en); inferred from file names "
+    "like train.en.gz when possible.")]
+TgtLangOpt = Annotated[Optional[str], typer.Option(
+    "--tgt-lang", "-t", help="Target language code (e.g. de).")]
+SplitOpt = Annotated[str, typer.Option(
+    "--split", help="Split to read from a Hugging Face dataset.")]
+HfConfigOpt = Annotated[Optional[str], typer.Option(
+    "--hf-config", help="Configuration name of a hub dataset (e.g. de-en).")]
+DeviceOpt = Annotated[str, typer.Option(
+    "--device", help="auto (CUDA if available, else CPU), cpu or cuda.")]
+PrecisionOpt = Annotated[str, typer.Option(
+    "--precision", help="Weights for decoding: fp32, bf16, fp16 (CUDA) or auto (bf16 on CUDA "
+    "and on CPUs with native bf16, else fp32).")]
+
+
+def search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len, n_best,
+                    stop_early, attention=False):
+    return translator.default_options(beam=beam, length_penalty=length_penalty,
+                                      max_len_a=max_len_a, max_len_b=max_len_b,
+                                      min_len=min_len, n_best=n_best, stop_early=stop_early,
+                                      attention=attention)
+
+
+_G = GenerationDefaults  # the defaults a model directory starts with
+
+
+def default(value: object) -> str:
+    """The help text's default note, for Optional options whose default is decided later
+    (from a config dataclass or the model directory): typer cannot show those itself."""
+    return f"  \\[default: {value}]"
+
+
+ModelOpt = Annotated[Path, typer.Option(
+    "--model", "-m", help="A model directory written by `tfm train` (or `tfm average`), or a "
+    "CTranslate2 export from `tfm export --to ctranslate2`, decoded with CTranslate2.")]
+BeamOpt = Annotated[Optional[int], typer.Option(
+    "--beam", "-b", help="Beam size; 1 is greedy decoding." + default(f"the model's, {_G.beam}"))]
+LenPenOpt = Annotated[Optional[float], typer.Option(
+    "--length-penalty", help="Beam search: scores are divided by length ** this."
+    + default(f"the model's, {_G.length_penalty}"))]
+MaxLenAOpt = Annotated[Optional[float], typer.Option(
+    "--max-len-a", help="Maximum output length is a * source length + b."
+    + default(f"the model's, {_G.max_len_a}"))]
+MaxLenBOpt = Annotated[Optional[int], typer.Option(
+    "--max-len-b", help="See --max-len-a." + default(f"the model's, {_G.max_len_b}"))]
+StopEarlyOpt = Annotated[bool, typer.Option(
+    "--stop-early/--no-stop-early", help="Beam search: end a sentence once its --n-best best "
+    "hypotheses have ended (as OpenNMT-py and CTranslate2 do), or wait for --beam of them (as "
+    "fairseq does: slower, sometimes slightly higher BLEU).")]
+
+
+def corpus_spec(paths: list[str], src_lang: str | None, tgt_lang: str | None, split: str,
+          hf_config: str | None, option: str = "--train"):
+    from tfm.data.corpus import CorpusSpec
+
+    if not paths:
+        raise UsageError(f"missing {option}: give a corpus (see --help)")
+    if len(paths) > 2:
+        raise UsageError(f"{option} was given {len(paths)} times; give it once (a prefix, TSV, "
+                         "JSONL or dataset) or twice (source file, target file)")
+    return CorpusSpec(tuple(paths), src_lang, tgt_lang, split, hf_config)

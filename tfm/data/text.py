@@ -1,0 +1,24 @@
+"""Text normalisation applied to every sentence before tokenization, in ``prepare`` and in
+decoding alike, so that a model sees the same kind of text when it translates as when it
+learnt."""
+
+from __future__ import annotations
+
+import re
+
+_WHITESPACE = re.compile(r"\s+")
+# Invisible characters that carry no text: C0/C1 control characters (NUL among them) that are
+# not whitespace, zero-width space and a byte-order mark inside a line. Zero-width (non-)joiners
+# are kept: Persian, Indic scripts and emoji sequences need them.
+_INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\ufeff]")
+
+
+def normalize_text(text: str) -> str:
+    """Invisible control characters are removed; whitespace runs (tabs, non-breaking spaces,
+    ...) become one space; ends are stripped."""
+    return _WHITESPACE.sub(" ", _INVISIBLE.sub("", text)).strip()
+
+
+def has_invisible(text: str) -> bool:
+    """Whether ``normalize_text`` removes invisible characters from ``text``."""
+    return _INVISIBLE.search(text) is not None

@@ -1,0 +1,54 @@
+"""tfm's own engine: the PyTorch model of a tfm model directory, decoded by tfm.decoding.search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tfm.checkpoint import load_model_dir
+from tfm.config import SearchOptions
+from tfm.decoding.search import Hypothesis, beam_search, greedy_search
+from tfm.decoding.translator import Translator
+from tfm.device import precision_name, resolve_device, resolve_precision
+from tfm.layout import WEIGHTS_FILE
+from tfm.special_tokens import PAD_ID
+
+
+class TorchTranslator(Translator):
+    """A loaded tfm model directory."""
+
+    engine = "tfm"
+    supports_attention = True
+
+    def __init__(self, model_dir: Path, device: str = "auto", weights_file: str = WEIGHTS_FILE,
+                 precision: str = "fp32") -> None:
+        """``weights_file``: another weights file of the directory, e.g. a numbered
+        checkpoint ``checkpoints/step_00001000.safetensors``. ``precision``: fp32, or bf16 /
+        fp16 weights (``auto``: bf16 on CUDA and on CPUs with native bf16, else fp32). On a CPU
+        with native bf16, bf16 weights decoded Multi30k 1.3x (beam 5) to 2.2x (greedy) faster
+        than fp32 with the same BLEU to 0.02."""
+        self.device = resolve_device(device)
+        self.model, self.vocabs, self.info = load_model_dir(Path(model_dir), weights_file)
+        self.model.to(self.device)
+        self.dtype = resolve_precision(precision, self.device, training=False)
+        if self.dtype is not None:  # weights converted once: autocast would recast them
+            self.model.to(self.dtype)
+        self.max_source_tokens = self.model.config.max_positions
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": self.engine, "device": str(self.device),
+                "precision": precision_name(self.dtype)}
+
+    def search(self, batch: list[list[int]], o: SearchOptions) -> list[list[Hypothesis]]:
+        width = max(len(x) for x in batch)
+        src = torch.full((len(batch), width), PAD_ID, dtype=torch.long)
+        for row, ids in enumerate(batch):
+            src[row, : len(ids)] = torch.tensor(ids)
+        src = src.to(self.device)
+        if o.beam == 1:
+            return greedy_search(self.model, src, o.max_len_a, o.max_len_b, o.min_len,
+                                 o.attention)
+        return beam_search(self.model, src, o.beam, o.length_penalty, o.max_len_a, o.max_len_b,
+                           o.min_len, o.n_best, o.attention, o.stop_early)

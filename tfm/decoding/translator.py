@@ -1,0 +1,170 @@
+"""The Translator interface: sentences in, translations out, whatever engine decodes.
+
+``translate``, ``eval`` and the server speak only to this interface. It does the text-level work
+every engine shares: normalises the input as ``prepare`` did, tokenizes it with the model's own
+tokenizer, truncates what the model cannot take, sorts the sentences by length into token-sized
+batches (little padding), and returns the results in input order, each on one line. An engine
+supplies only ``search``: token ids in, hypotheses out. Engines: tfm's own PyTorch search
+(tfm.decoding.torch_engine) and CTranslate2 (tfm.decoding.ctranslate2_engine).
+
+``load_translator`` picks the engine from what the directory holds.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfm.checkpoint import ModelInfo
+from tfm.config import SearchOptions
+from tfm.data.text import normalize_text
+from tfm.data.tokenizer import Vocabularies, decode, encode_batch
+from tfm.decoding.alignment import align_words
+from tfm.decoding.search import Hypothesis
+from tfm.errors import UsageError
+from tfm.layout import WEIGHTS_FILE
+from tfm.special_tokens import EOS_ID
+
+__all__ = ["SearchOptions", "Translation", "Translator", "load_translator"]
+
+# Characters that str.splitlines() and most tools treat as line breaks.
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
+
+
+def _one_line(text: str) -> str:
+    """A translation on one line: a model can generate a line-break byte, which would shift
+    every following line of the output against its input."""
+    return _LINE_BREAKS.sub(" ", text)
+
+
+@dataclass
+class Translation:
+    source: str
+    hypotheses: list[tuple[str, float]]  # (text, score), best first
+    truncated: bool = False  # the source was longer than the model accepts
+    # With SearchOptions.attention, for the best hypothesis: the BPE symbols of both sides
+    # (source with its end-of-sentence token), cross-attention (target x source symbols) and
+    # word alignments as (source word, target word) pairs.
+    source_symbols: list[str] | None = None
+    target_symbols: list[str] | None = None
+    attention: list[list[float]] | None = None
+    alignment: list[tuple[int, int]] | None = None
+    target_tokens: int = 0  # BPE tokens of the best hypothesis (EOS not counted)
+
+    @property
+    def text(self) -> str:
+        return self.hypotheses[0][0]
+
+
+class Translator(ABC):
+    """A loaded model, ready to translate. Subclasses set ``vocabs``, ``info``,
+    ``max_source_tokens`` and implement ``search``."""
+
+    engine: str = ""  # a short name for reports: "tfm", "ctranslate2"
+    supports_attention: bool = False  # whether search can return cross-attention
+    vocabs: Vocabularies
+    info: ModelInfo
+    max_source_tokens: int  # longest source the model takes, EOS included
+
+    @abstractmethod
+    def search(self, batch: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
+        """The hypotheses (best first, ``options.n_best`` of them) of each source in
+        ``batch``: token ids ending with EOS, sorted by length, at most
+        ``options.max_tokens`` source tokens x beam in all."""
+
+    def describe(self) -> dict[str, Any]:
+        """What /v1/info and reports show of the engine."""
+        return {"engine": self.engine}
+
+    def default_options(self, **overrides: Any) -> SearchOptions:
+        """SearchOptions from the model's generation defaults and the options the user gave
+        (None: not given). A length penalty given for greedy search is refused: greedy search
+        compares no hypotheses of different lengths, so the penalty would change nothing."""
+        g = self.info.generation
+        values = dict(beam=g.beam, length_penalty=g.length_penalty, max_len_a=g.max_len_a,
+                      max_len_b=g.max_len_b)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        values.update(given)
+        if values["beam"] == 1 and "length_penalty" in given:
+            raise UsageError("--length-penalty has no effect on greedy search (--beam 1): "
+                             "drop it, or give --beam 2 or more")
+        options = SearchOptions(**values)
+        if options.attention and not self.supports_attention:
+            raise UsageError(f"the {self.engine} engine gives no attention weights: "
+                             "--alignments, --show-attention and --plot need a tfm model "
+                             "directory")
+        return options
+
+    def translate(self, sentences: list[str], options: SearchOptions) -> list[Translation]:
+        """Translations of ``sentences``, in the same order."""
+        limit = self.max_source_tokens - 1  # room for EOS
+        texts = [normalize_text(s) for s in sentences]
+        ids = encode_batch(self.vocabs.src, texts) if texts else []
+        truncated = [len(x) > limit for x in ids]
+        ids = [x[:limit] + [EOS_ID] for x in ids]
+        results: list[Translation | None] = [None] * len(texts)
+        for i, text in enumerate(texts):
+            if not text:  # nothing to translate: an empty line stays an empty line
+                results[i] = Translation(sentences[i], [("", 0.0)])
+        pending = [i for i in range(len(texts)) if results[i] is None]
+        for batch in _batches(ids, pending, options):
+            for i, hyps in zip(batch, self.search([ids[i] for i in batch], options)):
+                result = Translation(
+                    sentences[i],
+                    [(_one_line(decode(self.vocabs.tgt, h.tokens)), h.score) for h in hyps],
+                    truncated[i], target_tokens=len(hyps[0].tokens))
+                if options.attention:
+                    self._attach_attention(result, ids[i], hyps[0])
+                results[i] = result
+        return [r for r in results if r is not None]
+
+    def translate_stream(self, lines: Iterable[str], options: SearchOptions,
+                         chunk: int = 1) -> Iterator[Translation]:
+        """Translate lines as they come, ``chunk`` at a time (1 for interactive use)."""
+        buffer: list[str] = []
+        for line in lines:
+            buffer.append(line.rstrip("\r\n"))
+            if len(buffer) >= chunk:
+                yield from self.translate(buffer, options)
+                buffer = []
+        if buffer:
+            yield from self.translate(buffer, options)
+
+    def _attach_attention(self, result: Translation, src_ids: list[int],
+                          best: Hypothesis) -> None:
+        result.source_symbols = [self.vocabs.src.id_to_token(i) for i in src_ids]  # ends </s>
+        result.target_symbols = [self.vocabs.tgt.id_to_token(i) for i in best.tokens]
+        result.attention = [row[: len(src_ids)] for row in best.attention or []]
+        result.alignment = align_words(result.attention, result.source_symbols[:-1],
+                                       result.target_symbols)
+
+
+def _batches(ids: list[list[int]], positions: list[int], options: SearchOptions
+             ) -> Iterator[list[int]]:
+    """``positions`` grouped by length so that (rows x longest x beam) <= max_tokens."""
+    order = sorted(positions, key=lambda i: len(ids[i]))
+    batch: list[int] = []
+    for i in order:
+        if batch and len(ids[i]) * (len(batch) + 1) * options.beam > options.max_tokens:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def load_translator(model: Path, device: str = "auto", precision: str = "fp32",
+                    weights_file: str = WEIGHTS_FILE) -> Translator:
+    """The translator for ``model``: a tfm model directory decodes with tfm's own search, a
+    CTranslate2 export (``tfm export --to ctranslate2``) with CTranslate2."""
+    from tfm.decoding import ctranslate2_engine
+
+    if ctranslate2_engine.is_export(Path(model)):
+        return ctranslate2_engine.CTranslate2Translator(Path(model), device, precision)
+    from tfm.decoding.torch_engine import TorchTranslator
+
+    return TorchTranslator(Path(model), device, precision=precision, weights_file=weights_file)

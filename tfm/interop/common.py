@@ -1,0 +1,87 @@
+"""What every export shares: optional runtimes named by their extra, an output directory that
+appears whole or not at all, and the provenance file written beside the exported weights."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tfm import __version__
+from tfm.errors import UsageError
+
+EXPORT_INFO_FILE = "tfm_export.json"
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import an optional runtime, or say in one line which extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise UsageError(f"this needs the {module} package: pip install \"tfm[{extra}]\" "
+                         f"(or pip install {module})") from e
+
+
+@contextmanager
+def staged_output(output: Path, overwrite: bool) -> Iterator[Path]:
+    """A temporary directory beside ``output`` to write an export into; on success it is
+    renamed to ``output`` (replacing it with ``overwrite``), on any failure removed, so that
+    ``output`` is never left half-written."""
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise UsageError(f"{output} already exists; give --overwrite to replace it, or "
+                         "choose another -o")
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"{output} exists and is not a directory")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    try:
+        yield stage
+        if output.exists():
+            old = output.with_name(f".{output.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            output.rename(old)
+            stage.rename(output)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            stage.rename(output)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def write_export_info(directory: Path, fmt: str, source: Path, info: Any,
+                      **extra: Any) -> dict[str, Any]:
+    """``tfm_export.json``: what was exported, from which model, by which tfm. ``info`` is the
+    source's tfm.checkpoint.ModelInfo."""
+    record = {
+        "format": fmt,
+        "tfm_version": __version__,
+        "source_model": Path(source).name,  # a name, never an absolute path
+        "src_lang": info.src_lang,
+        "tgt_lang": info.tgt_lang,
+        "model": info.to_json()["model"],
+        "generation": info.to_json()["generation"],
+        "provenance": info.provenance,
+        **extra,
+    }
+    (Path(directory) / EXPORT_INFO_FILE).write_text(
+        json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return record
+
+
+def read_export_info(directory: Path) -> dict[str, Any] | None:
+    """The export's ``tfm_export.json``, or None when ``directory`` has none."""
+    path = Path(directory) / EXPORT_INFO_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None

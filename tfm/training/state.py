@@ -1,0 +1,133 @@
+"""A training run's state between processes: what resume restores, which options a resumed
+run may change, and the stop signals (Ctrl-C, SIGTERM) turned into a clean stop."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfm.checkpoint import load_train_state
+from tfm.config import ModelConfig, TrainConfig, train_config_from_dict
+from tfm.errors import UsageError
+from tfm.layout import ModelDir
+from tfm.training.schedule import SCHEDULES
+
+# Options that may change when a run is resumed: how long it goes on, and where and how it
+# computes (a run may move from CPU to GPU), but not what it computes.
+RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_time", "patience", "valid_every",
+                     "save_every", "keep_last", "log_every", "device", "num_threads", "compile",
+                     "precision"}
+
+
+@dataclass
+class RunState:
+    """What resume restores besides weights and optimizer."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best_bleu: float | None = None
+    best_step: int | None = None
+    bad_validations: int = 0
+    elapsed: float = 0.0  # seconds of training before this process
+    saved_steps: list[int] = field(default_factory=list)
+    world_size: int = 1  # processes that trained up to ``step``
+
+
+class StopSignal:
+    """Turns the first SIGINT/SIGTERM into a flag checked between steps; a second one
+    interrupts at once. (torchrun passes a signal it receives on to every process once.)"""
+
+    def __init__(self) -> None:
+        self.signum = 0  # the signal received, 0 while none
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignal:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def start_or_resume(
+    output: Path, model_config: ModelConfig | None, config: TrainConfig, resume: bool,
+    explicit: set[str], overwrite: bool,
+) -> tuple[TrainConfig, ModelConfig, RunState, dict[str, Any] | None, bool]:
+    """The run's configuration and state, new or read back from ``output``; refuses what
+    cannot be done. Returns (config, model config, run state, saved state or None, whether an
+    old run must be removed first)."""
+    state_path = ModelDir(output).train_state
+    run = RunState()
+    saved: dict[str, Any] | None = None
+    remove_old = False
+    if resume:
+        saved = load_train_state(state_path)
+        config = _resumed_config(output, config, explicit)
+        model_config = ModelConfig(**saved["model_config"])
+        run = RunState(**saved["run"])
+    elif state_path.exists() and overwrite:
+        remove_old = True
+    elif state_path.exists():
+        raise UsageError(f"{output} already holds a training run; continue it with --resume, "
+                         "start again with --overwrite, or choose another --output")
+    if model_config is None:
+        raise UsageError("no model configuration given")
+    if not (config.max_steps or config.max_epochs or config.max_time or config.patience):
+        raise UsageError("give a stopping rule: --max-steps, --max-epochs, --max-time or "
+                         "--patience")
+    if config.lr_schedule not in SCHEDULES:
+        raise UsageError(f"unknown --lr-schedule {config.lr_schedule!r}; choose one of: "
+                         f"{', '.join(SCHEDULES)}")
+    if config.lr_schedule != "inverse-sqrt" and not (
+            config.max_steps or config.max_epochs or config.max_time):
+        raise UsageError(f"--lr-schedule {config.lr_schedule} decays to 0 at the end of the "
+                         "budget: give --max-steps, --max-epochs or --max-time")
+    if config.max_steps and run.step >= config.max_steps:
+        raise UsageError(f"nothing left to do: the run in {output} is at step {run.step} of "
+                         f"{config.max_steps}; raise --max-steps to train on")
+    if config.max_epochs and run.epoch >= config.max_epochs:
+        raise UsageError(f"nothing left to do: the run in {output} finished epoch "
+                         f"{run.epoch} of {config.max_epochs}; raise --max-epochs to train on")
+    return config, model_config, run, saved, remove_old
+
+
+def _resumed_config(output: Path, given: TrainConfig, explicit: set[str]) -> TrainConfig:
+    """The saved run's TrainConfig with the options the user set now; refuses changes other
+    than how long the run goes on."""
+    path = ModelDir(output).train_config
+    try:
+        saved = train_config_from_dict(json.loads(path.read_text()))
+    except FileNotFoundError as e:
+        raise UsageError(f"{output}: no {path.name}; nothing to resume") from e
+    values = asdict(saved)
+    for name in explicit:
+        new = getattr(given, name)
+        if name not in RESUMABLE_CHANGES and new != values[name]:
+            raise UsageError(
+                f"--{name.replace('_', '-')} {new} contradicts the run being resumed "
+                f"({values[name]}); resume with the same options or start a new --output")
+        values[name] = new
+    return TrainConfig(**values)
+
+
+def remove_run(output: Path) -> None:
+    """Delete the files a training run writes in ``output`` (and nothing else)."""
+    files = ModelDir(output)
+    for path in files.run_files():
+        path.unlink(missing_ok=True)
+    shutil.rmtree(files.checkpoints, ignore_errors=True)
