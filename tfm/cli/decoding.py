@@ -62,7 +62,7 @@ def translate(
     precision: PrecisionOpt = "fp32",
 ) -> None:
     """Translate sentences with a trained model (greedy or beam search)."""
-    from tfm.decoding.translator import load_translator
+    from tfm.decoding.engines import load_translator
 
     if fmt not in ("text", "jsonl"):
         raise UsageError(f"--format {fmt}: choose text or jsonl")
@@ -183,8 +183,8 @@ def eval_cmd(
     precision: PrecisionOpt = "fp32",
 ) -> None:
     """Translate --src and score it against --ref with sacrebleu (or score --hyp)."""
+    from tfm.decoding.engines import load_translator
     from tfm.decoding.scoring import bleu_lc_tok, require_moses, score
-    from tfm.decoding.translator import load_translator
 
     if ref is None:
         raise UsageError("missing --ref: the reference translations to score against")
@@ -230,6 +230,6 @@ def eval_cmd(
     if as_json:
         out.print_json(json.dumps([asdict(s) for s in scores]))
     else:
-        for s in scores:
-            out.print(s.text, highlight=False)
-            out.print(s.signature, highlight=False)
+        for s in scores:  # one line each, never wrapped to the terminal's width
+            out.print(s.text, highlight=False, soft_wrap=True)
+            out.print(s.signature, highlight=False, soft_wrap=True)

@@ -7,7 +7,7 @@ batches (little padding), and returns the results in input order, each on one li
 supplies only ``search``: token ids in, hypotheses out. Engines: tfm's own PyTorch search
 (tfm.decoding.torch_engine) and CTranslate2 (tfm.decoding.ctranslate2_engine).
 
-``load_translator`` picks the engine from what the directory holds.
+tfm.decoding.engines.load_translator picks the engine from what the directory holds.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tfm.checkpoint import ModelInfo
@@ -26,10 +25,9 @@ from tfm.data.tokenizer import Vocabularies, decode, encode_batch
 from tfm.decoding.alignment import align_words
 from tfm.decoding.search import Hypothesis
 from tfm.errors import UsageError
-from tfm.layout import WEIGHTS_FILE
 from tfm.special_tokens import EOS_ID
 
-__all__ = ["SearchOptions", "Translation", "Translator", "load_translator"]
+__all__ = ["SearchOptions", "Translation", "Translator"]
 
 # Characters that str.splitlines() and most tools treat as line breaks.
 _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
@@ -155,16 +153,3 @@ def _batches(ids: list[list[int]], positions: list[int], options: SearchOptions
         batch.append(i)
     if batch:
         yield batch
-
-
-def load_translator(model: Path, device: str = "auto", precision: str = "fp32",
-                    weights_file: str = WEIGHTS_FILE) -> Translator:
-    """The translator for ``model``: a tfm model directory decodes with tfm's own search, a
-    CTranslate2 export (``tfm export --to ctranslate2``) with CTranslate2."""
-    from tfm.decoding import ctranslate2_engine
-
-    if ctranslate2_engine.is_export(Path(model)):
-        return ctranslate2_engine.CTranslate2Translator(Path(model), device, precision)
-    from tfm.decoding.torch_engine import TorchTranslator
-
-    return TorchTranslator(Path(model), device, precision=precision, weights_file=weights_file)

@@ -1,0 +1,92 @@
+"""Specification of the package layout (docs/ARCHITECTURE.md): imports run one way, down the
+pipeline, and no module imports itself back through a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "tfm"
+
+# Floors, lowest first: a module may import its own floor and those below, never one above.
+FLOORS = [
+    {"tfm", "tfm.errors", "tfm.special_tokens", "tfm.layout", "tfm.atomic", "tfm.config",
+     "tfm.device", "tfm.plotting"},
+    {"tfm.data"},
+    {"tfm.model"},
+    {"tfm.checkpoint"},
+    {"tfm.interop"},
+    {"tfm.decoding"},
+    {"tfm.training"},
+    {"tfm.serve"},
+    {"tfm.cli", "tfm.__main__"},
+]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def floor(module: str) -> int:
+    for level, names in enumerate(FLOORS):
+        if any(module == n or (n != "tfm" and module.startswith(n + ".")) for n in names):
+            return level
+    raise AssertionError(f"{module} belongs to no floor: add it to FLOORS and ARCHITECTURE.md")
+
+
+def tfm_imports(path: Path) -> set[str]:
+    """Every tfm module ``path`` imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] == "tfm":
+                found.add(node.module)
+                # ``from tfm.cli import data`` imports the module tfm.cli.data
+                for alias in node.names:
+                    if (PACKAGE.parent / node.module.replace(".", "/") / f"{alias.name}.py"
+                            ).exists():
+                        found.add(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "tfm")
+    return found
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_run_down_the_pipeline(module: str) -> None:
+    upward = [m for m in tfm_imports(MODULES[module]) if floor(m) > floor(module)]
+    assert not upward, f"{module} (floor {floor(module)}) imports from above: {upward}"
+
+
+def test_no_module_imports_itself_through_a_cycle() -> None:
+    graph = {m: {i for i in tfm_imports(p) if i in MODULES and i != m}
+             for m, p in MODULES.items()}
+    # A package's __init__ importing its own modules (the CLI registering its commands) is
+    # not a cycle of code: only edges between distinct non-package modules count.
+    graph = {m: {i for i in deps if not m.startswith(i + ".") and not i.startswith(m + ".")}
+             for m, deps in graph.items()}
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(m: str) -> None:
+        state[m] = 1
+        path.append(m)
+        for n in graph[m]:
+            if state.get(n) == 1:
+                cycle = path[path.index(n):] + [n]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if n not in state:
+                visit(n)
+        path.pop()
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m)
