@@ -182,7 +182,8 @@ def eval_cmd(
     device: DeviceOpt = "auto",
     precision: PrecisionOpt = "fp32",
 ) -> None:
-    """Translate --src and score it against --ref with sacrebleu (or score --hyp)."""
+    """Translate --src and score it against --ref with sacrebleu (or score --hyp); --lc-tok adds
+    the lowercased, Moses-tokenized BLEU that Multi30k results are reported in."""
     from tfm.decoding.engines import load_translator
     from tfm.decoding.scoring import bleu_lc_tok, require_moses, score
 
@@ -225,8 +226,8 @@ def eval_cmd(
     if not metrics and not lc_tok:
         raise UsageError("nothing to report: give --bleu, --chrf, --ter or --lc-tok")
     scores = [score(m, hypotheses, references) for m in metrics]
-    if lc_tok:
-        scores.append(bleu_lc_tok(hypotheses, references, tgt_lang))
+    if lc_tok:  # right after the cased BLEU it sits beside
+        scores.insert(int(bleu_flag), bleu_lc_tok(hypotheses, references, tgt_lang))
     if as_json:
         out.print_json(json.dumps([asdict(s) for s in scores]))
     else:

@@ -123,7 +123,8 @@ def bleu_lc_tok(hypotheses: list[str], references: list[str], lang: str) -> Scor
     and the sacremoses version beside sacrebleu's."""
     _check_aligned(hypotheses, references)
     tokenize = MosesLcTokenizer(lang)
-    scorer = BLEU(tokenize="none", lowercase=False, smooth_method="none")
+    # force: the input is tokenized on purpose (sacrebleu would warn about it otherwise).
+    scorer = BLEU(tokenize="none", lowercase=False, smooth_method="none", force=True)
     result = scorer.corpus_score([tokenize(h) for h in hypotheses],
                                  [[tokenize(r) for r in references]])
     result.name = "BLEU-lc-tok"
