@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tfm import __version__
 from tfm.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUT_OF_MEMORY, TfmError
@@ -62,7 +63,8 @@ def run() -> None:
     except TfmError as e:
         if debug:
             raise
-        err.print(f"[bold red]error[/]: {e}", highlight=False, soft_wrap=True)
+        # escaped: a message may hold brackets, e.g. pip install "tfm[export]"
+        err.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         if debug:
@@ -83,7 +85,7 @@ def run() -> None:
             sys.exit(EXIT_OUT_OF_MEMORY)
         if debug:
             raise
-        err.print(f"[bold red]internal error[/]: {type(e).__name__}: {e} "
+        err.print(f"[bold red]internal error[/]: {type(e).__name__}: {escape(str(e))} "
                   "(run again with --debug for the traceback, and please report it)")
         sys.exit(EXIT_INTERNAL)
     sys.exit(code if isinstance(code, int) else 0)

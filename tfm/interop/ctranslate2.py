@@ -1,0 +1,181 @@
+"""Export a tfm model directory to CTranslate2, the fast C++ inference runtime.
+
+The CTranslate2 model is built from tfm's own weights through CTranslate2's model specification
+API (a Transformer encoder-decoder spec), not through its Marian or OpenNMT converters, whose
+assumptions about padding and the decoder start token are not tfm's. Everything the spec
+holds is written explicitly, so that CTranslate2 computes what tfm computes:
+
+* the sinusoidal position table (tfm interleaves sin and cos), added after the token
+  embeddings are scaled by sqrt(d_model);
+* post-norm or pre-norm layers as the model is, with the final LayerNorm of pre-norm models;
+  LayerNorm epsilon 1e-5 (PyTorch's); ReLU feed-forward networks;
+* q, k, v projections fused as CTranslate2 expects them (q+k+v for self-attention, k+v for
+  cross-attention); the output projection without bias; tied embeddings stored once;
+* the special tokens: the source goes in as tfm's tokens (ending with ``</s>``, no ``<s>``),
+  nothing is added to it, and decoding starts from ``<s>``.
+
+The output directory holds CTranslate2's files (model.bin, config.json, the vocabulary),
+the model's tokenizer file(s) and ``tfm_export.json`` (tfm.interop.common), which
+``tfm translate`` / ``tfm eval`` read to decode the export with CTranslate2
+(tfm.decoding.ctranslate2_engine).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tfm.checkpoint import load_model_dir
+from tfm.config import ModelConfig
+from tfm.data.tokenizer import vocabulary_files
+from tfm.errors import ModelError, UsageError
+from tfm.interop.common import require, staged_output, write_export_info
+from tfm.layout import ModelDir
+from tfm.model import Transformer
+from tfm.model.layers import sinusoidal_positions
+from tfm.special_tokens import BOS, EOS, UNK
+
+FORMAT = "ctranslate2"
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which tfm's layers use
+# Weight types CTranslate2 stores (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES).
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                 "float16", "bfloat16", "float32")
+# The ModelConfig fields this export writes into the spec. A field added to ModelConfig later
+# (another activation, learned positions, ...) is refused until the export learns it, rather
+# than written into a model that would silently compute something else.
+_EXPORTED_FIELDS = {
+    "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "encoder_layers",
+    "decoder_layers", "d_ff", "max_positions", "norm_first", "share_embeddings", "tie_output",
+    # training-only: no effect on inference
+    "dropout", "attention_dropout", "activation_dropout",
+}
+
+
+def export_ctranslate2(model_dir: Path, output: Path, quantization: str | None = None,
+                       overwrite: bool = False) -> Path:
+    """Write the CTranslate2 model of the tfm model directory ``model_dir`` to ``output``, with
+    its tokenizer and tfm_export.json. ``quantization``: the type the weights are stored in
+    (int8, int16, float16, ...; None: float32). ``output`` appears whole or not at all.
+    Returns ``output``."""
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise UsageError(f"--quantization {quantization}: choose one of "
+                         f"{', '.join(QUANTIZATIONS)}")
+    require("ctranslate2", "export")
+    model_dir, output = Path(model_dir), Path(output)
+    if output.resolve() == model_dir.resolve():
+        raise UsageError("-o must name a new directory, not the model directory itself")
+    with staged_output(output, overwrite) as stage:
+        model, vocabs, info = load_model_dir(model_dir)
+        check_supported(info.model, model_dir)
+        spec = build_spec(model, vocabulary_tokens(vocabs.src), vocabulary_tokens(vocabs.tgt))
+        spec.optimize(quantization=quantization)  # aliases tied weights, quantizes
+        spec.save(str(stage))
+        for path in vocabulary_files(ModelDir(model_dir).tokenizer):
+            shutil.copyfile(path, stage / path.name)
+        write_export_info(stage, FORMAT, model_dir, info,
+                          quantization=quantization or "float32")
+    return output
+
+
+def vocabulary_tokens(tok: Any) -> list[str]:
+    """The tokens of a tokenizer in id order: CTranslate2's vocabulary, so that token strings
+    map to the same ids in both."""
+    return [tok.id_to_token(i) for i in range(tok.get_vocab_size())]
+
+
+def check_supported(config: ModelConfig, model_dir: Path) -> None:
+    """Refuse a model whose architecture the export cannot write faithfully."""
+    from dataclasses import asdict
+
+    unknown = sorted(set(asdict(config)) - _EXPORTED_FIELDS)
+    if unknown:
+        raise ModelError(f"{model_dir}: the CTranslate2 export does not support this "
+                         f"architecture (model options {', '.join(unknown)})")
+
+
+def build_spec(model: Transformer, src_tokens: list[str], tgt_tokens: list[str]) -> Any:
+    """The validated, not yet quantized ctranslate2 TransformerSpec of ``model``."""
+    ct2_specs = require("ctranslate2.specs", "export")
+    c = model.config
+    relu = ct2_specs.common_spec.Activation.RELU
+    spec_module = ct2_specs.transformer_spec
+    encoder = spec_module.TransformerEncoderSpec(c.encoder_layers, c.n_heads,
+                                                 pre_norm=c.norm_first, activation=relu)
+    # Attention returned for alignments: the last layer's, averaged over all heads, as in tfm.
+    decoder = spec_module.TransformerDecoderSpec(c.decoder_layers, c.n_heads,
+                                                 pre_norm=c.norm_first, activation=relu,
+                                                 alignment_layer=-1, alignment_heads=c.n_heads)
+    spec = spec_module.TransformerSpec(encoder, decoder)
+    positions = _array(sinusoidal_positions(c.max_positions, c.d_model))  # (P, D)
+
+    encoder.embeddings[0].weight = _array(model.src_embed.token.weight)
+    encoder.scale_embeddings = True  # token * sqrt(d_model), then + position
+    encoder.position_encodings.encodings = positions
+    for layer_spec, layer in zip(encoder.layer, model.encoder_layers):
+        _self_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm)
+        _ffn(layer_spec.ffn, layer.ffn, layer.final_layer_norm)
+
+    decoder.embeddings.weight = _array(model.tgt_embed.token.weight)
+    decoder.scale_embeddings = True
+    decoder.position_encodings.encodings = positions
+    decoder.projection.weight = _array(model.output_proj.weight)  # (V, D); no bias
+    for layer_spec, layer in zip(decoder.layer, model.decoder_layers):
+        _self_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm)
+        _cross_attention(layer_spec.attention, layer.encoder_attn, layer.encoder_attn_layer_norm)
+        _ffn(layer_spec.ffn, layer.ffn, layer.final_layer_norm)
+    if c.norm_first:  # pre-norm: the last residual sum is normalised once at the end
+        _layer_norm(encoder.layer_norm, model.encoder_norm)
+        _layer_norm(decoder.layer_norm, model.decoder_norm)
+
+    config = spec.config
+    config.unk_token, config.bos_token, config.eos_token = UNK, BOS, EOS
+    config.decoder_start_token = BOS  # decoding starts from <s>, as in tfm
+    config.add_source_bos = False  # tfm's source ids already end with </s> and have no <s>
+    config.add_source_eos = False
+    config.layer_norm_epsilon = LAYER_NORM_EPS
+    spec.register_source_vocabulary(src_tokens)
+    spec.register_target_vocabulary(tgt_tokens)
+    try:
+        spec.validate()
+    except ValueError as e:  # a bug in this module rather than a user error
+        raise ModelError(f"the CTranslate2 model spec is incomplete ({e})") from e
+    return spec
+
+
+def _array(tensor: torch.Tensor) -> Any:
+    return tensor.detach().to("cpu", torch.float32).contiguous().numpy().copy()
+
+
+def _linear(spec: Any, *linears: nn.Linear) -> None:
+    """One linear layer of the spec from one or several (fused along the output) of tfm's."""
+    spec.weight = _array(torch.cat([lin.weight for lin in linears], dim=0))
+    if all(lin.bias is not None for lin in linears):
+        spec.bias = _array(torch.cat([lin.bias for lin in linears], dim=0))
+
+
+def _layer_norm(spec: Any, norm: nn.LayerNorm) -> None:
+    spec.gamma = _array(norm.weight)
+    spec.beta = _array(norm.bias)
+
+
+def _self_attention(spec: Any, attn: nn.Module, norm: nn.LayerNorm) -> None:
+    _layer_norm(spec.layer_norm, norm)
+    _linear(spec.linear[0], attn.q_proj, attn.k_proj, attn.v_proj)
+    _linear(spec.linear[1], attn.out_proj)
+
+
+def _cross_attention(spec: Any, attn: nn.Module, norm: nn.LayerNorm) -> None:
+    _layer_norm(spec.layer_norm, norm)
+    _linear(spec.linear[0], attn.q_proj)
+    _linear(spec.linear[1], attn.k_proj, attn.v_proj)
+    _linear(spec.linear[2], attn.out_proj)
+
+
+def _ffn(spec: Any, ffn: nn.Module, norm: nn.LayerNorm) -> None:
+    _layer_norm(spec.layer_norm, norm)
+    _linear(spec.linear_0, ffn.fc1)
+    _linear(spec.linear_1, ffn.fc2)
