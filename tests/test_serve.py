@@ -1,0 +1,837 @@
+"""Specifications of ``tfm serve``: the dynamic batcher on its own, the sentence splitter, and
+the HTTP server as clients meet it.
+
+The server runs for real: ``tfm serve`` in a subprocess on a free loopback port, or uvicorn in
+a thread where a test must hold the decoding worker at a known point (a translator whose
+``translate`` waits at a gate), and is spoken to over HTTP. The model is a tiny one with fixed
+random weights: its translations are arbitrary but deterministic, which is all it takes to show
+that the server answers what ``tfm translate`` answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from conftest import PAIRS
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.config import GenerationDefaults, ModelConfig, SearchOptions
+from tfm.data.tokenizer import train_tokenizer
+from tfm.decoding.search import Hypothesis
+from tfm.decoding.translator import Translation, Translator
+from tfm.model import Transformer
+from tfm.serve.batcher import Batcher, QueueFull, ShuttingDown
+from tfm.serve.config import ServeConfig
+from tfm.serve.sentences import split_sentences
+
+API_KEY = "test-key-5b1f"
+SENTENCES = [source for source, _ in PAIRS[:12]]
+LONG = " ".join(["the dog runs through the snow"] * 20)  # over the model's 64 positions
+
+
+# --- the model and the servers --------------------------------------------------------------
+
+def write_tiny_model(directory: Path) -> Path:
+    """A model directory with fixed random weights (d_model 32, one layer each side, at most
+    64 positions), a BPE trained on the test pairs, beam 4 by default and short outputs."""
+    tokenizer = train_tokenizer((t for pair in PAIRS for t in pair), vocab_size=300)
+    vocab = tokenizer.get_vocab_size()
+    torch.manual_seed(0)
+    config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=2,
+                         encoder_layers=1, decoder_layers=1, d_ff=64, max_positions=64,
+                         dropout=0.0)
+    info = ModelInfo(config, "en", "de", GenerationDefaults(beam=4, max_len_a=1.0, max_len_b=5),
+                     provenance={"note": "random weights for tests"})
+    save_model_dir(directory, Transformer(config).eval(), tokenizer, info)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("serve") / "model")
+
+
+@pytest.fixture(scope="module")
+def translator(model_dir: Path) -> Translator:
+    from tfm.decoding.engines import load_translator
+
+    return load_translator(model_dir, "cpu")
+
+
+class Server:
+    """A running ``tfm serve`` process: its URL and what it wrote on stderr."""
+
+    def __init__(self, process: subprocess.Popen, url: str, log: list[str],
+                 reader: threading.Thread) -> None:
+        self.process, self.url, self.log, self.reader = process, url, log, reader
+
+
+@contextmanager
+def tfm_serve(model: Path, *args: str, env: dict[str, str] | None = None
+              ) -> Iterator[Server]:
+    """``tfm serve`` on a free loopback port, ready (/health 200) when this yields; killed at
+    the end. Its stderr is read all along (a full pipe would stall the server)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tfm", "serve", "-m", str(model), "--host", "127.0.0.1",
+         "--port", "0", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **(env or {})})
+    lines: queue.Queue[str] = queue.Queue()
+    log: list[str] = []
+
+    def read() -> None:
+        for line in process.stderr:  # type: ignore[union-attr]
+            log.append(line)
+            lines.put(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        url = None
+        deadline = time.monotonic() + 60
+        while url is None and time.monotonic() < deadline and process.poll() is None:
+            try:
+                line = lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if " on http://" in line:
+                url = line.split(" on ")[1].split()[0]
+        assert url is not None, f"tfm serve did not start:\n{''.join(log)}"
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200)
+        yield Server(process, url, log, reader)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``condition`` (connection errors count as False) until true, or fail."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if condition():
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting")
+
+
+@contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """Uvicorn serving ``app`` in a thread on a free loopback port; its base URL."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=5))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.started
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+
+
+class GatedTranslator(Translator):
+    """A real translator whose ``translate`` waits until ``gate`` opens, and that records the
+    sentences of each call: a test can hold a batch in decoding and see what was decoded."""
+
+    def __init__(self, inner: Translator) -> None:
+        self.inner, self.vocabs, self.info = inner, inner.vocabs, inner.info
+        self.engine, self.max_source_tokens = inner.engine, inner.max_source_tokens
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.calls: list[list[str]] = []
+
+    def search(self, batch: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
+        return self.inner.search(batch, options)
+
+    def translate(self, sentences: list[str], options: SearchOptions) -> list[Translation]:
+        self.calls.append(list(sentences))
+        self.entered.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        return self.inner.translate(sentences, options)
+
+
+def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a Prometheus exposition, by name and sorted labels."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def post(url: str, body: Any, key: str | None = API_KEY,
+         headers: dict[str, str] | None = None) -> httpx.Response:
+    headers = {**({"Authorization": f"Bearer {key}"} if key else {}), **(headers or {})}
+    return httpx.post(f"{url}/v1/translate", json=body, headers=headers, timeout=60)
+
+
+# --- reference translations by `tfm translate` ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def reference(model_dir: Path, tmp_path_factory: pytest.TempPathFactory
+              ) -> Callable[[int], dict[str, dict[str, Any]]]:
+    """``tfm translate --format jsonl`` of SENTENCES and LONG, per beam: source -> record."""
+    cache: dict[int, dict[str, dict[str, Any]]] = {}
+    source = tmp_path_factory.mktemp("ref") / "src.txt"
+    source.write_text("".join(s + "\n" for s in [*SENTENCES, LONG]), encoding="utf-8")
+
+    def get(beam: int) -> dict[str, dict[str, Any]]:
+        if beam not in cache:
+            result = subprocess.run(
+                [sys.executable, "-m", "tfm", "translate", "-m", str(model_dir), "--beam",
+                 str(beam), "--format", "jsonl", "--input", str(source), "--device", "cpu"],
+                capture_output=True, text=True, timeout=120)
+            assert result.returncode == 0, result.stderr
+            records = [json.loads(line) for line in result.stdout.splitlines()]
+            cache[beam] = {r["source"]: r for r in records}
+        return cache[beam]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def server(model_dir: Path) -> Iterator[Server]:
+    """``tfm serve`` with an API key and small limits, for the whole module."""
+    with tfm_serve(model_dir, "--max-sentences", "20", "--max-request-bytes", "4000",
+                   "--max-beam", "6", env={"TFM_API_KEY": API_KEY}) as running:
+        yield running
+
+
+# --- the batcher, without HTTP --------------------------------------------------------------
+
+def fake_decode(calls: list[tuple[list[str], int]], gate: threading.Event | None = None
+                ) -> Callable[[list[str], SearchOptions], list[Translation]]:
+    """A decode function that records (sentences, beam) and upper-cases each sentence."""
+
+    def decode(sentences: list[str], options: SearchOptions) -> list[Translation]:
+        calls.append((list(sentences), options.beam))
+        if gate is not None:
+            assert gate.wait(10)
+        if "boom" in sentences:
+            raise RuntimeError("decoding failed")
+        return [Translation(s, [(s.upper(), -1.0)], target_tokens=len(s.split()))
+                for s in sentences]
+
+    return decode
+
+
+def words(sentences: list[str]) -> list[int]:
+    return [len(s.split()) for s in sentences]
+
+
+def batcher(decode: Callable[..., list[Translation]], **limits: Any) -> Batcher:
+    settings: dict[str, Any] = dict(max_batch_tokens=10, max_wait=0.05, max_queue=100)
+    settings.update(limits)
+    b = Batcher(decode, words, **settings)
+    b.start()
+    return b
+
+
+async def started_decoding(calls: list[Any], n: int = 1) -> None:
+    while len(calls) < n:
+        await asyncio.sleep(0.005)
+
+
+GREEDY, BEAM2 = SearchOptions(beam=1), SearchOptions(beam=2)
+
+
+def test_sentences_of_concurrent_requests_are_decoded_together_up_to_the_token_budget():
+    calls: list[tuple[list[str], int]] = []
+
+    async def scenario() -> list[list[Translation]]:
+        b = batcher(fake_decode(calls))
+        jobs = [b.enqueue([f"s{i} a b"], GREEDY) for i in range(5)]  # 3 tokens each
+        results = await asyncio.gather(*(job.future for job in jobs))
+        await b.stop(5)
+        return results
+
+    results = asyncio.run(scenario())
+    assert [c[0] for c in calls] == [["s0 a b", "s1 a b", "s2 a b"], ["s3 a b", "s4 a b"]]
+    assert [r[0].text for r in results] == [f"S{i} A B" for i in range(5)]
+
+
+def test_the_budget_counts_tokens_times_beam_and_a_long_sentence_still_goes_alone():
+    calls: list[tuple[list[str], int]] = []
+
+    async def scenario() -> None:
+        b = batcher(fake_decode(calls))
+        jobs = [b.enqueue(["a b c"], BEAM2), b.enqueue(["d e"], BEAM2),  # 6 + 4 = 10
+                b.enqueue(["f"], BEAM2), b.enqueue([" ".join("x" * 12)], BEAM2)]
+        await asyncio.gather(*(job.future for job in jobs))
+        await b.stop(5)
+
+    asyncio.run(scenario())
+    assert [c[0] for c in calls] == [["a b c", "d e"], ["f"], [" ".join("x" * 12)]]
+
+
+def test_only_sentences_with_the_same_options_share_a_batch_and_the_oldest_goes_first():
+    calls: list[tuple[list[str], int]] = []
+
+    async def scenario() -> None:
+        b = batcher(fake_decode(calls), max_batch_tokens=100)
+        jobs = [b.enqueue(["one"], GREEDY), b.enqueue(["two"], BEAM2),
+                b.enqueue(["three"], GREEDY)]
+        await asyncio.gather(*(job.future for job in jobs))
+        await b.stop(5)
+
+    asyncio.run(scenario())
+    assert calls == [(["one", "three"], 1), (["two"], 2)]
+
+
+def test_a_lone_sentence_waits_max_wait_for_company_then_goes_alone():
+    calls: list[tuple[list[str], int]] = []
+
+    async def scenario() -> float:
+        b = batcher(fake_decode(calls), max_wait=0.2)
+        start = time.monotonic()
+        await b.enqueue(["alone"], GREEDY).future
+        waited = time.monotonic() - start
+        await b.stop(5)
+        return waited
+
+    assert asyncio.run(scenario()) >= 0.2
+    assert calls == [(["alone"], 1)]
+
+
+def test_company_arriving_within_the_wait_shares_the_batch_which_goes_once_full():
+    calls: list[tuple[list[str], int]] = []
+
+    async def scenario() -> float:
+        b = batcher(fake_decode(calls), max_wait=5.0, max_batch_tokens=2)
+        start = time.monotonic()
+        first = b.enqueue(["first"], GREEDY)
+        await asyncio.sleep(0.05)
+        second = b.enqueue(["second"], GREEDY)  # 1 + 1 token: the budget is full
+        await asyncio.gather(first.future, second.future)
+        waited = time.monotonic() - start
+        await b.stop(5)
+        return waited
+
+    assert asyncio.run(scenario()) < 5.0
+    assert calls == [(["first", "second"], 1)]
+
+
+def test_a_request_cancelled_before_its_batch_costs_no_decoding():
+    calls: list[tuple[list[str], int]] = []
+    gate = threading.Event()
+
+    async def scenario(b_holder: list[Batcher]) -> None:
+        b = batcher(fake_decode(calls, gate))
+        b_holder.append(b)
+        first = b.enqueue(["first"], GREEDY)
+        await started_decoding(calls)
+        gone = b.enqueue(["gone"], GREEDY)
+        assert b.queued == 1
+        b.cancel(gone)
+        assert b.queued == 0
+        gate.set()
+        await first.future
+        last = b.enqueue(["last"], GREEDY)
+        await last.future
+        await b.stop(5)
+
+    holder: list[Batcher] = []
+    asyncio.run(scenario(holder))
+    assert [c[0] for c in calls] == [["first"], ["last"]]
+    registry = holder[0].metrics.registry
+    assert registry.get_sample_value("tfm_serve_sentences_cancelled_total") == 1
+
+
+def test_a_full_queue_refuses_at_once_with_a_retry_estimate():
+    calls: list[tuple[list[str], int]] = []
+    gate = threading.Event()
+
+    async def scenario() -> None:
+        b = batcher(fake_decode(calls, gate), max_queue=3)
+        decoding = b.enqueue(["a"], GREEDY)
+        await started_decoding(calls)
+        waiting = b.enqueue(["b", "c"], GREEDY)  # 1 decoding + 2 waiting: full
+        with pytest.raises(QueueFull) as refused:
+            b.enqueue(["d"], GREEDY)
+        assert refused.value.retry_after >= 1
+        gate.set()
+        await asyncio.gather(decoding.future, waiting.future)
+        await b.stop(5)
+
+    asyncio.run(scenario())
+
+
+def test_a_decoding_error_fails_its_batch_and_the_worker_goes_on():
+    calls: list[tuple[list[str], int]] = []
+
+    async def scenario() -> None:
+        b = batcher(fake_decode(calls))
+        bad = b.enqueue(["boom"], GREEDY)
+        with pytest.raises(RuntimeError, match="decoding failed"):
+            await bad.future
+        good = b.enqueue(["fine"], GREEDY)
+        assert (await good.future)[0].text == "FINE"
+        await b.stop(5)
+
+    asyncio.run(scenario())
+
+
+def test_stopping_finishes_the_queued_work_and_refuses_new_work():
+    calls: list[tuple[list[str], int]] = []
+
+    async def scenario() -> None:
+        b = batcher(fake_decode(calls), max_wait=10.0)  # stop must not wait for company
+        jobs = [b.enqueue([f"s{i}"], GREEDY) for i in range(3)]
+        start = time.monotonic()
+        await b.stop(5)
+        assert time.monotonic() - start < 5
+        assert [job.future.result()[0].text for job in jobs] == ["S0", "S1", "S2"]
+        with pytest.raises(ShuttingDown):
+            b.enqueue(["late"], GREEDY)
+
+    asyncio.run(scenario())
+
+
+def test_a_request_of_many_sentences_may_span_batches_and_is_answered_in_order():
+    calls: list[tuple[list[str], int]] = []
+
+    async def scenario() -> list[Translation]:
+        b = batcher(fake_decode(calls), max_batch_tokens=4)
+        job = b.enqueue([f"w{i} x" for i in range(5)], GREEDY)
+        results = await job.future
+        await b.stop(5)
+        return results
+
+    results = asyncio.run(scenario())
+    assert len(calls) == 3
+    assert [r.text for r in results] == [f"W{i} X" for i in range(5)]
+
+
+# --- splitting pasted text ------------------------------------------------------------------
+
+def test_a_pasted_text_is_cut_into_sentences_and_its_layout_kept():
+    text = "Hello world. How are you?  Fine!\n\n  Mr. Smith met J. Doe.\r\nA dog runs . A cat .\n"
+    passage = split_sentences(text)
+    assert passage.sentences == ["Hello world.", "How are you?", "Fine!",
+                                 "Mr. Smith met J. Doe.", "A dog runs .", "A cat ."]
+    assert passage.join([f"<{i}>" for i in range(6)]) == \
+        "<0> <1>  <2>\n\n  <3>\r\n<4> <5>\n"
+
+
+@pytest.mark.parametrize("text, sentences", [
+    ("", []), ("\n \n", []), ("no end", ["no end"]), ("e.g. this. And 3.5 that.",
+                                                      ["e.g. this.", "And 3.5 that."]),
+    ('He said "Stop." Then left.', ['He said "Stop."', "Then left."]),
+    ("Wait... what? yes", ["Wait... what? yes"]), ("你好。我很好！", ["你好。", "我很好！"]),
+])
+def test_sentence_boundaries(text: str, sentences: list[str]):
+    assert split_sentences(text).sentences == sentences
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab .!?\n\r\t…。\"'")), max_size=40))
+def test_splitting_then_joining_the_sentences_gives_back_the_text(text: str):
+    passage = split_sentences(text)
+    assert passage.join(passage.sentences) == text
+    assert all(s and s == s.strip() for s in passage.sentences)
+
+
+# --- the HTTP server ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_translations_are_those_of_tfm_translate(server, reference, beam):
+    expected = reference(beam)
+    response = post(server.url, {"text": [*SENTENCES, LONG], "beam": beam, "scores": True})
+    assert response.status_code == 200, response.text
+    answers = response.json()["translations"]
+    assert len(answers) == len(SENTENCES) + 1
+    for source, answer in zip([*SENTENCES, LONG], answers):
+        record = expected[source]
+        assert answer["text"] == record["translation"]
+        (sentence,) = answer["sentences"]
+        assert sentence["source"] == source
+        assert sentence["score"] == pytest.approx(record["score"], abs=1e-4)
+    assert answers[-1]["truncated"] and not answers[0]["truncated"]
+
+
+def test_n_best_lists_each_sentences_hypotheses_best_first(server):
+    response = post(server.url, {"text": SENTENCES[0], "beam": 4, "n_best": 3})
+    assert response.status_code == 200, response.text
+    (sentence,) = response.json()["translations"][0]["sentences"]
+    scores = [h["score"] for h in sentence["n_best"]]
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+    assert sentence["n_best"][0]["translation"] == sentence["translation"]
+
+
+@pytest.mark.parametrize("options", [{"beam": 1, "max_length": 3},
+                                     {"beam": 3, "length_penalty": 0.2, "max_length": 4}])
+def test_decoding_options_of_a_request_reach_the_search(server, translator, options):
+    response = post(server.url, {"text": SENTENCES[:3], "scores": True, **options})
+    assert response.status_code == 200, response.text
+    expected = translator.translate(SENTENCES[:3], translator.default_options(
+        beam=options["beam"], length_penalty=options.get("length_penalty"), max_len_a=0.0,
+        max_len_b=options["max_length"]))
+    got = [t["sentences"][0] for t in response.json()["translations"]]
+    assert [g["translation"] for g in got] == [e.text for e in expected]
+    assert [g["score"] for g in got] == pytest.approx([e.hypotheses[0][1] for e in expected],
+                                                      abs=1e-4)
+    assert all(e.target_tokens < options["max_length"] for e in expected)
+
+
+def test_a_pasted_page_comes_back_with_its_line_breaks(server, reference):
+    expected = reference(4)
+    a, b, c = SENTENCES[:3]
+    response = post(server.url, {"text": f"{a} {b}\n\n{c}\n"})
+    assert response.status_code == 200, response.text
+    t = [expected[s]["translation"] for s in (a, b, c)]
+    assert response.json()["translations"][0]["text"] == f"{t[0]} {t[1]}\n\n{t[2]}\n"
+
+
+def test_concurrent_requests_are_batched_together_with_unchanged_translations(
+        server, reference):
+    expected = reference(1)
+    before = metric_samples(httpx.get(f"{server.url}/metrics", headers=auth()).text)
+
+    async def send_all() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth(), timeout=60) as client:
+            return await asyncio.gather(*(
+                client.post("/v1/translate", json={"text": s, "beam": 1})
+                for s in SENTENCES * 2))
+
+    responses = asyncio.run(send_all())
+    assert all(r.status_code == 200 for r in responses)
+    for source, response in zip(SENTENCES * 2, responses):
+        assert response.json()["translations"][0]["text"] == expected[source]["translation"]
+    after = metric_samples(httpx.get(f"{server.url}/metrics", headers=auth()).text)
+
+    def batches_of_one_request_or_more(samples: dict) -> tuple[float, float]:
+        total = samples[("tfm_serve_batch_requests_count", ())]
+        single = samples[("tfm_serve_batch_requests_bucket", (("le", "1.0"),))]
+        return total, single
+
+    total_before, single_before = batches_of_one_request_or_more(before)
+    total_after, single_after = batches_of_one_request_or_more(after)
+    shared = (total_after - single_after) - (total_before - single_before)
+    assert shared >= 1, "no batch held more than one request"
+    assert total_after - total_before < len(responses)
+
+
+def auth(key: str = API_KEY) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.mark.parametrize("body, status, says, limit", [
+    ({"text": []}, 422, "the list is empty", None),
+    ({"text": 5}, 422, "a string or a list of strings", None),
+    ({"text": ["ok", 3]}, 422, "must be a string", None),
+    ({"text": "a", "beam": "5"}, 422, "beam", None),
+    ({"text": "a", "colour": "red"}, 422, "colour", None),
+    ({"beam": 2}, 422, "text", None),
+    ([1, 2], 422, "JSON object", None),
+    ({"text": "a", "beam": 7}, 422, "limit of 6", "max_beam"),
+    ({"text": "a", "beam": 2, "n_best": 3}, 422, "n_best", None),
+    ({"text": "a", "beam": 1, "length_penalty": 0.6}, 422, "length_penalty", None),
+    ({"text": "a", "max_length": 65}, 422, "limit of 64 tokens", "max_length"),
+    ({"text": ["a."] * 21}, 413, "(20)", "max_sentences"),
+    ({"text": "A dog. " * 21}, 413, "(20)", "max_sentences"),
+    ({"text": "x" * 5000}, 413, "4000 bytes", "max_request_bytes"),
+])
+def test_bad_requests_get_a_json_error_naming_the_problem(server, body, status, says, limit):
+    response = post(server.url, body)
+    assert response.status_code == status, response.text
+    error = response.json()
+    assert error["status"] == status and says in error["error"]
+    assert error.get("limit") == limit
+
+
+def test_malformed_json_wrong_content_type_and_unknown_paths_get_json_errors(server):
+    headers = {**auth(), "Content-Type": "application/json"}
+    malformed = httpx.post(f"{server.url}/v1/translate", content=b'{"text": ', headers=headers)
+    assert malformed.status_code == 422 and "not valid JSON" in malformed.json()["error"]
+    form = httpx.post(f"{server.url}/v1/translate", data={"text": "a"}, headers=auth())
+    assert form.status_code == 415 and "application/json" in form.json()["error"]
+    missing = httpx.get(f"{server.url}/v2/nothing", headers=auth())
+    assert missing.status_code == 404 and missing.json()["status"] == 404
+
+
+def test_a_body_without_length_over_the_limit_is_refused_as_it_streams(server):
+    def chunks() -> Iterator[bytes]:
+        yield b'{"text": "'
+        for _ in range(10):
+            yield b"x" * 500
+        yield b'"}'
+
+    response = httpx.post(f"{server.url}/v1/translate", content=chunks(),
+                          headers={**auth(), "Content-Type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["limit"] == "max_request_bytes"
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},
+                                     {"X-API-Key": "wrong"}, {"Authorization": API_KEY}])
+def test_without_the_api_key_the_api_and_metrics_answer_401(server, headers):
+    for method, path in [("POST", "/v1/translate"), ("GET", "/v1/info"), ("GET", "/metrics")]:
+        response = httpx.request(method, f"{server.url}{path}", json={"text": "a"},
+                                 headers=headers)
+        assert response.status_code == 401, path
+        assert "API key" in response.json()["error"]
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+
+
+def test_the_key_opens_the_api_in_either_header_and_health_and_page_need_none(server):
+    assert post(server.url, {"text": "a"}, key=None,
+                headers={"X-API-Key": API_KEY}).status_code == 200
+    assert httpx.get(f"{server.url}/health").json() == {"status": "ready"}
+    assert httpx.get(f"{server.url}/").status_code == 200
+
+
+def test_info_tells_languages_model_provenance_version_and_defaults(server):
+    info = httpx.get(f"{server.url}/v1/info", headers=auth()).json()
+    assert (info["src_lang"], info["tgt_lang"]) == ("en", "de")
+    assert info["model"]["d_model"] == 32
+    assert info["provenance"] == {"note": "random weights for tests"}
+    assert info["tfm_version"]
+    assert info["decoding"]["beam"] == 4 and info["decoding"]["max_len_b"] == 5
+    assert info["engine"]["engine"] == "tfm"
+    assert info["limits"]["max_sentences"] == 20 and info["limits"]["max_beam"] == 6
+
+
+def test_metrics_are_prometheus_text_with_requests_latency_batches_queue_and_work(server):
+    post(server.url, {"text": SENTENCES[:2], "beam": 1})
+    post(server.url, {"text": []})
+    response = httpx.get(f"{server.url}/metrics", headers=auth())
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = metric_samples(response.text)
+    names = {name for name, _ in samples}
+    for name in ["tfm_serve_request_seconds_bucket", "tfm_serve_batch_sentences_bucket",
+                 "tfm_serve_batch_requests_bucket", "tfm_serve_queue_sentences",
+                 "tfm_serve_sentences_total", "tfm_serve_source_tokens_total",
+                 "tfm_serve_target_tokens_total", "tfm_serve_ready"]:
+        assert name in names, name
+    requests = {dict(labels)["status"]: v for (name, labels), v in samples.items()
+                if name == "tfm_serve_requests_total"
+                and dict(labels)["endpoint"] == "/v1/translate"}
+    assert requests["200"] >= 1 and requests["422"] >= 1 and requests["401"] >= 1
+    assert samples[("tfm_serve_sentences_total", ())] >= 2
+    assert samples[("tfm_serve_ready", ())] == 1
+
+
+def test_the_page_is_self_contained_and_shows_the_languages(server):
+    response = httpx.get(f"{server.url}/")
+    page = response.text
+    assert response.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in response.headers["content-security-policy"]
+    assert '"src_lang": "en"' in page and '"api_key_required": true' in page
+    assert "http://" not in page and "https://" not in page and "//cdn" not in page
+
+
+def test_the_openapi_page_describes_the_translate_endpoint(server):
+    schema = httpx.get(f"{server.url}/openapi.json").json()
+    assert "/v1/translate" in schema["paths"]
+    assert "TranslateRequest" in schema["components"]["schemas"]
+
+
+def test_sigterm_lets_the_request_in_flight_finish_then_the_server_exits(model_dir):
+    texts = [s for s in SENTENCES for _ in range(8)]
+    with tfm_serve(model_dir) as running:
+        answer: list[httpx.Response] = []
+        sender = threading.Thread(target=lambda: answer.append(
+            post(running.url, {"text": texts, "beam": 1}, key=None)))
+        sender.start()
+
+        def in_flight() -> bool:  # the translate request, besides this metrics request
+            text = httpx.get(f"{running.url}/metrics").text
+            return metric_samples(text)[("tfm_serve_requests_in_flight", ())] >= 2
+
+        wait_until(in_flight)
+        running.process.send_signal(signal.SIGTERM)
+        sender.join(120)
+        assert running.process.wait(60) in (0, -signal.SIGTERM)
+        running.reader.join(10)
+    assert answer and answer[0].status_code == 200
+    assert len(answer[0].json()["translations"]) == len(texts)
+    assert "Application shutdown complete" in "".join(running.log)
+
+
+def test_serve_refuses_a_port_in_use_in_one_line(model_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "tfm", "serve", "-m", str(model_dir),
+                                 "--port", str(port)], capture_output=True, text=True,
+                                timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot listen on 127.0.0.1" in lines[0], result.stderr
+
+
+def test_the_server_binds_loopback_unless_told_otherwise():
+    assert ServeConfig().host == "127.0.0.1"
+
+
+# --- held decoding: queue limits, batching, disconnects, loading ----------------------------
+
+@pytest.fixture
+def gated(translator: Translator) -> Iterator[GatedTranslator]:
+    gated = GatedTranslator(translator)
+    yield gated
+    gated.gate.set()  # never leave a worker waiting
+
+
+def test_a_full_queue_answers_503_with_retry_after_and_the_server_recovers(gated):
+    from tfm.serve.app import create_app
+
+    app = create_app(gated, ServeConfig(max_queue=2, max_wait_ms=0))
+    with serving(app) as url:
+        first = _send_in_thread(url, {"text": SENTENCES[0], "beam": 1})
+        assert gated.entered.wait(30)  # SENTENCES[0] is being decoded: 1 of 2 places
+        second = _send_in_thread(url, {"text": SENTENCES[1], "beam": 1})
+        wait_until(lambda: app.state.service.batcher.queued == 1)
+        refused = post(url, {"text": SENTENCES[2], "beam": 1}, key=None)
+        assert refused.status_code == 503
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert refused.json()["limit"] == "max_queue"
+        assert httpx.get(f"{url}/health").status_code == 200  # still answering
+        gated.gate.set()
+        assert first().status_code == 200 and second().status_code == 200
+        assert post(url, {"text": SENTENCES[2], "beam": 1}, key=None).status_code == 200
+
+
+def test_requests_waiting_together_are_decoded_as_one_batch(gated, reference):
+    from tfm.serve.app import create_app
+
+    app = create_app(gated, ServeConfig(max_wait_ms=0))
+    with serving(app) as url:
+        first = _send_in_thread(url, {"text": "Hold the worker .", "beam": 1})
+        assert gated.entered.wait(30)
+        waiting = [_send_in_thread(url, {"text": s, "beam": 1}) for s in SENTENCES]
+        wait_until(lambda: app.state.service.batcher.queued == len(SENTENCES))
+        gated.gate.set()
+        answers = [w().json()["translations"][0]["text"] for w in waiting]
+        assert first().status_code == 200
+        metrics = metric_samples(httpx.get(f"{url}/metrics").text)
+    assert sorted(gated.calls[1]) == sorted(SENTENCES)  # one batch held them all
+    assert answers == [reference(1)[s]["translation"] for s in SENTENCES]
+    assert metrics[("tfm_serve_batch_requests_bucket", (("le", "8.0"),))] == 1  # the first
+    assert metrics[("tfm_serve_batch_requests_count", ())] == 2
+
+
+def test_a_client_that_leaves_before_its_batch_costs_no_decoding(gated):
+    from tfm.serve.app import create_app
+
+    app = create_app(gated, ServeConfig(max_wait_ms=0))
+    service = app.state.service
+    with serving(app) as url:
+        first = _send_in_thread(url, {"text": "first", "beam": 1})
+        assert gated.entered.wait(30)
+        body = json.dumps({"text": "gone", "beam": 1}).encode()
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as client:
+            client.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                           b"application/json\r\nContent-Length: %d\r\n\r\n%s"
+                           % (len(body), body))
+            wait_until(lambda: service.batcher.queued == 1)
+        registry = service.metrics.registry
+        wait_until(lambda: registry.get_sample_value("tfm_serve_sentences_cancelled_total") == 1)
+        assert service.batcher.queued == 0
+        gated.gate.set()
+        assert first().status_code == 200
+        assert post(url, {"text": "last", "beam": 1}, key=None).status_code == 200
+        statuses = metric_samples(httpx.get(f"{url}/metrics").text)
+    assert gated.calls == [["first"], ["last"]]
+    assert statuses[("tfm_serve_requests_total",
+                     (("endpoint", "/v1/translate"), ("status", "499")))] == 1
+
+
+def test_health_answers_503_until_the_model_is_loaded(translator):
+    from tfm.serve.app import create_app
+
+    loaded = threading.Event()
+
+    def load() -> Translator:
+        assert loaded.wait(30)
+        return translator
+
+    with serving(create_app(load, ServeConfig())) as url:
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 503 and health.json()["status"] == "loading"
+        early = post(url, {"text": "a"}, key=None)
+        assert early.status_code == 503 and "loading" in early.json()["error"]
+        assert "Retry-After" in early.headers
+        loaded.set()
+        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200)
+        assert post(url, {"text": "a"}, key=None).status_code == 200
+
+
+def _send_in_thread(url: str, body: dict[str, Any]) -> Callable[[], httpx.Response]:
+    """POST in a thread; returns a function that waits for the answer."""
+    answer: list[httpx.Response] = []
+    thread = threading.Thread(target=lambda: answer.append(post(url, body, key=None)))
+    thread.start()
+
+    def result() -> httpx.Response:
+        thread.join(60)
+        assert answer, "no answer"
+        return answer[0]
+
+    return result
+
+
+def test_a_ctranslate2_export_is_served_too(model_dir, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from tfm.decoding.engines import load_translator
+    from tfm.interop.ctranslate2 import export_ctranslate2
+    from tfm.serve.app import create_app
+
+    export = load_translator(export_ctranslate2(model_dir, tmp_path / "ct2"), "cpu")
+    assert export.engine == "ctranslate2"
+    with serving(create_app(export, ServeConfig())) as url:
+        info = httpx.get(f"{url}/v1/info").json()
+        answer = post(url, {"text": SENTENCES[:4], "beam": 2}, key=None)
+    assert info["engine"]["engine"] == "ctranslate2" and info["src_lang"] == "en"
+    alone = [export.translate([s], export.default_options(beam=2))[0].text
+             for s in SENTENCES[:4]]
+    assert [t["text"] for t in answer.json()["translations"]] == alone
+
+
+class FailingTranslator(GatedTranslator):
+    """Fails to translate any batch holding the sentence "boom"."""
+
+    def translate(self, sentences: list[str], options: SearchOptions) -> list[Translation]:
+        if "boom" in sentences:
+            raise RuntimeError("the engine broke")
+        return self.inner.translate(sentences, options)
+
+
+def test_a_failing_batch_answers_500_in_json_and_the_server_goes_on(translator):
+    from tfm.serve.app import create_app
+
+    with serving(create_app(FailingTranslator(translator), ServeConfig())) as url:
+        failed = post(url, {"text": "boom"}, key=None)
+        assert failed.status_code == 500
+        assert "the engine broke" in failed.json()["error"]
+        assert post(url, {"text": SENTENCES[0]}, key=None).status_code == 200
+        assert httpx.get(f"{url}/health").status_code == 200

@@ -1,0 +1,121 @@
+"""``tfm serve``: translate over HTTP, concurrent requests decoded together."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tfm.cli.app import app, err
+from tfm.cli.options import BeamOpt, DeviceOpt, ModelOpt, PrecisionOpt
+from tfm.errors import UsageError
+from tfm.serve.config import ServeConfig
+
+_C = ServeConfig  # the defaults
+
+
+@app.command()
+def serve(
+    model: ModelOpt = Path("model"),
+    host: Annotated[str, typer.Option(
+        "--host", help="Address to listen on; 0.0.0.0 opens the server to the network (give "
+        "it an API key).")] = _C.host,
+    port: Annotated[int, typer.Option(
+        "--port", "-p", help="Port to listen on; 0 picks a free one.")] = _C.port,
+    max_batch_tokens: Annotated[int, typer.Option(
+        "--max-batch-tokens", help="Most source tokens x beam decoded in one batch, gathered "
+        "across requests.")] = _C.max_batch_tokens,
+    max_wait_ms: Annotated[float, typer.Option(
+        "--max-wait-ms", help="Longest a sentence waits for others to share its batch when "
+        "the server is idle.")] = _C.max_wait_ms,
+    max_queue: Annotated[int, typer.Option(
+        "--max-queue", help="Most sentences waiting or decoding; beyond it requests get 503 "
+        "with Retry-After.")] = _C.max_queue,
+    max_sentences: Annotated[int, typer.Option(
+        "--max-sentences", help="Most sentences in one request, after splitting its texts "
+        "(413 beyond).")] = _C.max_sentences,
+    max_request_bytes: Annotated[int, typer.Option(
+        "--max-request-bytes", help="Largest request body (413 beyond).")
+    ] = _C.max_request_bytes,
+    max_beam: Annotated[int, typer.Option(
+        "--max-beam", help="Largest beam a request may ask for (422 beyond).")] = _C.max_beam,
+    beam: BeamOpt = None,
+    api_key: Annotated[Optional[str], typer.Option(
+        "--api-key", envvar="TFM_API_KEY", show_envvar=True, help="Require this key "
+        "(header 'Authorization: Bearer KEY' or 'X-API-Key: KEY') on /v1/* and /metrics. "
+        "Prefer the environment variable: a command line is visible to other users.")
+    ] = None,
+    access_log: Annotated[bool, typer.Option(
+        "--access-log", help="Log every request (one line each) on stderr.")] = False,
+    device: DeviceOpt = "auto",
+    precision: PrecisionOpt = "fp32",
+) -> None:
+    """Serve a model over HTTP: POST /v1/translate, a page at /, /docs, /health, /metrics."""
+    from tfm.interop.common import require
+
+    require("fastapi", "serve")
+    uvicorn = require("uvicorn", "serve")
+    require("prometheus_client", "serve")
+    from tfm.decoding.engines import load_translator
+    from tfm.serve.app import create_app
+
+    config = ServeConfig(host=host, port=port, max_batch_tokens=max_batch_tokens,
+                         max_wait_ms=max_wait_ms, max_queue=max_queue,
+                         max_sentences=max_sentences, max_request_bytes=max_request_bytes,
+                         max_beam=max_beam, beam=beam, api_key=api_key)
+    sock = _listen(host, port)  # before loading: a taken port fails fast
+    try:
+        translator = load_translator(model, device, precision)
+        application = create_app(translator, config)
+        info = translator.info
+        url = _url(host, sock.getsockname()[1])
+        err.print(f"Serving {info.src_lang or '?'}→{info.tgt_lang or '?'} ({translator.engine}"
+                  f") on {url}  (page: {url}/, API: {url}/docs; Ctrl+C stops)",
+                  highlight=False, soft_wrap=True)
+        if api_key is None and not _is_loopback(host):
+            err.print(f"[yellow]warning[/]: listening on {host} without an API key: anyone "
+                      "who can reach this machine can use the model (set TFM_API_KEY)")
+        server = uvicorn.Server(uvicorn.Config(
+            application, log_level="info", access_log=access_log,
+            timeout_graceful_shutdown=int(config.drain_timeout_s), lifespan="on"))
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port (IPv4 or IPv6), or a one-line error."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise UsageError(f"--host {host}: not an address of this machine ({e.strerror})"
+                         ) from e
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror}; give another "
+                         "--port (0 picks a free one)") from e
+    sock.set_inheritable(True)
+    return sock
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -1,0 +1,510 @@
+"""The HTTP API of ``tfm serve``: a FastAPI app around a Translator and a Batcher.
+
+Endpoints: ``POST /v1/translate``, ``GET /v1/info``, ``GET /health``, ``GET /metrics``
+(Prometheus text), ``GET /`` (a page to type text into) and FastAPI's ``/docs``.
+
+Safe by default: every error is JSON ``{"error": ..., "status": ...}`` (with ``limit`` naming the
+limit a request went over); bodies over ``max_request_bytes`` are refused before they are read
+(413); with an API key, ``/v1/*`` and ``/metrics`` answer 401 without it; a full queue answers
+503 with Retry-After at once; a client that goes away before its sentences are batched costs
+no decoding. Nothing in a request names a file or a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from importlib import resources
+from typing import Any, Union
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from starlette.exceptions import HTTPException
+
+from tfm import __version__
+from tfm.config import SearchOptions
+from tfm.data.text import normalize_text
+from tfm.data.tokenizer import encode_batch
+from tfm.decoding.translator import Translation, Translator
+from tfm.errors import UsageError
+from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
+from tfm.serve.config import ServeConfig
+from tfm.serve.metrics import ServeMetrics
+from tfm.serve.sentences import Passage, split_sentences
+
+_log = logging.getLogger("uvicorn.error")  # the app runs under uvicorn: log where it logs
+
+# Paths counted under their own name in the metrics; any other path counts as "other".
+_ENDPOINTS = frozenset({"/", "/health", "/metrics", "/v1/translate", "/v1/info", "/docs",
+                        "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
+_PAGE_HEADERS = {
+    # The page loads nothing from elsewhere and talks only to this server.
+    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
+    "style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+CLIENT_CLOSED = 499  # nginx's status for a client that went away before its answer
+
+
+class ApiError(HTTPException):
+    """An error answered as JSON; ``limit`` names the server limit the request went over."""
+
+    def __init__(self, status: int, message: str, limit: str | None = None,
+                 value: int | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(status, message, headers)
+        self.limit = limit
+        self.value = value
+
+
+# The API's request and response bodies.
+
+class TranslateRequest(BaseModel):
+    """What to translate and how. Unset options take the server's defaults (GET /v1/info)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: Union[str, list[str]] = Field(
+        description="A text, or a list of texts, each translated on its own. A text of "
+        "several sentences or lines is split into sentences and put back together with its "
+        "line breaks.")
+    beam: int | None = Field(None, ge=1, description="Beam size; 1 is greedy search.")
+    n_best: int | None = Field(None, ge=1, description="Hypotheses per sentence (at most "
+                               "beam); more than 1 adds them under 'sentences'.")
+    length_penalty: float | None = Field(None, allow_inf_nan=False, description="Beam "
+                                         "search: scores are divided by length ** this.")
+    max_length: int | None = Field(None, ge=1, description="Most tokens of each sentence's "
+                                   "translation, its end-of-sentence token included (instead "
+                                   "of the model's a * source length + b).")
+    scores: bool = Field(False, description="Add each sentence's translation and score "
+                         "under 'sentences'.")
+    split: bool = Field(True, description="Split texts into sentences; false: translate "
+                        "each text as one sentence, as `tfm translate` does each line.")
+
+    @field_validator("text", mode="before")
+    @classmethod
+    def _one_text_or_some(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("the list is empty: give at least one text")
+            if not all(isinstance(v, str) for v in value):
+                raise ValueError("every text of the list must be a string")
+        elif not isinstance(value, str):
+            raise ValueError("give a string or a list of strings")
+        return value
+
+
+class ScoredTranslation(BaseModel):
+    translation: str
+    score: float
+
+
+class SentenceResult(BaseModel):
+    source: str
+    translation: str
+    score: float
+    truncated: bool
+    n_best: list[ScoredTranslation] | None = None
+
+
+class TextResult(BaseModel):
+    text: str
+    truncated: bool = Field(description="A sentence was longer than the model accepts and "
+                            "was cut.")
+    sentences: list[SentenceResult] | None = None
+
+
+class TranslateResponse(BaseModel):
+    translations: list[TextResult]
+
+
+class _Service:
+    """What the endpoints share: the translator once loaded, its batcher, the metrics."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.metrics = ServeMetrics()
+        self.translator: Translator | None = None
+        self.batcher: Batcher | None = None
+        self.state = "loading"  # loading -> ready -> stopping; or failed
+        self.error = ""
+        self.defaults: SearchOptions | None = None
+
+    def attach(self, translator: Translator) -> None:
+        """Start serving ``translator`` (in the running event loop)."""
+        self.translator = translator
+        self.defaults = translator.default_options(beam=self.config.beam)
+        self.batcher = Batcher(translator.translate, self.count_tokens,
+                               max_batch_tokens=self.config.max_batch_tokens,
+                               max_wait=self.config.max_wait_ms / 1000,
+                               max_queue=self.config.max_queue, metrics=self.metrics)
+        self.batcher.start()
+        self.state = "ready"
+        self.metrics.ready.set(1)
+
+    async def load(self, loader: Callable[[], Translator]) -> None:
+        try:
+            translator = await asyncio.to_thread(loader)
+        except Exception as e:
+            self.state, self.error = "failed", str(e)
+            _log.error("the model did not load: %s", e)
+            return
+        if self.state == "loading":
+            self.attach(translator)
+
+    async def stop(self) -> None:
+        self.state = "stopping"
+        self.metrics.ready.set(0)
+        if self.batcher is not None:
+            await self.batcher.stop(self.config.drain_timeout_s)
+
+    def count_tokens(self, sentences: list[str]) -> list[int]:
+        """Source tokens of each sentence as the translator will see it (EOS included)."""
+        assert self.translator is not None
+        limit = self.translator.max_source_tokens
+        texts = [normalize_text(s) for s in sentences]
+        return [min(len(ids) + 1, limit)
+                for ids in encode_batch(self.translator.vocabs.src, texts)]
+
+    def ready_batcher(self) -> Batcher:
+        if self.state == "ready" and self.batcher is not None:
+            return self.batcher
+        if self.state == "failed":
+            raise ApiError(503, f"the model did not load: {self.error}")
+        retry = "5" if self.state == "loading" else "1"
+        raise ApiError(503, "the model is still loading" if self.state == "loading" else
+                       "the server is shutting down", headers={"Retry-After": retry})
+
+    def options(self, request: TranslateRequest) -> SearchOptions:
+        """The request's SearchOptions, or a 422 saying which option or limit is wrong."""
+        assert self.translator is not None and self.defaults is not None
+        config = self.config
+        beam = request.beam if request.beam is not None else self.defaults.beam
+        if beam > config.max_beam:
+            raise ApiError(422, f"beam {beam} is over this server's limit of "
+                           f"{config.max_beam}", "max_beam", config.max_beam)
+        if request.n_best is not None and request.n_best > beam:
+            raise ApiError(422, f"n_best ({request.n_best}) must be at most beam ({beam})")
+        if request.length_penalty is not None and beam == 1:
+            raise ApiError(422, "length_penalty has no effect on greedy search (beam 1): "
+                           "drop it, or ask for beam 2 or more")
+        longest = self.translator.max_source_tokens
+        if request.max_length is not None and request.max_length > longest:
+            raise ApiError(422, f"max_length {request.max_length} is over the model's limit "
+                           f"of {longest} tokens", "max_length", longest)
+        try:
+            options = self.translator.default_options(
+                beam=beam, n_best=request.n_best, length_penalty=request.length_penalty,
+                max_len_a=0.0 if request.max_length is not None else None,
+                max_len_b=request.max_length)
+        except UsageError as e:
+            raise ApiError(422, str(e)) from e
+        options.max_tokens = config.max_batch_tokens
+        return options
+
+    def info(self) -> dict[str, Any]:
+        translator = self.translator
+        body: dict[str, Any] = {"tfm_version": __version__, "status": self.state}
+        if translator is not None and self.defaults is not None:
+            model = translator.info
+            d = self.defaults
+            body.update({
+                "src_lang": model.src_lang, "tgt_lang": model.tgt_lang,
+                "engine": translator.describe(),
+                "model": asdict(model.model),
+                "generation": asdict(model.generation),
+                "provenance": model.provenance,
+                "decoding": {"beam": d.beam, "n_best": d.n_best,
+                             "length_penalty": d.length_penalty, "max_len_a": d.max_len_a,
+                             "max_len_b": d.max_len_b},
+            })
+        c = self.config
+        body["limits"] = {
+            "max_batch_tokens": c.max_batch_tokens, "max_wait_ms": c.max_wait_ms,
+            "max_queue": c.max_queue, "max_sentences": c.max_sentences,
+            "max_request_bytes": c.max_request_bytes, "max_beam": c.max_beam,
+            "max_length": translator.max_source_tokens if translator else None,
+        }
+        return body
+
+
+def create_app(translator: Translator | Callable[[], Translator],
+               config: ServeConfig | None = None) -> FastAPI:
+    """The server's ASGI app. ``translator``: a loaded Translator, or a function that loads one
+    (called in a thread at startup; /health answers 503 until it returns)."""
+    config = config or ServeConfig()
+    if isinstance(translator, Translator):
+        beam = config.beam or translator.info.generation.beam
+        if beam > config.max_beam:
+            raise UsageError(f"the model's default beam ({beam}) is over --max-beam "
+                             f"({config.max_beam}): give --beam, or a larger --max-beam")
+    service = _Service(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loading = None
+        if isinstance(translator, Translator):
+            service.attach(translator)
+        else:
+            loading = asyncio.create_task(service.load(translator))
+        yield
+        if loading is not None:
+            loading.cancel()
+        await service.stop()
+
+    app = FastAPI(title="tfm serve", version=__version__, lifespan=lifespan,
+                  description="Translate with a tfm model. Concurrent requests are decoded "
+                  "together; each sentence's translation is the one it would get alone.")
+    app.state.service = service
+    _add_error_handlers(app)
+    _add_routes(app, service)
+    app.add_middleware(_Guard, service=service)
+    return app
+
+
+def _error_body(status: int, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": message, "status": status,
+            **{k: v for k, v in extra.items() if v is not None}}
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, e: ApiError) -> JSONResponse:
+        return JSONResponse(_error_body(e.status_code, e.detail, limit=e.limit, value=e.value),
+                            e.status_code, headers=e.headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        return JSONResponse(_error_body(e.status_code, str(e.detail)), e.status_code,
+                            headers=e.headers)
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, e: Exception) -> JSONResponse:
+        # A bug or an exhausted machine: the request fails in JSON, the traceback goes to the
+        # log, the server goes on.
+        return JSONResponse(_error_body(500, f"internal error: {type(e).__name__}: {e}"), 500)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        details = [_problem(error) for error in e.errors()]
+        first = details[0] if details else {"field": "", "problem": "invalid"}
+        where = f"{first['field']}: " if first["field"] else ""
+        return JSONResponse(_error_body(422, f"invalid request: {where}{first['problem']}",
+                                        details=details), 422)
+
+
+def _problem(error: dict[str, Any]) -> dict[str, str]:
+    """A pydantic error as {"field", "problem"} in the request's own terms."""
+    if error.get("type") == "json_invalid":
+        reason = error.get("ctx", {}).get("error", "")
+        return {"field": "", "problem": f"the body is not valid JSON ({reason})"}
+    location = [str(p) for p in error.get("loc", ()) if p != "body"]
+    # A union's member names (text.str, text.list[str]) mean nothing to a client.
+    location = [p for p in location if p not in ("str", "list[str]")]
+    message = str(error.get("msg", "")).removeprefix("Value error, ")
+    if not location and error.get("type") == "model_attributes_type":
+        message = 'the body must be a JSON object such as {"text": "..."}'
+    return {"field": ".".join(location), "problem": message}
+
+
+def _add_routes(app: FastAPI, service: _Service) -> None:
+    config = service.config
+
+    @app.post("/v1/translate", response_model=None,
+              responses={200: {"model": TranslateResponse}, 401: {}, 413: {}, 422: {},
+                         503: {}})
+    async def translate(body: TranslateRequest, request: Request) -> Response:
+        """Translate a text or a list of texts; the answers come in the same order."""
+        batcher = service.ready_batcher()
+        options = service.options(body)
+        texts = [body.text] if isinstance(body.text, str) else body.text
+        passages = [split_sentences(t) if body.split else Passage.whole(t) for t in texts]
+        sentences = [s for p in passages for s in p.sentences]
+        if len(sentences) > config.max_sentences:
+            raise ApiError(413, f"{len(sentences)} sentences are more than this server takes "
+                           f"in one request ({config.max_sentences}): send fewer at a time",
+                           "max_sentences", config.max_sentences)
+        try:
+            job = batcher.enqueue(sentences, options)
+        except QueueFull as e:
+            raise ApiError(503, str(e), "max_queue", config.max_queue,
+                           headers={"Retry-After": str(e.retry_after)}) from e
+        except ShuttingDown as e:
+            raise ApiError(503, str(e), headers={"Retry-After": "1"}) from e
+        results = await _unless_disconnected(job, batcher, request)
+        if results is None:
+            return Response(status_code=CLIENT_CLOSED)
+        return JSONResponse({"translations": _results(passages, results, body, options)})
+
+    @app.get("/v1/info")
+    async def info() -> dict[str, Any]:
+        """The model (languages, architecture, provenance), the engine, the decoding
+        defaults, the server's limits and the tfm version."""
+        return service.info()
+
+    @app.get("/health", responses={503: {}})
+    async def health() -> JSONResponse:
+        """200 once the model is loaded and requests are taken, 503 before and after."""
+        body = {"status": service.state}
+        if service.error:
+            body["error"] = service.error
+        return JSONResponse(body, 200 if service.state == "ready" else 503)
+
+    @app.get("/metrics", response_class=Response)
+    async def metrics() -> Response:
+        """Prometheus metrics (text format)."""
+        return Response(service.metrics.render(), media_type=service.metrics.content_type)
+
+    page = resources.files("tfm.serve").joinpath("page.html").read_text(encoding="utf-8")
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> HTMLResponse:
+        model = service.translator.info if service.translator else None
+        facts = {"src_lang": model.src_lang if model else None,
+                 "tgt_lang": model.tgt_lang if model else None,
+                 "api_key_required": config.api_key is not None}
+        # JSON inside <script>: "<" escaped so no text can close the element.
+        blob = json.dumps(facts).replace("<", "\\u003c")
+        return HTMLResponse(page.replace("__SERVER__", blob), headers=_PAGE_HEADERS)
+
+
+async def _unless_disconnected(job: Job, batcher: Batcher, request: Request
+                               ) -> list[Translation] | None:
+    """The job's translations, or None if the client went away first (the job is then
+    cancelled: sentences not yet in a batch are never decoded)."""
+    watcher = asyncio.ensure_future(_disconnected(request.receive))
+    try:
+        await asyncio.wait({job.future, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not job.done:
+            batcher.cancel(job)
+    if job.future.cancelled():
+        return None
+    return job.future.result()
+
+
+async def _disconnected(receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+    """Returns when the client disconnects (the request body has been read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _results(passages: list[Passage], results: list[Translation], request: TranslateRequest,
+             options: SearchOptions) -> list[dict[str, Any]]:
+    """One answer per text: its sentences' translations put back in place."""
+    details = request.scores or options.n_best > 1
+    answers = []
+    position = 0
+    for passage in passages:
+        mine = results[position: position + len(passage.sentences)]
+        position += len(passage.sentences)
+        answer: dict[str, Any] = {"text": passage.join([r.text for r in mine]),
+                                  "truncated": any(r.truncated for r in mine)}
+        if details:
+            answer["sentences"] = [_sentence(r, options.n_best) for r in mine]
+        answers.append(answer)
+    return answers
+
+
+def _sentence(result: Translation, n_best: int) -> dict[str, Any]:
+    """A sentence's record, as `tfm translate --format jsonl` writes it."""
+    record: dict[str, Any] = {"source": result.source, "translation": result.text,
+                              "score": result.hypotheses[0][1], "truncated": result.truncated}
+    if n_best > 1:
+        record["n_best"] = [{"translation": t, "score": s} for t, s in result.hypotheses]
+    return record
+
+
+class _Guard:
+    """Outermost ASGI layer: counts and times every request; refuses bodies over
+    max_request_bytes (413, before reading them when Content-Length says so) and, with an API
+    key set, requests to /v1/* and /metrics without it (401)."""
+
+    def __init__(self, app: Any, service: _Service) -> None:
+        self.app = app
+        self.service = service
+        key = service.config.api_key
+        self.key = key.encode() if key is not None else None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        endpoint = path if path in _ENDPOINTS else "other"
+        metrics = self.service.metrics
+        status = 500  # if the app fails before answering, uvicorn answers 500
+        start = time.perf_counter()
+
+        async def observed_send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        metrics.in_flight.inc()
+        try:
+            refusal = self._refusal(scope, path)
+            if refusal is not None:
+                await refusal(scope, receive, observed_send)
+            else:
+                await self.app(scope, self._limited(receive), observed_send)
+        finally:
+            metrics.in_flight.dec()
+            metrics.requests.labels(endpoint, str(status)).inc()
+            metrics.latency.labels(endpoint).observe(time.perf_counter() - start)
+
+    def _refusal(self, scope: dict[str, Any], path: str) -> Response | None:
+        headers = dict(scope["headers"])
+        if self.key is not None and (path.startswith("/v1/") or path == "/metrics"):
+            given = headers.get(b"x-api-key")
+            auth = headers.get(b"authorization", b"")
+            if auth[:7].lower() == b"bearer ":
+                given = auth[7:].strip()
+            if given is None or not hmac.compare_digest(given, self.key):
+                return JSONResponse(_error_body(401, "missing or wrong API key: send it as "
+                                                "'Authorization: Bearer KEY' or 'X-API-Key: "
+                                                "KEY'"), 401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+        if scope["method"] == "POST" and path == "/v1/translate":
+            kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            if kind != b"application/json" and not kind.endswith(b"+json"):
+                return JSONResponse(_error_body(415, "send the body as JSON, with the header "
+                                                "'Content-Type: application/json'"), 415)
+        length = headers.get(b"content-length")
+        limit = self.service.config.max_request_bytes
+        if length is not None and length.isdigit() and int(length) > limit:
+            return JSONResponse(_too_large(limit), 413)
+        return None
+
+    def _limited(self, receive: Any) -> Any:
+        """``receive`` that fails with 413 once the body passes max_request_bytes (for bodies
+        sent without a Content-Length)."""
+        limit = self.service.config.max_request_bytes
+        seen = 0
+
+        async def limited() -> dict[str, Any]:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise ApiError(413, _too_large(limit)["error"], "max_request_bytes", limit)
+            return message
+
+        return limited
+
+
+def _too_large(limit: int) -> dict[str, Any]:
+    return _error_body(413, f"the request body is over this server's limit of {limit} bytes: "
+                       "send less at a time", limit="max_request_bytes", value=limit)
