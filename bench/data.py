@@ -17,15 +17,14 @@ Measures the claims of the tokenizer and data pipeline on Multi30k (en-de by def
 5. Scale: ``tfm prepare`` of ``--scale`` pairs (the train split repeated) in a subprocess:
    wall time and peak resident memory (``--scale 0`` skips it).
 
-Every command runs in its own process; its wall time and peak RSS are its own (os.wait4).
+Every command runs in its own process; its wall time and peak RSS are its own
+(bench/harness.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,46 +32,28 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import add_corpus_options, run_measured  # noqa: E402
 from machine import describe  # noqa: E402
 
-from tfm.data.corpus import CorpusSpec, iter_pairs, iter_texts, read_text_lines  # noqa: E402
+from tfm.data.corpus import CorpusSpec, iter_pairs, iter_texts, read_text_lines
 from tfm.data.dataset import load_split
-from tfm.data.prepare import normalize_text  # noqa: E402
-from tfm.data.tokenizer import UNK_ID, decode, encode_batch, load_tokenizer, train_tokenizer  # noqa: E402
+from tfm.data.text import normalize_text
+from tfm.data.tokenizer import UNK_ID, decode, encode_batch, load_tokenizer, train_tokenizer
 
 TFM = [sys.executable, "-m", "tfm"]
-
-
-def run_command(command: list[str]) -> dict:
-    """Run ``command`` to the end: its wall time (s) and peak resident memory (MiB).
-
-    Fails with the command's stderr if it exits with an error.
-    """
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # The child's output is small (a table): it cannot fill the pipes and block the child.
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    stdout, stderr = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
-    proc.stdout.close()  # type: ignore[union-attr]
-    proc.stderr.close()  # type: ignore[union-attr]
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{stderr}{stdout}")
-    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "stderr": stderr}
 
 
 def bench_tokenizer(args: argparse.Namespace, work: Path) -> tuple[dict, Path]:
     prefix = str(Path(args.data) / args.train_split)
     path = work / "tokenizer.json"
-    cli = run_command([*TFM, "train-tokenizer", "--train", prefix, "--src-lang", args.src,
-                       "--tgt-lang", args.tgt, "--vocab-size", str(args.vocab_size),
-                       "-o", str(path)])
+    cli = run_measured([*TFM, "train-tokenizer", "--train", prefix, "--src-lang", args.src,
+                        "--tgt-lang", args.tgt, "--vocab-size", str(args.vocab_size),
+                        "-o", str(path)])
     spec = CorpusSpec((prefix,), args.src, args.tgt)
     start = time.perf_counter()
     tok = train_tokenizer((normalize_text(t) for t in iter_texts(spec)), args.vocab_size)
     library = time.perf_counter() - start
-    return {"cli_seconds": cli["seconds"], "cli_peak_rss_mb": cli["peak_rss_mb"],
+    return {"cli_seconds": cli.seconds, "cli_peak_rss_mb": cli.peak_rss_mb,
             "library_seconds": library, "vocab_size": tok.get_vocab_size()}, path
 
 
@@ -80,14 +61,14 @@ def bench_prepare(args: argparse.Namespace, tokenizer: Path, output: Path) -> di
     command = [*TFM, "prepare", "--train", str(Path(args.data) / args.train_split),
                "--valid", str(Path(args.data) / args.valid_split), "--src-lang", args.src,
                "--tgt-lang", args.tgt, "--tokenizer", str(tokenizer), "-o", str(output)]
-    first = run_command([*command, "--force"])
-    again = run_command(command)
-    if "up to date" not in again["stderr"]:
+    first = run_measured([*command, "--force"])
+    again = run_measured(command)
+    if "up to date" not in again.stderr:
         raise SystemExit(f"the second prepare did not find {output} up to date:\n"
-                         f"{again['stderr']}")
+                         f"{again.stderr}")
     info = json.loads((output / "prepare.json").read_text())
-    return {"seconds": first["seconds"], "peak_rss_mb": first["peak_rss_mb"],
-            "cached_seconds": again["seconds"],
+    return {"seconds": first.seconds, "peak_rss_mb": first.peak_rss_mb,
+            "cached_seconds": again.seconds,
             "kept": {name: split["kept"] for name, split in info["splits"].items()},
             "read": {name: split["read"] for name, split in info["splits"].items()}}
 
@@ -151,13 +132,13 @@ def bench_scale(args: argparse.Namespace, tokenizer: Path, work: Path) -> dict:
             src.write(s + "\n")
             tgt.write(t + "\n")
     output = work / "scale-data"
-    run = run_command([*TFM, "prepare", "--train", str(corpus), "--src-lang", args.src,
-                       "--tgt-lang", args.tgt, "--tokenizer", str(tokenizer),
-                       "-o", str(output), "--force"])
+    run = run_measured([*TFM, "prepare", "--train", str(corpus), "--src-lang", args.src,
+                        "--tgt-lang", args.tgt, "--tokenizer", str(tokenizer),
+                        "-o", str(output), "--force"])
     info = json.loads((output / "prepare.json").read_text())
     size = sum(f.stat().st_size for f in output.rglob("*") if f.is_file())
-    return {"pairs": args.scale, "seconds": run["seconds"], "peak_rss_mb": run["peak_rss_mb"],
-            "pairs_per_s": args.scale / run["seconds"], "kept": info["splits"]["train"]["kept"],
+    return {"pairs": args.scale, "seconds": run.seconds, "peak_rss_mb": run.peak_rss_mb,
+            "pairs_per_s": args.scale / run.seconds, "kept": info["splits"]["train"]["kept"],
             "dataset_mb": size / 2**20}
 
 
@@ -194,12 +175,7 @@ def summary(results: dict) -> list[tuple[str, str, str, bool]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="../shared/data/multi30k")
-    parser.add_argument("--src", default="en")
-    parser.add_argument("--tgt", default="de")
-    parser.add_argument("--train-split", default="train")
-    parser.add_argument("--valid-split", default="val")
-    parser.add_argument("--test-split", default="test_2016_flickr")
+    add_corpus_options(parser, "train", "valid", "test")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-tokens", type=int, default=4096, help="batch size for padding")
     parser.add_argument("--scale", type=int, default=1_000_000,

@@ -26,11 +26,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import add_corpus_options  # noqa: E402
 from machine import describe  # noqa: E402
 
 from tfm.config import ModelConfig, model_config_from_preset  # noqa: E402
 from tfm.data.batching import Batch, collate, make_batches  # noqa: E402
-from tfm.data.prepare import TokenizedSplit  # noqa: E402
+from tfm.data.dataset import TokenizedSplit  # noqa: E402
 from tfm.data.tokenizer import EOS_ID, PAD_ID, encode_batch, load_tokenizer  # noqa: E402
 from tfm.device import autocast, resolve_precision  # noqa: E402
 from tfm.model import Transformer  # noqa: E402
@@ -172,11 +173,7 @@ def _without(argv: list[str], options: set[str]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="../shared/data/multi30k")
-    parser.add_argument("--src", default="en")
-    parser.add_argument("--tgt", default="de")
-    parser.add_argument("--train-split", default="train")
-    parser.add_argument("--test-split", default="test_2016_flickr")
+    add_corpus_options(parser, "train", "test")
     parser.add_argument("--preset", default="small")
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--max-tokens", type=int, default=4096)

@@ -8,13 +8,15 @@ the text is normalised with ``tfm.data.text.normalize_text`` and scored with
 ``tfm.decoding.scoring.bleu``).
 tfm never imports this file. What it does, in order:
 
-1. Setup. Each peer gets its own virtual environment under ``--venvs`` (outside the repository):
-   ``onmt`` holds OpenNMT-py 3.5.1 and CTranslate2 4.8.5 (its converter needs OpenNMT-py),
-   ``joey`` holds JoeyNMT 2.3.0. ``torch==2.13.0`` is installed first in each (a CPU wheel on
-   these machines), and every later install runs with a constraint file pinning it, so pip never
-   resolves torch itself (any other version would pull gigabytes of CUDA packages). OpenNMT-py
-   declares torch<2.3: it is installed with ``--no-deps`` and its imports by hand. Installed
-   versions are checked first, so a second run installs nothing.
+1. Setup. Each peer gets its own virtual environment under ``--venvs`` (outside the repository;
+   default: ``$TFM_BENCH_VENVS``, else the per-user cache ``$XDG_CACHE_HOME/tfm-bench``, that is
+   ``~/.cache/tfm-bench`` where XDG_CACHE_HOME is not set): ``onmt`` holds OpenNMT-py 3.5.1 and
+   CTranslate2 4.8.5 (its converter needs OpenNMT-py), ``joey`` holds JoeyNMT 2.3.0.
+   ``torch==2.13.0`` is installed first in each (a CPU wheel on these machines), and every later
+   install runs with a constraint file pinning it, so pip never resolves torch itself (any other
+   version would pull gigabytes of CUDA packages). OpenNMT-py declares torch<2.3: it is
+   installed with ``--no-deps`` and its imports by hand. Installed versions are checked first,
+   so a second run installs nothing.
 2. Data. train / val / test_2016_flickr, both languages, normalised like tfm and encoded with
    the same byte-level BPE (``--tokenizer``, from ``tfm train-tokenizer``), written as
    pre-tokenized files (pieces joined by spaces). Every peer reads these files; its output
@@ -68,7 +70,8 @@ tfm never imports this file. What it does, in order:
    training figures, each decoding mode, and the wall time of each phase.
 
 Every peer runs in its own processes; a failing peer is recorded with its error and the others
-go on. Work files go to ``--work`` (logs: ``WORK/PEER/*.log``).
+go on. Work files go to ``--work`` (logs: ``WORK/PEER/*.log``). What the peers' log lines look like
+and how the figures are read from them: bench/peer_logs.py.
 """
 
 from __future__ import annotations
@@ -77,21 +80,38 @@ import argparse
 import gzip
 import json
 import os
-import platform
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-import zipfile
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
-from tfm.data.prepare import normalize_text  # noqa: E402
+from harness import add_corpus_options, log, process_stopped, run_measured  # noqa: E402
+from machine import describe  # noqa: E402
+from peer_logs import (  # noqa: E402
+    JOEY_START,
+    JOEY_TIME,
+    ONMT_START,
+    ONMT_TIME,
+    ct2_result,
+    joey_checkpoint,
+    joey_throughput,
+    onmt_checkpoint,
+    onmt_throughput,
+    reported_seconds,
+)
+
+from tfm.data.text import normalize_text  # noqa: E402
 from tfm.decoding.scoring import bleu  # noqa: E402
 
 TORCH = "torch==2.13.0"
@@ -115,11 +135,16 @@ PEER_NAMES = {"onmt": "OpenNMT-py", "ct2": "CTranslate2", "joey": "JoeyNMT"}
 MODES = {"greedy": 1, "beam5": 5}
 
 
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 # ---------------------------------------------------------------------------------- setup
+
+def default_venvs() -> Path:
+    """Where the peers' environments go unless --venvs says: $TFM_BENCH_VENVS, else the
+    per-user cache directory ($XDG_CACHE_HOME/tfm-bench, ~/.cache/tfm-bench by default)."""
+    if os.environ.get("TFM_BENCH_VENVS"):
+        return Path(os.environ["TFM_BENCH_VENVS"])
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "tfm-bench"
+
 
 def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
@@ -175,20 +200,26 @@ def ensure_venv(venv: Path, wanted: dict[str, str], no_deps: list[str], deps: li
     return versions
 
 
+# Each environment: what ensure_venv installs in it, and the peers that run in it.
+ENVIRONMENTS = {
+    "onmt": (({"OpenNMT-py": ONMT, "ctranslate2": CT2}, ["OpenNMT-py"], ONMT_DEPS),
+             {"onmt", "ct2"}),
+    "joey": (({"joeynmt": JOEY}, [], JOEY_DEPS), {"joey"}),
+}
+
+
 def setup(peers: list[str], venvs: Path) -> dict:
+    """The environments the ``peers`` need, installed where missing: for each, its path, the
+    installed versions and the seconds the check and installs took."""
     out: dict = {}
     venvs.mkdir(parents=True, exist_ok=True)
-    if "onmt" in peers or "ct2" in peers:
+    for name, (install, users) in ENVIRONMENTS.items():
+        if users.isdisjoint(peers):
+            continue
         start = time.perf_counter()
-        versions = ensure_venv(venvs / "onmt", {"OpenNMT-py": ONMT, "ctranslate2": CT2},
-                               ["OpenNMT-py"], ONMT_DEPS)
-        out["onmt"] = {"venv": str(venvs / "onmt"), "versions": versions,
-                       "seconds": round(time.perf_counter() - start, 1)}
-    if "joey" in peers:
-        start = time.perf_counter()
-        versions = ensure_venv(venvs / "joey", {"joeynmt": JOEY}, [], JOEY_DEPS)
-        out["joey"] = {"venv": str(venvs / "joey"), "versions": versions,
-                       "seconds": round(time.perf_counter() - start, 1)}
+        versions = ensure_venv(venvs / name, *install)
+        out[name] = {"venv": str(venvs / name), "versions": versions,
+                     "seconds": round(time.perf_counter() - start, 1)}
     return out
 
 
@@ -303,14 +334,6 @@ def _hwm_kb(pid: int) -> int:
     return 0
 
 
-def _stopped(pid: int) -> bool:
-    """Whether the process is stopped (SIGSTOP from outside: its timings would be wrong)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "Tt"
-    except (OSError, IndexError):
-        return False
-
-
 def _descendants(pid: int) -> list[int]:
     """Processes below ``pid`` (from the parent ids in /proc/*/stat)."""
     parents: dict[int, list[int]] = {}
@@ -377,7 +400,7 @@ class Monitored:
     def sample_memory(self) -> None:
         pid = self.proc.pid
         now = time.monotonic()
-        if self._last_sample is not None and _stopped(pid):
+        if self._last_sample is not None and process_stopped(pid):
             self.stopped_s += now - self._last_sample
         self._last_sample = now
         self.hwm_main_kb = max(self.hwm_main_kb, _hwm_kb(pid))
@@ -413,14 +436,13 @@ class Monitored:
 
 
 def run_training(command: list[str], log_path: Path, env: dict, minutes: float,
-                 start_pattern: str, checkpoint_done, startup_limit_s: float = 900,
+                 start_re: re.Pattern, checkpoint_done, startup_limit_s: float = 900,
                  interrupt: bool = False) -> dict:
     """Runs a training command until ``minutes`` after the first line matching
-    ``start_pattern``; then (``interrupt``) sends it SIGINT, on which it saves a checkpoint, or
+    ``start_re``; then (``interrupt``) sends it SIGINT, on which it saves a checkpoint, or
     lets it run on to its next periodic checkpoint; once a checkpoint is complete
     (``checkpoint_done(lines, after_t)`` returns (step, path, t) or None), stops it."""
     mon = Monitored(command, log_path, env)
-    start_re = re.compile(start_pattern)
     t_start = None
     deadline = mon.start + startup_limit_s
     checkpoint = None
@@ -469,45 +491,6 @@ def run_training(command: list[str], log_path: Path, env: dict, minutes: float,
             "stopped_s": round(mon.stopped_s, 1)}
 
 
-def run_timed(command: list[str], log_path: Path, env: dict, stdin: Path | None = None,
-              stdout: Path | None = None) -> tuple[float, str, float, float]:
-    """Wall time of a command, its log (stderr, and stdout when not redirected), the seconds it
-    was seen stopped (SIGSTOP from outside), and its peak resident memory in MB (the kernel's
-    ru_maxrss of that process, read when it is reaped)."""
-    stopped = 0.0
-    peak_rss_mb = 0.0
-    start = time.perf_counter()
-    with log_path.open("w", encoding="utf-8") as err:
-        fin = stdin.open("rb") if stdin else subprocess.DEVNULL
-        fout = stdout.open("wb") if stdout else err
-        try:
-            proc = subprocess.Popen(command, stdin=fin, stdout=fout, stderr=err, env=env)
-            last = time.monotonic()
-            while True:
-                # wait4 instead of proc.wait: it also returns the child's resource usage.
-                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-                if pid:
-                    rc = proc.returncode = os.waitstatus_to_exitcode(status)
-                    peak_rss_mb = usage.ru_maxrss / 1024  # Linux: kilobytes
-                    break
-                time.sleep(0.2)
-                now = time.monotonic()
-                if _stopped(proc.pid):
-                    stopped += now - last
-                last = now
-        finally:
-            if stdin:
-                fin.close()
-            if stdout:
-                fout.close()
-    wall = time.perf_counter() - start
-    text = log_path.read_text(encoding="utf-8", errors="replace")
-    if rc:
-        raise RuntimeError(f"{' '.join(command[:3])} ... failed ({rc}):\n"
-                           + "\n".join(text.splitlines()[-15:]))
-    return wall, text, stopped, peak_rss_mb
-
-
 def yaml_dump(obj, indent: int = 0) -> str:
     """Enough YAML for these configs: block mappings, flow lists of scalars, and floats always
     written with a dot (PyYAML reads ``1e-09`` as a string)."""
@@ -539,11 +522,61 @@ def yaml_dump(obj, indent: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------ PyTorch peers, shared
+
+def training_figures(run: dict) -> dict:
+    """What ``run_training`` measured, as every PyTorch peer reports it."""
+    return {"steps": run["step"], "checkpoint": run["checkpoint"],
+            "startup_s": round(run["t_start"], 1),
+            "train_s": round(run["t_checkpoint"] - run["t_start"], 1),
+            "peak_rss_mb": run["peak_rss_mb"], "peak_rss_tree_mb": run["peak_rss_tree_mb"],
+            "stopped_s": run["stopped_s"]}
+
+
+@dataclass
+class Invocation:
+    """A peer's translate command for one file: the command line, and the files its standard
+    input and output are bound to (None: the command names its files itself)."""
+
+    command: list[str]
+    stdin: Path | None = None
+    stdout: Path | None = None
+
+
+def decode_test_set(args, data_info: dict, out_dir: Path, env: dict,
+                    invocation: Callable[[int, Path, Path], Invocation],
+                    own_time: re.Pattern, timing: str, batch: str) -> dict:
+    """Decode the test set in each mode (greedy, beam 5) with a peer's translate command
+    (``invocation(beam, source file, hypothesis file)``), and score it. The seconds are the
+    toolkit's own timing of its decoding loop (``own_time`` in its log); where it reports none,
+    the wall time minus that of the same command on a 1-line input (start-up and model load)."""
+    data_dir = Path(data_info["dir"])
+    test = data_dir / f"test.{args.src}"
+    one = out_dir / "one.src"
+    one.write_text(test.read_text(encoding="utf-8").split("\n")[0] + "\n", encoding="utf-8")
+    results = {}
+    for mode, beam in MODES.items():
+        hyp = out_dir / f"test.{mode}.hyp"
+        runs = {}
+        for name, src, out in (("one", one, out_dir / f"one.{mode}.hyp"), ("test", test, hyp)):
+            how = invocation(beam, src, out)
+            log_path = out_dir / (f"translate.one.{mode}.log" if name == "one"
+                                  else f"translate.{mode}.log")
+            runs[name] = run_measured(how.command, log_path=log_path, stdin=how.stdin,
+                                      stdout=how.stdout, env=env)
+        full, base = runs["test"], runs["one"]
+        own = reported_seconds(full.output, own_time)
+        results[mode] = score(args.tokenizer, data_info, hyp, args.tgt,
+                              own if own is not None else full.seconds - base.seconds)
+        results[mode].update({"timing": timing if own is not None else "wall - 1-line wall",
+                              "wall_s": round(full.seconds, 2),
+                              "wall_minus_1line_s": round(full.seconds - base.seconds, 2),
+                              "stopped_s": round(full.stopped_s + base.stopped_s, 1),
+                              "peak_rss_mb": round(full.peak_rss_mb, 1), "batch": batch})
+    return results
+
+
 # -------------------------------------------------------------------------- OpenNMT-py
-
-ONMT_STEP = re.compile(r"Step\s+(\d+)(?:/\s*\d+)?; acc:.*?bsz:\s*(\d+)/\s*(\d+)/\s*(\d+);")
-ONMT_SAVE = re.compile(r"Saving checkpoint (\S+_step_(\d+)\.pt)")
-
 
 def onmt_config(work: Path, data_dir: Path, src: str, tgt: str, save_every: int) -> dict:
     m = MODEL
@@ -595,38 +628,6 @@ def onmt_config(work: Path, data_dir: Path, src: str, tgt: str, save_every: int)
     }
 
 
-def onmt_checkpoint_done(lines, after_t):
-    """The last checkpoint announced after ``after_t`` whose file is complete (torch.save writes
-    the zip directory last)."""
-    for t, line in reversed(lines):
-        if t < after_t:
-            return None
-        match = ONMT_SAVE.search(line)
-        if match and zipfile.is_zipfile(match.group(1)):
-            return int(match.group(2)), match.group(1), t
-    return None
-
-
-def onmt_throughput(lines) -> dict:
-    reports = []
-    for t, line in lines:
-        match = ONMT_STEP.search(line)
-        if match:
-            step, src_b, tgt_b, _ = (int(g) for g in match.groups())
-            reports.append((t, step, src_b + tgt_b))
-    if len(reports) < 2:
-        return {"tokens_per_s": None, "reports": len(reports)}
-    tokens = sum((s - reports[i - 1][1]) * tok for i, (_, s, tok) in enumerate(reports)
-                 if i > 0)
-    seconds = reports[-1][0] - reports[0][0]
-    steps = reports[-1][1] - reports[0][1]
-    return {"tokens_per_s": round(tokens / seconds, 1), "measured_steps": steps,
-            "measured_seconds": round(seconds, 1),
-            "tokens_per_step": round(tokens / steps, 1), "s_per_step": round(seconds / steps, 3),
-            "measure": "OpenNMT-py report lines: mean src+tgt non-pad tokens per batch x steps, "
-                       "over the wall time from the first to the last report"}
-
-
 def train_onmt(args, venv: Path, data_info: dict) -> dict:
     out_dir = args.work / "onmt"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -636,60 +637,34 @@ def train_onmt(args, venv: Path, data_info: dict) -> dict:
     config_path.write_text(yaml_dump(config))
     env = thread_env(args.threads, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
     bin_dir = venv / "bin"
-    start = time.perf_counter()
-    run_timed([str(bin_dir / "onmt_build_vocab"), "-config", str(config_path), "-n_sample",
-               "-1"], out_dir / "build_vocab.log", env)
-    vocab_s = time.perf_counter() - start
+    vocab = run_measured([str(bin_dir / "onmt_build_vocab"), "-config", str(config_path),
+                          "-n_sample", "-1"], log_path=out_dir / "build_vocab.log", env=env)
     vocab_size = sum(1 for _ in (out_dir / "vocab.shared").open(encoding="utf-8"))
     for old in out_dir.glob("model_step_*.pt"):
         old.unlink()
     start = time.perf_counter()
     run = run_training([str(bin_dir / "onmt_train"), "-config", str(config_path)],
-                       out_dir / "train.log", env, args.train_minutes,
-                       r"Step\s+\d+/", onmt_checkpoint_done)
+                       out_dir / "train.log", env, args.train_minutes, ONMT_START,
+                       onmt_checkpoint)
     train_wall = time.perf_counter() - start
     result = {"vocab_entries_file": vocab_size, "config": str(config_path),
-              "steps": run["step"], "checkpoint": run["checkpoint"],
-              "startup_s": round(run["t_start"], 1),
-              "train_s": round(run["t_checkpoint"] - run["t_start"], 1),
-              "peak_rss_mb": run["peak_rss_mb"], "peak_rss_tree_mb": run["peak_rss_tree_mb"],
-              "stopped_s": run["stopped_s"], **onmt_throughput(run["lines"])}
-    return {"train": result, "phases": {"vocab": round(vocab_s, 1),
+              **training_figures(run), **onmt_throughput(run["lines"])}
+    return {"train": result, "phases": {"vocab": round(vocab.seconds, 1),
                                         "train": round(train_wall, 1)}}
 
 
-ONMT_TIME = re.compile(r"Total translation time \(s\): ([\d.]+)")
-
-
 def decode_onmt(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
-    out_dir = args.work / "onmt"
-    data_dir = Path(data_info["dir"])
-    env = thread_env(args.threads, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
-    one = out_dir / "one.src"
-    one.write_text((data_dir / f"test.{args.src}").read_text(encoding="utf-8")
-                   .split("\n")[0] + "\n", encoding="utf-8")
-    results = {}
-    for mode, beam in MODES.items():
-        def command(src: Path, output: Path, beam: int = beam) -> list[str]:
-            return [str(venv / "bin" / "onmt_translate"), "-model", checkpoint, "-src",
-                    str(src), "-output", str(output), "-beam_size", str(beam),
-                    "-batch_size", "30", "-batch_type", "sents", "-gpu", "-1",
-                    "-report_time"] + (["-max_length", str(args.max_length)]
-                                       if args.max_length else [])
-        hyp = out_dir / f"test.{mode}.hyp"
-        base_wall, _, base_stopped, _ = run_timed(
-            command(one, out_dir / f"one.{mode}.hyp"), out_dir / f"translate.one.{mode}.log", env)
-        wall, text, stopped, peak_rss_mb = run_timed(
-            command(data_dir / f"test.{args.src}", hyp), out_dir / f"translate.{mode}.log", env)
-        own = ONMT_TIME.findall(text)
-        seconds = float(own[-1]) if own else wall - base_wall
-        results[mode] = score(args.tokenizer, data_info, hyp, args.tgt, seconds)
-        results[mode].update({"timing": "onmt -report_time" if own else "wall - 1-line wall",
-                              "wall_s": round(wall, 2),
-                              "wall_minus_1line_s": round(wall - base_wall, 2),
-                              "stopped_s": round(stopped + base_stopped, 1),
-                              "peak_rss_mb": round(peak_rss_mb, 1), "batch": "30 sentences"})
-    return results
+    cap = ["-max_length", str(args.max_length)] if args.max_length else []
+
+    def invocation(beam: int, src: Path, hyp: Path) -> Invocation:
+        return Invocation([str(venv / "bin" / "onmt_translate"), "-model", checkpoint,
+                           "-src", str(src), "-output", str(hyp), "-beam_size", str(beam),
+                           "-batch_size", "30", "-batch_type", "sents", "-gpu", "-1",
+                           "-report_time", *cap])
+
+    return decode_test_set(args, data_info, args.work / "onmt",
+                           thread_env(args.threads, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1"),
+                           invocation, ONMT_TIME, "onmt -report_time", "30 sentences")
 
 
 # ------------------------------------------------------------------------- CTranslate2
@@ -736,42 +711,34 @@ def run_ct2(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     env = thread_env(args.threads, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
     python = str(venv_python(venv))
-    start = time.perf_counter()
     model_dir = out_dir / "model"
-    run_timed([python, "-c", CT2_CONVERT, checkpoint, str(out_dir / "onmt-scaled-dot.pt"),
-               str(model_dir)], out_dir / "convert.log", env)
+    convert = run_measured([python, "-c", CT2_CONVERT, checkpoint,
+                            str(out_dir / "onmt-scaled-dot.pt"), str(model_dir)],
+                           log_path=out_dir / "convert.log", env=env)
     (out_dir / "onmt-scaled-dot.pt").unlink()
-    convert_s = time.perf_counter() - start
-    start = time.perf_counter()
     data_dir = Path(data_info["dir"])
     longest = max(len(line.split()) for line in
                   (data_dir / f"test.{args.src}").read_text(encoding="utf-8").splitlines())
     ct2_cap = int(1.5 * (longest + 1) + 10)  # tfm's cap for that sentence (source + </s>)
-    _, text, stopped, _ = run_timed([python, "-c", CT2_TRANSLATE, str(model_dir),
-                                     str(data_dir / f"test.{args.src}"), str(out_dir / "test"),
-                                     str(args.threads), str(args.max_length or ct2_cap)],
-                                    out_dir / "translate.log", env)
-    decode_s = time.perf_counter() - start
-    timing = json.loads(text.split("RESULT ", 1)[1].splitlines()[0])
+    translate = run_measured([python, "-c", CT2_TRANSLATE, str(model_dir),
+                              str(data_dir / f"test.{args.src}"), str(out_dir / "test"),
+                              str(args.threads), str(args.max_length or ct2_cap)],
+                             log_path=out_dir / "translate.log", env=env)
+    timing = ct2_result(translate.output)
     decode = {}
     for mode in MODES:
         decode[mode] = score(args.tokenizer, data_info, out_dir / f"test.{mode}.hyp", args.tgt,
                              timing[mode])
         decode[mode].update({"timing": "in-process around translate_batch",
                              "batch": "2048 tokens", "compute_type": "float32",
-                             "stopped_s": round(stopped, 1)})
+                             "stopped_s": round(translate.stopped_s, 1)})
     return {"converted_from": checkpoint, "model_load_s": round(timing["load_s"], 3),
             "decode_peak_rss_mb": round(timing["peak_rss_mb"], 1), "decode": decode,
-            "phases": {"convert": round(convert_s, 1), "decode": round(decode_s, 1)}}
+            "phases": {"convert": round(convert.seconds, 1),
+                       "decode": round(translate.seconds, 1)}}
 
 
 # ----------------------------------------------------------------------------- JoeyNMT
-
-JOEY_STEP = re.compile(r"Epoch\s+\d+, Step:\s+(\d+), Batch Loss:.*Tokens per Sec:\s+([\d.]+)")
-JOEY_SAVED = re.compile(r"Checkpoint saved in (\S+?(\d+)\.ckpt)")
-JOEY_VALID = re.compile(r"Predicting \d+ example|Evaluation result|Checkpoint saved|Hooray")
-JOEY_TIME = re.compile(r"Generation took ([\d.]+)\[sec\]")
-
 
 def joey_config(args, data_info: dict, model_dir: Path, beam: int = 1,
                 checkpoint: str | None = None) -> dict:
@@ -815,51 +782,6 @@ def joey_config(args, data_info: dict, model_dir: Path, beam: int = 1,
     }
 
 
-def joey_checkpoint_done(lines, after_t):
-    for t, line in reversed(lines):
-        if t < after_t:
-            return None
-        match = JOEY_SAVED.search(line)
-        if match:
-            return int(match.group(2)), match.group(1), t
-    return None
-
-
-def joey_throughput(lines, src_tgt_ratio: float) -> dict:
-    """Target tokens/s of the report windows without a validation (the first window left out),
-    weighted by their wall time, scaled to source + target."""
-    tokens = seconds = 0.0
-    steps = 0
-    prev = None
-    valid_in_window = False
-    for t, line in lines:
-        if JOEY_VALID.search(line):
-            valid_in_window = True
-            continue
-        match = JOEY_STEP.search(line)
-        if not match:
-            continue
-        step, rate = int(match.group(1)), float(match.group(2))
-        if prev is not None and not valid_in_window:
-            dt = t - prev[0]
-            tokens += rate * dt
-            seconds += dt
-            steps += step - prev[1]
-        prev = (t, step)
-        valid_in_window = False
-    if not seconds:
-        return {"tokens_per_s": None}
-    tgt_rate = tokens / seconds
-    return {"tokens_per_s": round(tgt_rate * (1 + src_tgt_ratio), 1),
-            "tgt_tokens_per_s": round(tgt_rate, 1), "measured_steps": steps,
-            "measured_seconds": round(seconds, 1),
-            "tokens_per_step": round(tokens * (1 + src_tgt_ratio) / steps, 1),
-            "s_per_step": round(seconds / steps, 3),
-            "measure": "JoeyNMT report lines: target tokens/s of windows without validation, "
-                       f"weighted by wall time, x (1 + src/tgt corpus ratio {src_tgt_ratio:.3f}) "
-                       "(estimate)"}
-
-
 def train_joey(args, venv: Path, data_info: dict) -> dict:
     out_dir = args.work / "joey"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -871,64 +793,30 @@ def train_joey(args, venv: Path, data_info: dict) -> dict:
     start = time.perf_counter()
     run = run_training([str(venv_python(venv)), "-m", "joeynmt", "train", str(config_path),
                         "--skip-test"], out_dir / "train.log", env, args.train_minutes,
-                       r"Step:\s+\d+,", joey_checkpoint_done, interrupt=True)
+                       JOEY_START, joey_checkpoint, interrupt=True)
     train_wall = time.perf_counter() - start
-    result = {"config": str(config_path), "steps": run["step"], "checkpoint": run["checkpoint"],
-              "startup_s": round(run["t_start"], 1),
-              "train_s": round(run["t_checkpoint"] - run["t_start"], 1),
-              "peak_rss_mb": run["peak_rss_mb"], "peak_rss_tree_mb": run["peak_rss_tree_mb"],
+    result = {"config": str(config_path), **training_figures(run),
               "validation": "none (stopped with SIGINT, on which JoeyNMT saves a checkpoint)",
-              "stopped_s": run["stopped_s"],
               **joey_throughput(run["lines"], data_info["train_src_tgt_ratio"])}
     return {"train": result, "phases": {"train": round(train_wall, 1)}}
 
 
 def decode_joey(args, venv: Path, data_info: dict, checkpoint: str) -> dict:
     out_dir = args.work / "joey"
-    model_dir = out_dir / "model"
-    data_dir = Path(data_info["dir"])
+
+    def invocation(beam: int, src: Path, hyp: Path) -> Invocation:
+        config_path = out_dir / f"translate.beam{beam}.yaml"
+        config_path.write_text(yaml_dump(joey_config(args, data_info, out_dir / "model",
+                                                     beam=beam, checkpoint=checkpoint)))
+        return Invocation([str(venv_python(venv)), "-m", "joeynmt", "translate",
+                           str(config_path)], stdin=src, stdout=hyp)
+
     env = thread_env(args.threads, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")  # our own checkpoint
-    one = out_dir / "one.src"
-    one.write_text((data_dir / f"test.{args.src}").read_text(encoding="utf-8")
-                   .split("\n")[0] + "\n", encoding="utf-8")
-    results = {}
-    for mode, beam in MODES.items():
-        config_path = out_dir / f"translate.{mode}.yaml"
-        config = joey_config(args, data_info, model_dir, beam=beam, checkpoint=checkpoint)
-        config_path.write_text(yaml_dump(config))
-        command = [str(venv_python(venv)), "-m", "joeynmt", "translate", str(config_path)]
-        hyp = out_dir / f"test.{mode}.hyp"
-        base_wall, _, base_stopped, _ = run_timed(
-            command, out_dir / f"translate.one.{mode}.log", env, stdin=one,
-            stdout=out_dir / f"one.{mode}.hyp")
-        wall, text, stopped, peak_rss_mb = run_timed(
-            command, out_dir / f"translate.{mode}.log", env,
-            stdin=data_dir / f"test.{args.src}", stdout=hyp)
-        own = JOEY_TIME.findall(text)
-        seconds = float(own[-1]) if own else wall - base_wall
-        results[mode] = score(args.tokenizer, data_info, hyp, args.tgt, seconds)
-        results[mode].update({"timing": "joeynmt 'Generation took'" if own
-                              else "wall - 1-line wall", "wall_s": round(wall, 2),
-                              "wall_minus_1line_s": round(wall - base_wall, 2),
-                              "stopped_s": round(stopped + base_stopped, 1),
-                              "peak_rss_mb": round(peak_rss_mb, 1), "batch": "64 sentences"})
-    return results
+    return decode_test_set(args, data_info, out_dir, env, invocation, JOEY_TIME,
+                           "joeynmt 'Generation took'", "64 sentences")
 
 
 # -------------------------------------------------------------------------------- main
-
-def machine_info(threads: int) -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cpus": os.cpu_count(), "threads": threads,
-            "python": platform.python_version(), "loadavg_at_start": os.getloadavg()}
-
 
 def table(results: dict) -> str:
     rows = [("peer", "train tok/s", "steps", "train s", "peak RSS MB", "mode", "sent/s",
@@ -956,15 +844,25 @@ def table(results: dict) -> str:
                                for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
 
 
+@contextmanager
+def failure_recorded(peer: dict, name: str) -> Iterator[None]:
+    """A failure of what runs inside is recorded in ``peer["error"]``, not raised: one peer
+    failing must not stop the others."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001
+        peer["error"] = f"{type(error).__name__}: {error}"
+        log(f"{name} failed: " + peer["error"])
+
+
 def train_and_decode(args, key: str, installed: dict, data_info: dict, train, decode) -> dict:
     """One PyTorch peer: train (or, with --reuse, read back the training of a previous run in
-    --work), then decode with that checkpoint. A failure is recorded in the result, not raised:
-    one peer failing must not stop the others."""
+    --work), then decode with that checkpoint."""
     name = PEER_NAMES[key]
     venv = Path(installed["venv"])
     peer = {"versions": installed["versions"], "phases": {"install": installed["seconds"]}}
     state_file = args.work / key / "result.json"
-    try:
+    with failure_recorded(peer, name):
         if args.reuse and state_file.exists():
             peer["train"] = json.loads(state_file.read_text())["train"]
         else:
@@ -977,15 +875,12 @@ def train_and_decode(args, key: str, installed: dict, data_info: dict, train, de
         start = time.perf_counter()
         peer["decode"] = decode(args, venv, data_info, peer["train"]["checkpoint"])
         peer["phases"]["decode"] = round(time.perf_counter() - start, 1)
-    except Exception as error:  # noqa: BLE001
-        peer["error"] = f"{type(error).__name__}: {error}"
-        log(f"{name} failed: " + peer["error"])
     return peer
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("../shared/data/multi30k"))
+    add_corpus_options(parser)
     parser.add_argument("--tokenizer", type=Path, required=True,
                         help="tokenizer JSON from tfm train-tokenizer (joint vocabulary)")
     parser.add_argument("--work", type=Path, required=True, help="work directory")
@@ -997,9 +892,10 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=0,
                         help="cap every peer's outputs at this many pieces (default: each "
                              "peer's own cap); for short debug runs whose models never stop")
-    parser.add_argument("--venvs", type=Path, default=Path("/work/peer-venvs"))
-    parser.add_argument("--src", default="en")
-    parser.add_argument("--tgt", default="de")
+    parser.add_argument("--venvs", type=Path, default=default_venvs(),
+                        help="where the peers' virtual environments go (default: "
+                             "$TFM_BENCH_VENVS, else $XDG_CACHE_HOME/tfm-bench, else "
+                             "~/.cache/tfm-bench; now %(default)s)")
     parser.add_argument("--reuse", action="store_true",
                         help="decode the models of a previous run in --work instead of training")
     parser.add_argument("--setup-only", action="store_true",
@@ -1016,7 +912,9 @@ def main() -> None:
     args.tokenizer = args.tokenizer.resolve()
     args.work.mkdir(parents=True, exist_ok=True)
 
-    results: dict = {"machine": machine_info(args.threads), "model": MODEL,
+    machine = {**describe(measure_peak=False), "threads": args.threads,
+               "loadavg_at_start": os.getloadavg()}
+    results: dict = {"machine": machine, "model": MODEL,
                      "train_minutes": args.train_minutes,
                      "max_length": args.max_length or "each peer's default", "peers": {}}
     log("setup")
@@ -1030,31 +928,26 @@ def main() -> None:
     results["data"] = {**data_info, "seconds": round(time.perf_counter() - start, 1),
                        "tokenizer": str(args.tokenizer)}
 
-    onmt_checkpoint = None
+    onmt_model = None  # the OpenNMT-py checkpoint CTranslate2 converts
     if "onmt" in peers:
         peer = results["peers"]["onmt"] = train_and_decode(
             args, "onmt", installed["onmt"], data_info, train_onmt, decode_onmt)
-        onmt_checkpoint = peer.get("train", {}).get("checkpoint")
+        onmt_model = peer.get("train", {}).get("checkpoint")
     if "ct2" in peers:
         peer = {"versions": installed["onmt"]["versions"]}
         results["peers"]["ct2"] = peer
-        try:
+        with failure_recorded(peer, PEER_NAMES["ct2"]):
             onmt_state = args.work / "onmt" / "result.json"  # a previous run's, without onmt
-            if onmt_checkpoint is None and onmt_state.exists():
-                onmt_checkpoint = json.loads(onmt_state.read_text())["train"]["checkpoint"]
-            if onmt_checkpoint is None or not Path(onmt_checkpoint).exists():
+            if onmt_model is None and onmt_state.exists():
+                onmt_model = json.loads(onmt_state.read_text())["train"]["checkpoint"]
+            if onmt_model is None or not Path(onmt_model).exists():
                 raise RuntimeError("no OpenNMT-py checkpoint to convert (run with onmt)")
             log("CTranslate2: conversion and decoding")
-            peer.update(run_ct2(args, Path(installed["onmt"]["venv"]), data_info,
-                                onmt_checkpoint))
-        except Exception as error:  # noqa: BLE001
-            peer["error"] = f"{type(error).__name__}: {error}"
-            log("CTranslate2 failed: " + peer["error"])
+            peer.update(run_ct2(args, Path(installed["onmt"]["venv"]), data_info, onmt_model))
     if "joey" in peers:
         results["peers"]["joey"] = train_and_decode(
             args, "joey", installed["joey"], data_info, train_joey, decode_joey)
 
-    machine = results["machine"]
     print(f"\n{machine['cpu']}, {args.threads} threads; Multi30k {args.src}->{args.tgt}, "
           f"test_2016_flickr; training budget {args.train_minutes:g} min per peer")
     print(table(results))

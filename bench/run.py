@@ -21,7 +21,6 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from harness import Finished, add_corpus_options, log, run_measured  # noqa: E402
 from peers import MODEL, PEER_NAMES  # noqa: E402
 
 from tfm.config import SearchOptions  # noqa: E402
@@ -39,31 +39,31 @@ from tfm.config import SearchOptions  # noqa: E402
 # reached at the end of the same warmup.
 PEER_LR = MODEL["noam_factor"] / (MODEL["d_model"] * MODEL["warmup"]) ** 0.5
 
-# A child's peak resident memory: it runs under a small Python wrapper that reports it.
-_MEASURE = ("import resource, subprocess, sys, json; "
-            "r = subprocess.run(sys.argv[1:]); "
-            "print('PEAK_RSS_KB', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "
-            "file=sys.stderr); sys.exit(r.returncode)")
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def run(command: list[str], commands: list[str], env: dict | None = None) -> dict:
-    """Run ``command`` (recorded in ``commands``), failing loudly; its seconds, peak RSS and
-    output."""
+def run(command: list[str], commands: list[str], env: dict | None = None) -> Finished:
+    """Run ``command`` from the repository root, measured (recorded in ``commands``)."""
     commands.append(shlex.join(command))
-    start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", _MEASURE, *command], capture_output=True,
-                            text=True, env={**os.environ, **(env or {})}, cwd=REPO)
-    seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        raise SystemExit(f"failed: {shlex.join(command)}\n{result.stderr[-3000:]}")
-    rss = [line.split()[1] for line in result.stderr.splitlines()
-           if line.startswith("PEAK_RSS_KB")]
-    return {"seconds": round(seconds, 2), "peak_rss_mb": round(int(rss[-1]) / 1024, 1),
-            "stdout": result.stdout, "stderr": result.stderr}
+    return run_measured(command, env={**os.environ, **(env or {})}, cwd=REPO)
+
+
+def portable(command: str, work: Path) -> str:
+    """A recorded command as the report shows it, the same on every machine: the Python of the
+    run is ``python``, the work directory ``$WORK``, an absolute path beside the repository
+    (``../shared/...``) is written relative to it (the commands run from its root), and any
+    other absolute path is reduced to its file name."""
+    words = []
+    for word in shlex.split(command):
+        if word == sys.executable:
+            word = "python"
+        elif word == str(work) or word.startswith(f"{work}/"):
+            rest = word[len(str(work)):]
+            words.append("$WORK" + (shlex.quote(rest) if rest else ""))  # a shell expands it
+            continue
+        elif os.path.isabs(word) and Path(word).is_relative_to(REPO.parent):
+            word = os.path.relpath(word, REPO)
+        elif os.path.isabs(word):
+            word = Path(word).name
+        words.append(shlex.quote(word))
+    return " ".join(words)
 
 
 def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict:
@@ -74,12 +74,12 @@ def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict
     log("tfm: train-tokenizer")
     r = run([*tfm, "train-tokenizer", "--train", f"{data}/train", "-s", s, "-t", t,
              "--vocab-size", "8000", "-o", str(work / "tokenizer.json")], commands)
-    result["train_tokenizer_s"] = r["seconds"]
+    result["train_tokenizer_s"] = round(r.seconds, 2)
     log("tfm: prepare")
     r = run([*tfm, "prepare", "--train", f"{data}/train", "--valid", f"{data}/val", "-s", s,
              "-t", t, "--tokenizer", str(work / "tokenizer.json"), "-o", str(work / "data")],
             commands)
-    result["prepare_s"] = r["seconds"]
+    result["prepare_s"] = round(r.seconds, 2)
     log("tfm: training step throughput (bench/model.py)")
     r = run([sys.executable, "bench/model.py", "--data", str(data), "--src", s, "--tgt", t,
              "--tokenizer", str(work / "tokenizer.json"), "--json", str(work / "model.json")],
@@ -100,7 +100,7 @@ def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict
     windows = [m["tokens_per_s"] for m in logged if m["step"] > 1]  # step 1: start-up
     result["train"] = {"tokens_per_s": statistics.median(windows),
                        "steps": logged[-1]["step"], "train_s": round(logged[-1]["elapsed"]),
-                       "peak_rss_mb": r["peak_rss_mb"]}
+                       "peak_rss_mb": round(r.peak_rss_mb, 1)}
     # fp32 like the peers; then `--precision auto` (bf16 weights on CPUs with native bf16),
     # where it differs.
     for key, precision in (("decode", "fp32"), ("decode_auto", "auto")):
@@ -111,8 +111,8 @@ def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict
                        f"{data}/test_2016_flickr.{s}.gz", f"{data}/test_2016_flickr.{t}.gz",
                        "--beam", str(beam), "--threads", threads, "--precision", precision]
             r = run(command, commands)
-            result[key][mode] = {**json.loads(r["stdout"].strip().splitlines()[-1]),
-                                 "peak_rss_mb": r["peak_rss_mb"]}
+            result[key][mode] = {**json.loads(r.stdout.strip().splitlines()[-1]),
+                                 "peak_rss_mb": round(r.peak_rss_mb, 1)}
             if result[key][mode]["precision"] == "float32" and key == "decode_auto":
                 del result[key]  # auto is fp32 on this machine: nothing more to measure
                 break
@@ -122,7 +122,7 @@ def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict
     r = run([*command[:-6], "--beam", "5", "--threads", threads, "--precision", "fp32",
              "--profile"], commands)
     result["decode"]["beam5"]["profile"] = json.loads(
-        r["stdout"].strip().splitlines()[-1])["profile"]
+        r.stdout.strip().splitlines()[-1])["profile"]
     return result
 
 
@@ -155,7 +155,7 @@ def table(results: dict) -> list[str]:
         rows.append(row(f"**tfm** (decoding `--precision auto`: {precision} weights)",
                         {"decode_auto": tfm["decode_auto"]}, "decode_auto"))
     for key, peer in results.get("peers", {}).get("peers", {}).items():
-        name = {"onmt": "OpenNMT-py", "ct2": "CTranslate2 (fp32)", "joey": "JoeyNMT"}[key]
+        name = PEER_NAMES[key] + (" (fp32)" if key == "ct2" else "")
         if "error" in peer:
             rows.append(f"| {name} | failed: {peer['error'].splitlines()[0][:80]} ||||||||")
             continue
@@ -237,10 +237,12 @@ def profile_lines(results: dict) -> list[str]:
 def write_report(results: dict, path: Path, commands: list[str]) -> None:
     tfm, machine = results["tfm"], results["tfm"]["machine"]
     step = tfm["step"]
+    work = Path(results["work"])
+    argv = portable(shlex.join(results["argv"]), work)
     lines = [
         "# Benchmarks: tfm and its peers, side by side",
         "",
-        f"Measured by `python bench/run.py {' '.join(results['argv'])}` on {results['date']}, "
+        f"Measured by `python bench/run.py {argv}` on {results['date']}, "
         f"in one run on one machine: {machine['cpu']}, {results['threads']} threads, torch "
         f"{machine['torch']}, measured fp32 matmul peak {machine['fp32_gflops']} GFLOP/s. "
         "Multi30k en→de, the same joint 8k BPE for every toolkit, the same model (d_model 256, "
@@ -277,10 +279,11 @@ def write_report(results: dict, path: Path, commands: list[str]) -> None:
         "All figures are CPU figures. The CUDA path (bf16 autocast, fused attention) has not been "
         "measured: no GPU has been available to this project yet, so its speed is untested.",
         "",
-        "The commands, in order:",
+        "The commands, in order, run from the repository root (`$WORK` is the work directory: "
+        "`--work`, a temporary one by default):",
         "",
         "```",
-        *commands,
+        *(portable(command, work) for command in commands),
         "```",
     ]
     path.write_text("\n".join(lines) + "\n")
@@ -288,9 +291,7 @@ def write_report(results: dict, path: Path, commands: list[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=Path("../shared/data/multi30k"))
-    parser.add_argument("--src", default="en")
-    parser.add_argument("--tgt", default="de")
+    add_corpus_options(parser)
     parser.add_argument("--train-minutes", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--peers", default="onmt,ct2,joey", help="'' to measure tfm alone")
@@ -303,7 +304,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = (args.work or Path(tmp)).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        results = {"argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d"),
+        results = {"argv": sys.argv[1:], "work": str(work), "date": time.strftime("%Y-%m-%d"),
                    "threads": args.threads, "train_minutes": args.train_minutes}
         start = time.perf_counter()
         results["tfm"] = bench_tfm(args, work / "tfm", commands)

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+# One intra-op thread in the tests and in every command they run (subprocesses inherit it),
+# set before torch is first imported. The models here are tiny: more threads buy nothing, and
+# on a machine whose cores are busy (2 cores, often shared with a training run) each small op
+# waits for a descheduled thread; the in-process model tests (test_search, test_fuzz,
+# test_checkpoint, ...) ran 5x slower with torch's default. A value set by the caller is kept;
+# tests that give --threads or num_threads still get what they ask for.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest
 from tokenizers import Tokenizer

@@ -6,6 +6,7 @@ import bz2
 import gzip
 import json
 import lzma
+import re
 import shutil
 from pathlib import Path
 
@@ -298,7 +299,7 @@ def test_fingerprint_is_stable_across_copies_and_changes_with_a_byte(tmp_path: P
     original = corpus_fingerprint(CorpusSpec((str(src), str(tgt))))
     copied = corpus_fingerprint(CorpusSpec((str(copy / src.name), str(copy / tgt.name))))
     assert original == copied
-    assert len(original) == 64 and int(original, 16) >= 0
+    assert re.fullmatch(r"[0-9a-f]{64}", original)  # a sha256 hex digest
     data = bytearray(tgt.read_bytes())
     data[0] ^= 0x01
     tgt.write_bytes(bytes(data))
@@ -307,7 +308,13 @@ def test_fingerprint_is_stable_across_copies_and_changes_with_a_byte(tmp_path: P
 
 def test_fingerprint_depends_on_languages_and_hub_identity() -> None:
     hub = CorpusSpec(("wmt/wmt14",), src_lang="de", tgt_lang="en", hf_config="de-en")
-    assert corpus_fingerprint(hub) == corpus_fingerprint(hub)
+    # The same identity gives the same fingerprint; another name or config another one.
+    assert corpus_fingerprint(hub) == corpus_fingerprint(
+        CorpusSpec(("wmt/wmt14",), src_lang="de", tgt_lang="en", hf_config="de-en"))
+    assert corpus_fingerprint(hub) != corpus_fingerprint(
+        CorpusSpec(("wmt/wmt16",), src_lang="de", tgt_lang="en", hf_config="de-en"))
+    assert corpus_fingerprint(hub) != corpus_fingerprint(
+        CorpusSpec(("wmt/wmt14",), src_lang="de", tgt_lang="en", hf_config="fr-en"))
     assert corpus_fingerprint(hub) != corpus_fingerprint(
         CorpusSpec(("wmt/wmt14",), src_lang="en", tgt_lang="de", hf_config="de-en"))
     assert corpus_fingerprint(hub) != corpus_fingerprint(

@@ -260,7 +260,8 @@ def test_worker_processes_prepare_exactly_what_one_process_prepares(
     monkeypatch.setattr(tfm.data.prepare, "_CHUNK", 7)  # several chunks, duplicates across chunks
     long_pair = (("The dog runs . " * 30).strip(), ("Der Hund rennt . " * 30).strip())
     pairs = [*sentence_pairs, ("", "x"), long_pair, ("A\u200b dog .", "Ein Hund ."),
-             *sentence_pairs[:9], long_pair, ("Yes .", "Ja ,  ja , ja , ja , ja , ja , ja .")]
+             *sentence_pairs[:9], long_pair, ("Yes .", "Ja ,  ja , ja , ja , ja , ja , ja ."),
+             ("Type </s> or <pad> .", "Tippe </s> oder <pad> .")]
     corpus = write_corpus(tmp_path / "c", pairs)
     valid = write_corpus(tmp_path / "c", pairs[35:50], "valid")
     clean = CleanConfig(max_tokens=60, max_ratio=2.0, dedup=dedup)
@@ -275,6 +276,10 @@ def test_worker_processes_prepare_exactly_what_one_process_prepares(
         assert np.array_equal(a.src_values, b.src_values)
         assert np.array_equal(a.tgt_offsets, b.tgt_offsets)
         assert a.tgt_text == b.tgt_text
+        # "</s>" and "<pad>" in the text are text: the only special token is each source's EOS.
+        assert np.count_nonzero(a.src_values < 4) == len(a) == np.count_nonzero(
+            a.src_values == EOS_ID)
+        assert np.count_nonzero(a.tgt_values < 4) == 0
 
 
 def test_nothing_left_after_cleaning_is_a_data_error(

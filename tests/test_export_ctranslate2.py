@@ -174,7 +174,9 @@ def test_greedy_search_matches_tfm_token_for_token(translators, options) -> None
 
 @pytest.mark.parametrize("options", [
     dict(beam=4, length_penalty=0.0),
-    dict(beam=4, length_penalty=1.0),
+    # With a length penalty, tfm's --stop-early ends a sentence before CTranslate2 would
+    # (README, tfm export): the search itself is the same when both wait for the beam.
+    dict(beam=4, length_penalty=1.0, stop_early=False),
     dict(beam=4, length_penalty=0.0, n_best=2),
     dict(beam=4, length_penalty=0.6, n_best=2, stop_early=False),
 ], ids=["beam-raw", "beam-lp1", "beam-nbest2-raw", "beam-nbest2-lp0.6"])

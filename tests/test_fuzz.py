@@ -17,8 +17,17 @@ from tfm.config import ModelConfig, SearchOptions
 from tfm.data.corpus import CorpusSpec, iter_pairs
 from tfm.data.prepare import prepare
 from tfm.data.text import normalize_text
-from tfm.data.tokenizer import UNK_ID, decode, encode_batch, save_tokenizer, train_tokenizer
+from tfm.data.tokenizer import (
+    UNK_ID,
+    Vocabularies,
+    decode,
+    encode_batch,
+    save_tokenizer,
+    train_tokenizer,
+)
+from tfm.decoding.search import Hypothesis
 from tfm.decoding.torch_engine import TorchTranslator
+from tfm.decoding.translator import Translator
 from tfm.errors import TfmError
 from tfm.model import Transformer
 
@@ -89,12 +98,19 @@ def test_prepare_takes_any_unicode_pairs_or_refuses_cleanly(tmp_path_factory, to
     assert split.kept + sum(split.dropped.values()) == split.read
 
 
+@pytest.fixture(scope="module")
+def translator(model_dir: Path) -> TorchTranslator:
+    return TorchTranslator(model_dir, "cpu")
+
+
 @SETTINGS
 @given(st.lists(st.text(max_size=300), min_size=1, max_size=4), st.integers(1, 3))
-def test_translate_any_unicode_gives_one_line_per_input(model_dir: Path, sentences: list[str],
-                                                        beam: int) -> None:
-    translator = TorchTranslator(model_dir, "cpu")
-    results = translator.translate(sentences, SearchOptions(beam=beam, max_len_b=5))
+def test_translate_any_unicode_gives_one_line_per_input(translator: TorchTranslator,
+                                                        sentences: list[str], beam: int) -> None:
+    # Outputs of at most 5 tokens: random weights never stop, and the length is not what is
+    # tested here.
+    results = translator.translate(sentences, SearchOptions(beam=beam, max_len_a=0.0,
+                                                            max_len_b=5))
     assert len(results) == len(sentences)
     assert all("\n" not in r.text for r in results)
 
@@ -105,10 +121,48 @@ def test_a_sentence_longer_than_the_model_accepts_is_truncated_not_fatal(model_d
     assert result.truncated
 
 
-def test_a_generated_line_break_never_splits_a_translation(model_dir: Path) -> None:
-    from tfm.decoding.translator import _one_line
+# Everything str.splitlines() breaks a line at, and some text to put between.
+LINE_BREAKS = ["\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028",
+               "\u2029"]
+WORDS = ["dog", "Straße", "📚", "日本", " "]
 
-    assert _one_line("eins\nzwei\r\ndrei\u2028vier\x85fünf") == "eins zwei  drei vier fünf"
+
+class Scripted(Translator):
+    """An engine that can generate anything: for each source, its own tokens, each hypothesis
+    followed by the token ids ``extra`` (line-break bytes among them). The text it outputs is
+    then known, so the test can say what translate() must make of it."""
+
+    engine = "scripted"
+
+    def __init__(self, tokenizer, extra: list[int]) -> None:
+        self.vocabs = Vocabularies.shared(tokenizer)
+        self.max_source_tokens = 10_000  # no truncation
+        self.extra = extra
+
+    def search(self, batch: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
+        return [[Hypothesis(ids[:-1] + self.extra, score=0.0, log_prob=0.0)] for ids in batch]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.text(max_size=30), min_size=1, max_size=6),
+       st.lists(st.sampled_from(LINE_BREAKS + WORDS), max_size=6))
+def test_every_input_line_gets_exactly_one_output_line(tokenizer, sentences: list[str],
+                                                       generated: list[str]) -> None:
+    extra = [i for ids in encode_batch(tokenizer, generated) for i in ids]
+    results = Scripted(tokenizer, extra).translate(sentences, SearchOptions(beam=1))
+    assert [r.source for r in results] == sentences  # one result per input, in input order
+    output = "".join(r.text + "\n" for r in results)
+    assert output.splitlines() == [r.text for r in results]
+    for sentence, result in zip(sentences, results):
+        text = normalize_text(sentence)
+        if not text:  # an empty or blank line stays empty
+            assert result.text == ""
+            continue
+        # What the engine generated, with each line break turned into a space, nothing more.
+        decoded = decode(tokenizer, encode_batch(tokenizer, [text])[0] + extra)
+        assert len(result.text) == len(decoded)
+        assert result.text.split() == decoded.split()
 
 
 def test_bf16_weights_translate_every_input(model_dir: Path) -> None:

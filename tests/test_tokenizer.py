@@ -147,6 +147,16 @@ def test_decode_batch_matches_decode(tokenizer: Tokenizer) -> None:
     assert decode_batch(tokenizer, batch) == [decode(tokenizer, ids) for ids in batch]
 
 
+def test_a_text_that_spells_a_special_token_is_encoded_as_text(tokenizer: Tokenizer,
+                                                                tmp_path: Path) -> None:
+    text = "Schreib <s> , </s> , <pad> oder <unk> ."
+    save_tokenizer(tokenizer, tmp_path / "tok.json")
+    for tok in (tokenizer, load_tokenizer(tmp_path / "tok.json")):
+        ids = ids_of(tok, text)
+        assert not set(ids) & {PAD_ID, UNK_ID, BOS_ID, EOS_ID}
+        assert decode(tok, ids) == text
+
+
 # ---------------------------------------------------------------------------- save and load
 
 

@@ -104,15 +104,21 @@ def test_the_whole_pipeline_with_separate_vocabularies(tmp_path: Path) -> None:
         ("prepare", "--train", str(DEMO / "train"), "--valid", str(DEMO / "valid"),
          "-s", "en", "-t", "de", "--tokenizer", str(tmp_path / "tok.json"),
          "-o", str(tmp_path / "data")),
+        # A small model, and one validation (greedy BLEU with the target vocabulary), at the
+        # last step.
         ("train", "--data", str(tmp_path / "data"), "--output", str(tmp_path / "model"),
-         "--preset", "tiny", "--max-steps", "6", "--valid-every", "3", "--max-tokens", "1024",
-         "--warmup", "2", "--precision", "fp32"),
+         "--preset", "tiny", "--d-model", "32", "--n-heads", "2", "--d-ff", "64",
+         "--max-steps", "3", "--valid-every", "3", "--max-tokens", "1024", "--warmup", "2",
+         "--precision", "fp32"),
     ]
+    results = []
     for args in steps:
-        result = tfm(*args)
-        assert result.returncode == 0, f"{args[0]} failed:\n{result.stderr}"
-    assert "tok.src.json (500 entries), " in tfm(*steps[0]).stderr.replace("\n", "")
+        results.append(tfm(*args))
+        assert results[-1].returncode == 0, f"{args[0]} failed:\n{results[-1].stderr}"
+    assert "tok.src.json (500 entries), " in results[0].stderr.replace("\n", "")
     model = tmp_path / "model"
+    records = [json.loads(line) for line in (model / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], "bleu" in r) for r in records if r["kind"] == "valid"] == [(3, True)]
     assert {"tokenizer.src.json", "tokenizer.tgt.json"} <= {p.name for p in model.iterdir()}
     assert not (model / "tokenizer.json").exists()
     config = json.loads((model / "config.json").read_text())["model"]

@@ -2,7 +2,9 @@
 cross-attention of one translation as a heatmap.
 
 matplotlib is imported only when a picture is drawn, and used through its object interface
-with the Agg canvas: no pyplot, no global backend switch, no display needed.
+with the Agg canvas: no pyplot, no global backend switch, no display needed. The ``*_figure``
+functions build a picture, the ``plot_*`` functions also write it as a PNG; both return the
+matplotlib Figure, whose axes hold what was drawn.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfm.atomic import atomic_write_bytes
 from tfm.errors import DataError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -33,21 +38,16 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def plot_learning_curve(metrics_path: Path, png_path: Path) -> None:
-    """Draw train and validation loss against step and, in a second panel, validation BLEU;
-    write the picture to ``png_path`` as a PNG (atomically)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    records = read_metrics(metrics_path)
+def learning_curve_figure(records: list[dict[str, Any]], title: str) -> Figure:
+    """Train and validation loss against step and, in a second panel when validation has BLEU,
+    validation BLEU, from metrics.jsonl records."""
     train = [r for r in records if r.get("kind") == "train" and "loss" in r]
     valid = [r for r in records if r.get("kind") == "valid" and "loss" in r]
     bleu = [r for r in valid if r.get("bleu") is not None]
     if not train and not valid:
-        raise DataError(f"{metrics_path}: no training or validation records to draw")
+        raise DataError("no training or validation records to draw")
 
-    figure = Figure(figsize=(7, 6.5 if bleu else 4), layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = _figure(figsize=(7, 6.5 if bleu else 4))
     axes = figure.subplots(2 if bleu else 1, 1, sharex=True, squeeze=False)[:, 0]
     loss_axes = axes[0]
     if train:
@@ -66,24 +66,29 @@ def plot_learning_curve(metrics_path: Path, png_path: Path) -> None:
         axes[1].grid(alpha=0.3)
         axes[1].legend()
     axes[-1].set_xlabel("step")
-    figure.suptitle(f"Learning curve: {Path(metrics_path).parent.name}")
-
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    atomic_write_bytes(Path(png_path), buffer.getvalue())
+    figure.suptitle(f"Learning curve: {title}")
+    return figure
 
 
-def plot_attention(attention: list[list[float]], source: list[str], target: list[str],
-                   png_path: Path) -> None:
-    """Heatmap of cross-attention: one row per target symbol, one column per source symbol;
-    written to ``png_path`` as a PNG (atomically)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def plot_learning_curve(metrics_path: Path, png_path: Path) -> Figure:
+    """Draw the learning curve of a training run's metrics.jsonl (titled with the run's
+    directory name) and write it to ``png_path`` as a PNG (atomically); returns the figure."""
+    records = read_metrics(metrics_path)
+    title = Path(metrics_path).parent.name
+    try:
+        figure = learning_curve_figure(records, title)
+    except DataError as e:
+        raise DataError(f"{metrics_path}: {e}") from e
+    _write_png(figure, Path(png_path))
+    return figure
 
+
+def attention_figure(attention: list[list[float]], source: list[str],
+                     target: list[str]) -> Figure:
+    """Heatmap of cross-attention: one row per target symbol, one column per source symbol."""
     width = max(4.0, 0.45 * len(source) + 1.5)
     height = max(3.0, 0.35 * len(target) + 1.5)
-    figure = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = _figure(figsize=(width, height))
     axes = figure.subplots()
     image = axes.imshow(attention, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
     axes.set_xticks(range(len(source)), source, rotation=60, ha="right")
@@ -91,9 +96,36 @@ def plot_attention(attention: list[list[float]], source: list[str], target: list
     axes.set_xlabel("source")
     axes.set_ylabel("target")
     figure.colorbar(image, ax=axes, label="attention")
+    return figure
+
+
+def plot_attention(attention: list[list[float]], source: list[str], target: list[str],
+                   png_path: Path) -> Figure:
+    """The attention heatmap written to ``png_path`` as a PNG (atomically); returns the
+    figure."""
+    figure = attention_figure(attention, source, target)
+    _write_png(figure, Path(png_path))
+    return figure
+
+
+DPI = 100  # pixels per inch of the PNGs
+
+
+def _figure(figsize: tuple[float, float]) -> Figure:
+    """An empty figure on an Agg canvas of its own (no pyplot state)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=figsize, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _write_png(figure: Figure, path: Path) -> None:
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=100)
-    atomic_write_bytes(Path(png_path), buffer.getvalue())
+    figure.savefig(buffer, format="png", dpi=DPI)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
-__all__ = ["plot_attention", "plot_learning_curve", "read_metrics"]
+__all__ = ["attention_figure", "learning_curve_figure", "plot_attention", "plot_learning_curve",
+           "read_metrics"]

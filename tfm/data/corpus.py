@@ -19,12 +19,14 @@ import json
 import lzma
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from tfm.errors import DataError, UsageError
+
+T = TypeVar("T")
 
 _OPENERS: dict[str, Callable[..., IO[bytes]]] = {
     ".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open,
@@ -412,6 +414,19 @@ def iter_texts(spec: CorpusSpec) -> Iterator[str]:
     """Stream every sentence of both sides (source, target alternately), e.g. for tokenizers."""
     pairs = iter_pairs(spec)
     return (text for pair in pairs for text in pair)
+
+
+def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last one shorter): a stream worked on a chunk at a
+    time, never held in memory whole."""
+    chunk: list[T] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def _hash_file(path: Path) -> tuple[int, str]:

@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from tfm.config import CleanConfig
-from tfm.data.corpus import CorpusSpec, corpus_fingerprint, iter_pairs, resolve_corpus
+from tfm.data.corpus import (
+    CorpusSpec,
+    batched,
+    corpus_fingerprint,
+    iter_pairs,
+    resolve_corpus,
+)
 from tfm.data.dataset import PREPARE_FILE, read_prepare_info
 from tfm.data.text import has_invisible, normalize_text
 from tfm.data.tokenizer import (
@@ -29,6 +35,7 @@ from tfm.data.tokenizer import (
     encode_batch,
     load_vocabularies,
     save_vocabularies,
+    tokenizer_from_json,
     train_tokenizer,
     vocabulary_files,
 )
@@ -242,27 +249,14 @@ def _encode_chunk(raw: list[tuple[str, str]], vocabs: Vocabularies, clean: Clean
                          [pairs[i] for i in kept] if with_text else None)
 
 
-def _raw_chunks(spec: CorpusSpec) -> Iterator[list[tuple[str, str]]]:
-    chunk: list[tuple[str, str]] = []
-    for pair in iter_pairs(spec):
-        chunk.append(pair)
-        if len(chunk) == _CHUNK:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 # One worker process's tokenizers, set once by its initializer (--num-proc).
 _worker_vocabs: Vocabularies | None = None
 
 
 def _init_worker(src_json: str, tgt_json: str | None) -> None:
     global _worker_vocabs
-    from tokenizers import Tokenizer
-
-    src = Tokenizer.from_str(src_json)
-    _worker_vocabs = Vocabularies(src, Tokenizer.from_str(tgt_json)) if tgt_json else \
+    src = tokenizer_from_json(src_json)
+    _worker_vocabs = Vocabularies(src, tokenizer_from_json(tgt_json)) if tgt_json else \
         Vocabularies.shared(src)
 
 
@@ -278,7 +272,7 @@ def _encoded_chunks(spec: CorpusSpec, vocabs: Vocabularies, clean: CleanConfig,
     tokenizers library already uses every core), or by ``num_proc`` worker processes that
     each normalise and tokenize a chunk at a time, a few chunks ahead of the writer."""
     if num_proc <= 1:
-        for raw in _raw_chunks(spec):
+        for raw in batched(iter_pairs(spec), _CHUNK):
             yield _encode_chunk(raw, vocabs, clean, with_text)
         return
     import multiprocessing
@@ -292,7 +286,7 @@ def _encoded_chunks(spec: CorpusSpec, vocabs: Vocabularies, clean: CleanConfig,
     init = (vocabs.src.to_str(), None if vocabs.joint else vocabs.tgt.to_str())
     with context.Pool(num_proc, initializer=_init_worker, initargs=init) as pool:
         pending: deque = deque()
-        for raw in _raw_chunks(spec):
+        for raw in batched(iter_pairs(spec), _CHUNK):
             pending.append(pool.apply_async(_encode_in_worker, (raw, clean, with_text)))
             if len(pending) >= 2 * num_proc:  # bounded memory: a few chunks in flight
                 yield pending.popleft().get()

@@ -8,16 +8,21 @@ A model has one joint vocabulary for both languages (the default; source and tar
 embeddings can then be shared) or one per side. On disk a joint tokenizer is one file,
 ``NAME.json``; separate ones are ``NAME.src.json`` and ``NAME.tgt.json`` beside each other.
 Every command that takes a tokenizer path accepts either form under the same ``NAME.json``.
+
+Special tokens (``<pad> <unk> <s> </s>``) enter a sequence only by id, from tfm's own code: a
+text that spells one (a corpus line or a sentence to translate containing ``</s>``) is encoded
+as the characters it is made of, never as the control token.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from tfm.data.corpus import batched
 from tfm.errors import ModelError
 from tfm.special_tokens import (  # noqa: F401 (re-exported: the tokenizer's special tokens)
     BOS,
@@ -38,6 +43,18 @@ def new_tokenizer() -> Tokenizer:
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
     tok.decoder = decoders.ByteLevel()
+    return _specials_only_by_id(tok)
+
+
+def tokenizer_from_json(text: str) -> Tokenizer:
+    """A tokenizer from its JSON text (as ``Tokenizer.to_str`` writes it)."""
+    return _specials_only_by_id(Tokenizer.from_str(text))
+
+
+def _specials_only_by_id(tok: Tokenizer) -> Tokenizer:
+    """Special tokens spelt in a text are encoded as text. The setting is not part of the
+    tokenizer's JSON: every tokenizer tfm makes or loads goes through here."""
+    tok.encode_special_tokens = True
     return tok
 
 
@@ -54,19 +71,8 @@ def train_tokenizer(
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_batched(texts, 1000), trainer=trainer, length=length)
+    tok.train_from_iterator(batched(texts, 1000), trainer=trainer, length=length)
     return tok
-
-
-def _batched(texts: Iterable[str], size: int) -> Iterator[list[str]]:
-    batch: list[str] = []
-    for text in texts:
-        batch.append(text)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def save_tokenizer(tok: Tokenizer, path: Path) -> None:
@@ -81,7 +87,7 @@ def load_tokenizer(path: Path) -> Tokenizer:
         raise ModelError(f"{path}: no such tokenizer file (train one with "
                          "`tfm train-tokenizer` and give it with --tokenizer)")
     try:
-        tok = Tokenizer.from_file(str(path))
+        tok = _specials_only_by_id(Tokenizer.from_file(str(path)))
     except Exception as e:  # the library raises a bare Exception on malformed JSON
         raise ModelError(f"{path}: not a tokenizer file ({_first_line(e)})") from e
     for i, token in enumerate(SPECIAL_TOKENS):
