@@ -192,7 +192,8 @@ def test_the_tokenizer_normalises_and_encodes_as_tfm_does(hf, tfm_model) -> None
     tok, _ = hf
     _, vocabs = tfm_model
     texts = [*SOURCES, "  A\tman\u00a0 is\u3000walking .  ", "Tab\u200bs\ufeff and\x00 NUL\x07 .",
-             "Cafe\u0301 cre\u0300me \u200c\u200d", "line\nbreak\u2028here\x85.", "\u00a0", ""]
+             "Cafe\u0301 cre\u0300me \u200c\u200d", "line\nbreak\u2028here\x85.", "\u00a0", "",
+             "A literal </s> and <s> or <pad> is text ."]
     for text in texts:
         expected = encode_batch(vocabs.src, [normalize_text(text)])[0] + [EOS_ID]
         assert tok(text)["input_ids"] == expected, repr(text)

@@ -273,6 +273,8 @@ def tokenizer_config(c: ModelConfig) -> dict[str, Any]:
         "padding_side": "right",
         "truncation_side": "right",
         "clean_up_tokenization_spaces": False,
+        # As in tfm: "<s>" typed in a text is text, never the control token.
+        "split_special_tokens": True,
         "model_input_names": ["input_ids", "attention_mask"],
         **_special_tokens(),
     }
