@@ -654,11 +654,11 @@ def test_the_openapi_page_describes_the_translate_endpoint(server):
 
 
 def test_sigterm_lets_the_request_in_flight_finish_then_the_server_exits(model_dir):
-    texts = [s for s in SENTENCES for _ in range(8)]
+    texts = [s for s in SENTENCES for _ in range(40)]  # long enough to be seen in flight
     with tfm_serve(model_dir) as running:
         answer: list[httpx.Response] = []
         sender = threading.Thread(target=lambda: answer.append(
-            post(running.url, {"text": texts, "beam": 1}, key=None)))
+            post(running.url, {"text": texts, "beam": 4}, key=None)))
         sender.start()
 
         def in_flight() -> bool:  # the translate request, besides this metrics request

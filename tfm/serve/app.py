@@ -130,8 +130,10 @@ class TranslateResponse(BaseModel):
 class _Service:
     """What the endpoints share: the translator once loaded, its batcher, the metrics."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig,
+                 worker_init: Callable[[], None] | None = None) -> None:
         self.config = config
+        self.worker_init = worker_init
         self.metrics = ServeMetrics()
         self.translator: Translator | None = None
         self.batcher: Batcher | None = None
@@ -146,7 +148,8 @@ class _Service:
         self.batcher = Batcher(translator.translate, self.count_tokens,
                                max_batch_tokens=self.config.max_batch_tokens,
                                max_wait=self.config.max_wait_ms / 1000,
-                               max_queue=self.config.max_queue, metrics=self.metrics)
+                               max_queue=self.config.max_queue, metrics=self.metrics,
+                               worker_init=self.worker_init)
         self.batcher.start()
         self.state = "ready"
         self.metrics.ready.set(1)
@@ -238,16 +241,19 @@ class _Service:
 
 
 def create_app(translator: Translator | Callable[[], Translator],
-               config: ServeConfig | None = None) -> FastAPI:
+               config: ServeConfig | None = None,
+               worker_init: Callable[[], None] | None = None) -> FastAPI:
     """The server's ASGI app. ``translator``: a loaded Translator, or a function that loads one
-    (called in a thread at startup; /health answers 503 until it returns)."""
+    (called in a thread at startup; /health answers 503 until it returns). ``worker_init``:
+    called once in the decoding thread before its first batch (tfm serve sets torch's threads
+    there: see tfm.cli.serve)."""
     config = config or ServeConfig()
     if isinstance(translator, Translator):
         beam = config.beam or translator.info.generation.beam
         if beam > config.max_beam:
             raise UsageError(f"the model's default beam ({beam}) is over --max-beam "
                              f"({config.max_beam}): give --beam, or a larger --max-beam")
-    service = _Service(config)
+    service = _Service(config, worker_init)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -82,7 +82,8 @@ class Batcher:
     ``count_tokens``: each sentence's source tokens, as the model will see them."""
 
     def __init__(self, decode: DecodeFn, count_tokens: CountFn, *, max_batch_tokens: int,
-                 max_wait: float, max_queue: int, metrics: ServeMetrics | None = None) -> None:
+                 max_wait: float, max_queue: int, metrics: ServeMetrics | None = None,
+                 worker_init: Callable[[], None] | None = None) -> None:
         self.decode = decode
         self.count_tokens = count_tokens
         self.max_batch_tokens = max_batch_tokens
@@ -96,7 +97,8 @@ class Batcher:
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfm-decode")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfm-decode",
+                                            initializer=worker_init)
         self._rate = 0.0  # sentences per second, a moving average: for Retry-After
         self.decoding = 0  # sentences in the batch being decoded
         self._decoding_jobs: list[Job] = []
