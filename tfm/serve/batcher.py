@@ -99,6 +99,7 @@ class Batcher:
         self._task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tfm-decode",
                                             initializer=worker_init)
+        self._free_since = 0.0  # loop time the last batch ended
         self._rate = 0.0  # sentences per second, a moving average: for Retry-After
         self.decoding = 0  # sentences in the batch being decoded
         self._decoding_jobs: list[Job] = []
@@ -183,7 +184,11 @@ class Batcher:
                 return False
             self._wake.clear()
             await self._wake.wait()
-        deadline = head.job.enqueued + self.max_wait
+        # Wait up to max_wait for more, counted from when the oldest sentence arrived or the
+        # worker became free, whichever is later: under load, the clients answered by the
+        # last batch send their next sentences within a few milliseconds, and they join this
+        # batch instead of waiting for the next one.
+        deadline = max(head.job.enqueued, self._free_since) + self.max_wait
         while not self._stopping and self._queued_cost < self.max_batch_tokens:
             delay = deadline - loop.time()
             if delay <= 0:
@@ -256,6 +261,7 @@ class Batcher:
         finally:
             self.decoding = 0
             self._decoding_jobs = []
+            self._free_since = loop.time()
         seconds = time.perf_counter() - start
         for item, result in zip(batch, results):
             job = item.job
