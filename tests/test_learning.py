@@ -45,8 +45,9 @@ def reversal_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     prepare(train_spec, root / "tokenizer.json", root / "data", valid=valid_spec)
     model_config = ModelConfig(d_model=64, n_heads=4, encoder_layers=2, decoder_layers=2,
                                d_ff=128, dropout=0.0)
+    # An epoch is about 19 steps: validate about once an epoch and keep the best model.
     train_config = TrainConfig(max_tokens=1024, lr=3e-3, warmup_steps=100, max_steps=1200,
-                               valid_every=400, save_every=10**9, valid_bleu=True,
+                               valid_every=20, save_every=10**9, valid_bleu=True,
                                precision="fp32", keep_last=0, seed=1)
     result = train(root / "data", root / "model", model_config, train_config)
     assert result.step == 1200

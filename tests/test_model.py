@@ -253,6 +253,43 @@ def test_model_logits_are_the_same_with_and_without_attention_weights():
     torch.testing.assert_close(fast, explicit, atol=1e-6, rtol=0)
 
 
+# --- layers -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-norm", "pre-norm"])
+def test_layers_wrap_each_sublayer_in_the_papers_residual_connection(norm_first):
+    """Post-norm: x <- LayerNorm(x + Sublayer(x)); pre-norm: x <- x + Sublayer(LayerNorm(x)),
+    for the encoder's self-attention and FFN, and the decoder's masked self-attention,
+    cross-attention and FFN (dropout is off)."""
+    model = make_model(norm_first=norm_first, double=True)
+    torch.manual_seed(11)
+    src = pad_stack([source(7), source(4)])
+    tgt = torch.stack([target_in(5) for _ in range(2)])
+    memory = torch.randn(2, src.size(1), 32, dtype=torch.float64)
+    x = torch.randn(2, tgt.size(1), 32, dtype=torch.float64)
+
+    def around(x, sublayer, norm):
+        return x + sublayer(norm(x)) if norm_first else norm(x + sublayer(x))
+
+    def attend(attn, mask, keys=None):
+        return lambda h: attn(h, attn.project_kv(h if keys is None else keys), mask)[0]
+
+    src_mask = padding_mask(src, PAD_ID)
+    self_mask = decoder_self_attention_mask(tgt, PAD_ID)
+    enc, dec = model.encoder_layers[0], model.decoder_layers[0]
+    with torch.no_grad():
+        h = around(memory, attend(enc.self_attn, src_mask), enc.self_attn_layer_norm)
+        expected = around(h, enc.ffn, enc.final_layer_norm)
+        torch.testing.assert_close(enc(memory, src_mask), expected, atol=1e-12, rtol=0)
+
+        h = around(x, attend(dec.self_attn, self_mask), dec.self_attn_layer_norm)
+        h = around(h, attend(dec.encoder_attn, src_mask, memory), dec.encoder_attn_layer_norm)
+        expected = around(h, dec.ffn, dec.final_layer_norm)
+        out, cache, weights = dec(x, dec.encoder_attn.project_kv(memory), self_mask, src_mask)
+        torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
+        assert cache is None and weights is None
+
+
 # --- incremental decoding ---------------------------------------------------------------------
 
 

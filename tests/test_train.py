@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import signal
 import subprocess
 import sys
@@ -219,3 +221,240 @@ def test_training_time_is_wall_time_however_often_the_run_saves(
     assert elapsed[-1] <= wall  # saving every step must not count the time again
     state = torch.load(ModelDir(tmp_path / "m").train_state, weights_only=True)
     assert elapsed[-1] <= state["run"]["elapsed"] <= wall
+
+
+# --- validation: when it runs, and what patience counts -------------------------------------
+
+
+def records(model_dir: Path, kind: str) -> list[dict]:
+    lines = (model_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+@pytest.fixture(scope="module")
+def dataset_without_valid(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo training corpus prepared with the dataset's tokenizer, without a valid split."""
+    from tfm.data.corpus import CorpusSpec
+    from tfm.data.prepare import prepare
+
+    demo = Path(__file__).resolve().parent.parent / "data" / "demo"
+    out = tmp_path_factory.mktemp("no-valid") / "data"
+    prepare(CorpusSpec((str(demo / "train"),), "en", "de"), dataset.parent / "tok.json", out)
+    return out
+
+
+def test_validation_runs_every_valid_every_steps_and_at_the_end(dataset: Path,
+                                                                tmp_path: Path) -> None:
+    # At 2048 tokens an epoch is a few batches: the run crosses epoch ends without
+    # validating there.
+    result = train(dataset, tmp_path / "m", TINY,
+                   config(max_steps=13, max_tokens=2048, valid_every=6))
+    assert result.epoch >= 2
+    assert [r["step"] for r in records(tmp_path / "m", "valid")] == [6, 12, 13]
+
+
+def test_a_run_stopped_by_max_epochs_validates_once_at_its_end(dataset: Path,
+                                                               tmp_path: Path) -> None:
+    result = train(dataset, tmp_path / "m", TINY, config(max_epochs=2, max_tokens=2048))
+    assert result.stopped == "reached --max-epochs 2"
+    assert [r["step"] for r in records(tmp_path / "m", "valid")] == [result.step]
+
+
+def test_patience_without_a_validation_split_is_refused(dataset_without_valid: Path,
+                                                        tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"--patience counts validations, but .* has no "
+                       r"validation split: prepare it with --valid"):
+        train(dataset_without_valid, tmp_path / "m", TINY, config(patience=3))
+    assert not (tmp_path / "m").exists()  # refused before any work
+    result = train(dataset_without_valid, tmp_path / "m", TINY, config(max_steps=2))
+    assert result.step == 2 and records(tmp_path / "m", "valid") == []
+
+
+def scripted_validation(monkeypatch: pytest.MonkeyPatch, losses: list[float]) -> None:
+    """Make the loop's validations return ``losses``, one per validation, in order."""
+    scripted = iter(losses)
+
+    def validate(*args, **kwargs) -> dict:
+        loss = next(scripted)
+        return {"loss": loss, "nll": loss, "ppl": 2.0 ** loss}
+
+    monkeypatch.setattr("tfm.training.loop.validate", validate)
+
+
+def test_patience_follows_validation_loss_when_bleu_is_off(
+        dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from safetensors import safe_open
+
+    # Better, better, worse (1), best, worse (1), worse (2): patience 2 stops at step 6.
+    scripted_validation(monkeypatch, [5.0, 4.0, 4.5, 3.0, 3.5, 3.6, 3.7])
+    result = train(dataset, tmp_path / "m", TINY,
+                   config(valid_bleu=False, valid_every=1, patience=2, max_steps=50))
+    assert result.stopped == "no lower validation loss in 2 validations"
+    assert result.step == 6
+    assert (result.best_step, result.best_loss, result.best_bleu) == (4, 3.0, None)
+    # The model directory's weights are the best step's, the lowest validation loss.
+    with safe_open(ModelDir(tmp_path / "m").weights, "pt") as f:
+        assert f.metadata()["step"] == "4"
+    config_json = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config_json["provenance"]["best_step"] == 4
+    assert config_json["provenance"]["valid_loss"] == 3.0
+    assert [r["best_loss"] for r in records(tmp_path / "m", "valid")] == [5.0, 4.0, 4.0, 3.0,
+                                                                          3.0, 3.0]
+
+
+def test_patience_counts_validations_in_a_row_across_a_resume(
+        dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scripted_validation(monkeypatch, [4.0, 4.5, 3.0, 3.5, 3.6])
+    first = train(dataset, tmp_path / "m", TINY,
+                  config(valid_bleu=False, valid_every=1, patience=2, max_steps=4))
+    assert first.stopped == "reached --max-steps 4"  # one bad validation at step 4
+    second = train(dataset, tmp_path / "m", None, config(max_steps=50), resume=True,
+                   explicit={"max_steps"})
+    assert (second.stopped, second.step, second.best_step) == (
+        "no lower validation loss in 2 validations", 5, 3)
+
+
+# --- resuming: options named as the command line spells them ---------------------------------
+
+
+def test_a_resumed_run_names_the_option_as_the_command_line_spells_it(
+        dataset: Path, tmp_path: Path) -> None:
+    train(dataset, tmp_path / "m", TINY, config(max_steps=2))
+    with pytest.raises(UsageError) as refused:
+        train(dataset, tmp_path / "m", None, config(max_steps=4, warmup_steps=10),
+              resume=True, explicit={"max_steps", "warmup_steps"})
+    assert str(refused.value).startswith("--warmup 10 contradicts the run being resumed (5)")
+
+
+def train_command_options() -> dict[str, str]:
+    """``tfm train``'s options: parameter name -> every spelling (--x, --no-x)."""
+    import typer
+
+    import tfm.cli  # noqa: F401 (registers the commands)
+    from tfm.cli.app import app
+
+    command = typer.main.get_command(app).commands["train"]  # type: ignore[attr-defined]
+    return {p.name: " ".join(p.opts + p.secondary_opts) for p in command.params}
+
+
+def test_every_train_config_option_is_spelled_as_tfm_train_spells_it() -> None:
+    from dataclasses import fields
+
+    from tfm.config import option_name
+
+    spellings = " ".join(train_command_options().values()).split()
+    for f in fields(TrainConfig):
+        option = option_name(f.name)
+        assert option is None or option in spellings, f.name
+    assert option_name("warmup_steps") == "--warmup"
+    assert option_name("num_threads") == "--threads"
+    assert option_name("adam_eps") is None  # no option: named as the field in messages
+
+
+def test_tfm_train_help_shows_the_train_config_defaults() -> None:
+    env = {**os.environ, "COLUMNS": "400"}
+    shown = subprocess.run([sys.executable, "-m", "tfm", "train", "--help"],
+                           capture_output=True, text=True, env=env, timeout=60).stdout
+    lines = {line.split()[1]: line for line in shown.splitlines()
+             if len(line.split()) > 1 and line.split()[1].startswith("--")}
+    defaults = TrainConfig()
+    expected = {"--max-tokens": defaults.max_tokens, "--warmup": defaults.warmup_steps,
+                "--lr": defaults.lr, "--valid-every": defaults.valid_every,
+                "--threads": defaults.num_threads, "--compile": "no-compile",
+                "--precision": defaults.precision, "--patience": defaults.patience}
+    for option, value in expected.items():
+        assert f"[default: {value}]" in lines[option], lines[option]
+    assert "epoch end" not in shown  # validation is every --valid-every steps and at the end
+
+
+# --- fp16: loss scaling -----------------------------------------------------------------------
+
+
+class _OverflowInBackward(torch.autograd.Function):
+    """Identity forward, infinite gradient backward: an fp16 overflow, on any device."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad * float("inf")
+
+
+def one_update_group(dataset: Path) -> list:
+    from tfm.data.batching import collate, make_batches
+    from tfm.data.dataset import load_split
+
+    split = load_split(dataset, "train")
+    indices = make_batches(split.src_lengths, split.tgt_lengths, 512, shuffle=False)[0]
+    return [collate(split, indices)]
+
+
+def tiny_model(seed: int = 0):
+    from tfm.model import Transformer
+
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig(**{**TINY.__dict__, "src_vocab_size": 400,
+                                       "tgt_vocab_size": 400, "dropout": 0.0}))
+    return model, torch.optim.Adam(model.parameters(), lr=1e-3)
+
+
+def test_fp16_steps_go_through_a_gradient_scaler(dataset: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfm.training.loop import _update
+
+    group = one_update_group(dataset)
+    model, optimizer = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+
+    def overflowing(logits, target, epsilon):
+        loss, nll = label_smoothed_loss(logits, target, epsilon)
+        return _OverflowInBackward.apply(loss), nll
+
+    # An update whose gradients overflow is skipped, not applied, and the scale halves.
+    with monkeypatch.context() as m:
+        m.setattr("tfm.training.loop.label_smoothed_loss", overflowing)
+        loss, _, _ = _update(model, optimizer, group, config(), None, 1, scaler=scaler)
+    assert math.isfinite(loss)  # not a divergence: fp16's normal course
+    assert scaler.get_scale() == 2.0 ** 15
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
+    assert not optimizer.state  # Adam did not take the step
+
+    # The next update is applied, the gradients unscaled: as without a scaler.
+    _update(model, optimizer, group, config(), None, 2, scaler=scaler)
+    reference, reference_optimizer = tiny_model()
+    _update(reference, reference_optimizer, group, config(), None, 2)
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, reference.state_dict()[name])
+    assert any(not torch.equal(t, before[k]) for k, t in model.state_dict().items())
+
+
+def test_the_loss_scale_is_saved_with_the_training_state_and_restored_on_resume(
+        dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfm.checkpoint import save_train_state
+
+    # fp16 autocast is for CUDA; on a CPU the same code path runs once asked for.
+    monkeypatch.setattr("tfm.training.loop.resolve_precision",
+                        lambda name, device, training=True: torch.float16)
+    state_path = ModelDir(tmp_path / "m").train_state
+    train(dataset, tmp_path / "m", TINY, config(max_steps=3))
+    assert [r["loss_scale"] for r in records(tmp_path / "m", "train")] == [2.0 ** 16] * 3
+    state = torch.load(state_path, weights_only=True)
+    assert state["scaler"]["scale"] == 2.0 ** 16
+    assert state["scaler"]["_growth_tracker"] == 3  # three steps without an overflow
+    # Two steps short of doubling the scale: the resumed run must carry on from there.
+    state["scaler"].update(scale=1024.0, _growth_tracker=state["scaler"]["growth_interval"] - 2)
+    save_train_state(state_path, state)
+    train(dataset, tmp_path / "m", None, config(max_steps=5), resume=True,
+          explicit={"max_steps"})
+    assert [r["loss_scale"] for r in records(tmp_path / "m", "train")][3:] == [1024.0, 2048.0]
+    assert torch.load(state_path, weights_only=True)["scaler"]["scale"] == 2048.0
+
+
+def test_fp32_training_keeps_no_loss_scale(dataset: Path, tmp_path: Path) -> None:
+    train(dataset, tmp_path / "m", TINY, config(max_steps=2))
+    assert "loss_scale" not in records(tmp_path / "m", "train")[0]
+    assert torch.load(ModelDir(tmp_path / "m").train_state, weights_only=True)["scaler"] == {}

@@ -8,7 +8,7 @@ run and is stored beside it; ``CleanConfig`` says which pairs ``prepare`` keeps 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from tfm.errors import UsageError
@@ -79,36 +79,56 @@ def model_config_from_preset(preset: str, **overrides: Any) -> ModelConfig:
     return ModelConfig(**values)
 
 
+def _cli(default: Any, option: str | None) -> Any:
+    """A field whose command-line option is not spelled ``--field-name``: ``option`` is how
+    ``tfm train`` spells it, None where it has none."""
+    return field(default=default, metadata={"option": option})
+
+
 @dataclass
 class TrainConfig:
-    """A training run: data, optimisation, stopping and checkpointing."""
+    """A training run: data, optimisation, stopping and checkpointing.
+
+    ``tfm train`` has an option for each field, spelled ``--field-name`` unless the field says
+    otherwise (see ``option_name``); its help shows these defaults."""
 
     max_tokens: int = 4096  # padded positions per batch (max of source and target side)
     update_freq: int = 1  # gradient accumulation: batches per optimizer step
     lr: float = 7e-4  # peak learning rate, reached at the end of warmup
-    warmup_steps: int = 4000
+    warmup_steps: int = _cli(4000, "--warmup")
     # inverse-sqrt (the paper's), or linear / cosine decay to 0 at the end of the budget
     # (--max-steps, --max-epochs or --max-time, whichever runs out first)
     lr_schedule: str = "inverse-sqrt"
-    adam_betas: tuple[float, float] = (0.9, 0.98)
-    adam_eps: float = 1e-9
-    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = _cli((0.9, 0.98), None)
+    adam_eps: float = _cli(1e-9, None)
+    weight_decay: float = _cli(0.0, None)
     clip_norm: float = 1.0  # 0 disables gradient clipping
     label_smoothing: float = 0.1
     max_steps: int = 0  # 0: no limit
     max_epochs: int = 0  # 0: no limit
     max_time: float = 0.0  # minutes; 0: no limit
-    valid_every: int = 1000  # steps between validations (and at every epoch end)
-    valid_bleu: bool = True  # greedy BLEU on the validation set at each validation
-    patience: int = 0  # stop after this many validations without a better BLEU; 0: never
+    valid_every: int = 1000  # steps between validations (and one at the end of the run)
+    valid_bleu: bool = _cli(True, None)  # greedy BLEU on the validation set at each validation
+    # Stop after this many validations in a row without a better score: a higher BLEU, or a
+    # lower validation loss when valid_bleu is off; 0: never. Needs a validation split.
+    patience: int = 0
     save_every: int = 1000  # steps between checkpoints of the training state
     keep_last: int = 5  # numbered checkpoints kept for averaging
     log_every: int = 50  # steps between metrics.jsonl lines
     seed: int = 1
     device: str = "auto"
-    precision: str = "auto"
+    precision: str = "auto"  # fp16 steps go through a gradient scaler (loss scaling)
     compile: bool = False
-    num_threads: int = 0  # 0: torch's default
+    num_threads: int = _cli(0, "--threads")  # 0: torch's default
+
+
+def option_name(name: str) -> str | None:
+    """How ``tfm train`` spells TrainConfig field ``name`` (``--warmup`` for warmup_steps), or
+    None for a field it has no option for."""
+    for f in fields(TrainConfig):
+        if f.name == name:
+            return f.metadata.get("option", "--" + name.replace("_", "-"))
+    raise KeyError(name)
 
 
 @dataclass
@@ -189,4 +209,5 @@ __all__ = [
     "model_config_from_preset",
     "model_config_from_dict",
     "train_config_from_dict",
+    "option_name",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from pathlib import Path
 from typing import Annotated
@@ -18,6 +19,11 @@ from tfm.cli.options import (
     TgtLangOpt,
     corpus_spec,
 )
+from tfm.config import CleanConfig
+from tfm.data.tokenizer import train_tokenizer
+
+# The BPE trainer's defaults, read from its signature so that they are written once.
+_BPE = {name: p.default for name, p in inspect.signature(train_tokenizer).parameters.items()}
 
 
 @app.command("train-tokenizer")
@@ -27,9 +33,11 @@ def train_tokenizer_cmd(
         "--output", "-o", help="Where to write the tokenizer (HF tokenizers JSON).")] = Path(
         "tokenizer.json"),
     vocab_size: Annotated[int, typer.Option(
-        "--vocab-size", help="Vocabulary size, special tokens included.", min=260)] = 8000,
+        "--vocab-size", help="Vocabulary size, special tokens included.", min=260)
+    ] = _BPE["vocab_size"],
     min_frequency: Annotated[int, typer.Option(
-        "--min-frequency", help="Minimum count of a pair of symbols to be merged.", min=1)] = 2,
+        "--min-frequency", help="Minimum count of a pair of symbols to be merged.", min=1)
+    ] = _BPE["min_frequency"],
     separate: Annotated[bool, typer.Option(
         "--separate/--joint", help="One vocabulary per language, written as NAME.src.json and "
         "NAME.tgt.json beside --output NAME.json, instead of one joint vocabulary (needed to "
@@ -76,12 +84,12 @@ def prepare(
     tgt_lang: TgtLangOpt = None,
     max_tokens: Annotated[int, typer.Option(
         "--max-tokens", help="Drop pairs with a side longer than this many BPE tokens.",
-        min=1)] = 250,
+        min=1)] = CleanConfig.max_tokens,
     max_ratio: Annotated[float, typer.Option(
         "--max-ratio", help="Drop pairs whose length ratio (tokens+1) exceeds this; 0: keep "
-        "all.", min=0)] = 3.0,
+        "all.", min=0)] = CleanConfig.max_ratio,
     dedup: Annotated[bool, typer.Option(
-        "--dedup/--no-dedup", help="Drop repeated pairs.")] = False,
+        "--dedup/--no-dedup", help="Drop repeated pairs.")] = CleanConfig.dedup,
     force: Annotated[bool, typer.Option(
         "--force", help="Prepare again even if the output is up to date.")] = False,
     num_proc: Annotated[int, typer.Option(
@@ -97,7 +105,6 @@ def prepare(
     were kept. The output is a Hugging Face dataset on disk (memory-mapped Arrow) with a copy of
     the tokenizer; preparing the same input again is instant.
     """
-    from tfm.data.prepare import CleanConfig
     from tfm.data.prepare import prepare as run_prepare
 
     train_spec = corpus_spec(train, src_lang, tgt_lang, split, hf_config)

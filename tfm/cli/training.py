@@ -8,7 +8,23 @@ from typing import Annotated, Optional
 import typer
 
 from tfm.cli.app import app, err
+from tfm.cli.options import default
+from tfm.config import TrainConfig, option_name
 from tfm.errors import EXIT_INTERRUPTED, UsageError
+
+
+def _option(name: str, help: str) -> typer.models.OptionInfo:
+    """The `tfm train` option of TrainConfig field ``name``: spelled as ``option_name`` says,
+    its help ending with the field's default (the option itself defaults to None, so that a
+    resumed run can tell what the user set)."""
+    spelled = option_name(name)
+    assert spelled is not None, name
+    value = getattr(TrainConfig, name)
+    if isinstance(value, bool):  # a flag: --compile/--no-compile
+        flag = spelled.removeprefix("--")
+        return typer.Option(f"--{flag}/--no-{flag}",
+                            help=help + default(flag if value else f"no-{flag}"))
+    return typer.Option(spelled, help=help + default(value))
 
 
 @app.command()
@@ -39,51 +55,52 @@ def train(
         "--pre-norm/--post-norm", help="LayerNorm before each sub-layer (pre-norm) or after "
         "the residual add (post-norm, as in the paper). Default: the preset's (post-norm).")
     ] = None,
-    max_tokens: Annotated[Optional[int], typer.Option(
-        help="Batch size in padded token positions.  \\[default: 4096]")] = None,
-    update_freq: Annotated[Optional[int], typer.Option(
-        help="Batches per optimizer step (gradient accumulation).  \\[default: 1]")] = None,
-    lr: Annotated[Optional[float], typer.Option(
-        help="Peak learning rate, reached after warmup.  \\[default: 7e-4]")] = None,
-    warmup: Annotated[Optional[int], typer.Option(
-        "--warmup", help="Linear warmup steps, then the --lr-schedule decay.  \\[default: 4000]")
-    ] = None,
-    lr_schedule: Annotated[Optional[str], typer.Option(
-        "--lr-schedule", help="After warmup: inverse-sqrt (the paper's), or linear / cosine "
-        "decay to 0 at the end of the budget (--max-steps, --max-epochs or --max-time, "
-        "whichever runs out first).  \\[default: inverse-sqrt]")] = None,
-    label_smoothing: Annotated[Optional[float], typer.Option(
-        help="Label smoothing epsilon.  \\[default: 0.1]")] = None,
-    clip_norm: Annotated[Optional[float], typer.Option(
-        help="Clip the gradient norm to this; 0 disables.  \\[default: 1.0]")] = None,
-    max_steps: Annotated[Optional[int], typer.Option(
-        help="Stop after this many optimizer steps (0: no limit).")] = None,
-    max_epochs: Annotated[Optional[int], typer.Option(
-        help="Stop after this many epochs (0: no limit).")] = None,
-    max_time: Annotated[Optional[float], typer.Option(
-        help="Stop after this many minutes of training (0: no limit).")] = None,
-    valid_every: Annotated[Optional[int], typer.Option(
-        help="Validate every N steps (and at each epoch end).  \\[default: 1000]")] = None,
-    patience: Annotated[Optional[int], typer.Option(
-        help="Stop after N validations without a better BLEU (0: never).")] = None,
-    save_every: Annotated[Optional[int], typer.Option(
-        help="Save the training state every N steps.  \\[default: 1000]")] = None,
-    keep_last: Annotated[Optional[int], typer.Option(
-        help="Numbered checkpoints to keep.  \\[default: 5]")] = None,
-    log_every: Annotated[Optional[int], typer.Option(
-        help="Log training metrics every N steps.  \\[default: 50]")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Random seed.  \\[default: 1]")] = None,
-    device: Annotated[Optional[str], typer.Option(
-        help="auto (CUDA if available, else CPU), cpu or cuda.  \\[default: auto]")] = None,
-    precision: Annotated[Optional[str], typer.Option(
-        help="auto, fp32, bf16 or fp16. auto: bf16 autocast on CUDA (fp16 where bf16 is not "
-        "supported), fp32 on CPUs (bf16 autocast is not reliably faster there: --precision "
-        "bf16 to try it).  \\[default: auto]")] = None,
-    threads: Annotated[Optional[int], typer.Option(
-        "--threads", help="CPU threads for torch (0: torch's default).")] = None,
-    compile_model: Annotated[Optional[bool], typer.Option(
-        "--compile/--no-compile", help="Compile the model with torch.compile (slower start, "
-        "often faster steps on GPUs).  \\[default: no-compile]")] = None,
+    max_tokens: Annotated[Optional[int], _option(
+        "max_tokens", "Batch size in padded token positions.")] = None,
+    update_freq: Annotated[Optional[int], _option(
+        "update_freq", "Batches per optimizer step (gradient accumulation).")] = None,
+    lr: Annotated[Optional[float], _option(
+        "lr", "Peak learning rate, reached after warmup.")] = None,
+    warmup_steps: Annotated[Optional[int], _option(
+        "warmup_steps", "Linear warmup steps, then the --lr-schedule decay.")] = None,
+    lr_schedule: Annotated[Optional[str], _option(
+        "lr_schedule", "After warmup: inverse-sqrt (the paper's), or linear / cosine decay to 0 "
+        "at the end of the budget (--max-steps, --max-epochs or --max-time, whichever runs out "
+        "first).")] = None,
+    label_smoothing: Annotated[Optional[float], _option(
+        "label_smoothing", "Label smoothing epsilon.")] = None,
+    clip_norm: Annotated[Optional[float], _option(
+        "clip_norm", "Clip the gradient norm to this; 0 disables.")] = None,
+    max_steps: Annotated[Optional[int], _option(
+        "max_steps", "Stop after this many optimizer steps (0: no limit).")] = None,
+    max_epochs: Annotated[Optional[int], _option(
+        "max_epochs", "Stop after this many epochs (0: no limit).")] = None,
+    max_time: Annotated[Optional[float], _option(
+        "max_time", "Stop after this many minutes of training (0: no limit).")] = None,
+    valid_every: Annotated[Optional[int], _option(
+        "valid_every", "Validate every N steps, and once more at the end of training.")] = None,
+    patience: Annotated[Optional[int], _option(
+        "patience", "Stop after N validations in a row without a better BLEU (0: never). "
+        "Needs a validation split.")] = None,
+    save_every: Annotated[Optional[int], _option(
+        "save_every", "Save the training state every N steps.")] = None,
+    keep_last: Annotated[Optional[int], _option(
+        "keep_last", "Numbered checkpoints to keep.")] = None,
+    log_every: Annotated[Optional[int], _option(
+        "log_every", "Log training metrics every N steps.")] = None,
+    seed: Annotated[Optional[int], _option("seed", "Random seed.")] = None,
+    device: Annotated[Optional[str], _option(
+        "device", "auto (CUDA if available, else CPU), cpu or cuda.")] = None,
+    precision: Annotated[Optional[str], _option(
+        "precision", "auto, fp32, bf16 or fp16. auto: bf16 autocast on CUDA (fp16 where bf16 "
+        "is not supported), fp32 on CPUs (bf16 autocast is not reliably faster there: "
+        "--precision bf16 to try it). fp16 scales the loss to keep small gradients (a "
+        "step whose gradients overflow is skipped and the scale lowered).")] = None,
+    num_threads: Annotated[Optional[int], _option(
+        "num_threads", "CPU threads for torch (0: torch's default).")] = None,
+    compile_model: Annotated[Optional[bool], _option(
+        "compile", "Compile the model with torch.compile (slower start, often faster steps on "
+        "GPUs).")] = None,
     tensorboard: Annotated[Optional[Path], typer.Option(
         "--tensorboard", help="Also log train/valid scalars as TensorBoard events in this "
         "directory (needs `pip install tensorboard`).")] = None,
@@ -93,17 +110,17 @@ def train(
     Under torchrun (`torchrun --nproc_per_node=N -m tfm train ...`) the N processes train
     together with DistributedDataParallel: gloo on CPU, NCCL on CUDA (one GPU per process).
     """
-    from tfm.config import TrainConfig, model_config_from_preset
+    from tfm.config import model_config_from_preset
     from tfm.training.loop import train as run_train
 
     given = {
         "max_tokens": max_tokens, "update_freq": update_freq, "lr": lr,
-        "warmup_steps": warmup, "lr_schedule": lr_schedule,
+        "warmup_steps": warmup_steps, "lr_schedule": lr_schedule,
         "label_smoothing": label_smoothing, "clip_norm": clip_norm,
         "max_steps": max_steps, "max_epochs": max_epochs, "max_time": max_time,
         "valid_every": valid_every, "patience": patience, "save_every": save_every,
         "keep_last": keep_last, "log_every": log_every, "seed": seed, "device": device,
-        "precision": precision, "num_threads": threads, "compile": compile_model,
+        "precision": precision, "num_threads": num_threads, "compile": compile_model,
     }
     explicit = {k for k, v in given.items() if v is not None}
     config = TrainConfig(**{k: v for k, v in given.items() if v is not None})
@@ -122,8 +139,11 @@ def train(
         if result.stopped.startswith("interrupted"):
             raise typer.Exit(EXIT_INTERRUPTED)
         return
-    best = f", best valid BLEU {result.best_bleu:.2f} at step {result.best_step}" \
-        if result.best_bleu is not None else ""
+    best = ""
+    if result.best_bleu is not None:
+        best = f", best valid BLEU {result.best_bleu:.2f} at step {result.best_step}"
+    elif result.best_loss is not None:
+        best = f", best valid loss {result.best_loss:.3f} at step {result.best_step}"
     if result.stopped.startswith("interrupted"):
         launcher = f"torchrun --nproc_per_node={result.processes} -m tfm" \
             if result.processes > 1 else "tfm"

@@ -86,12 +86,15 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
+        h = sublayer_input(x, self.self_attn_layer_norm, self.norm_first)
+        x = residual(x, self.self_attention(h, src_mask), self.self_attn_layer_norm,
+                     self.dropout, self.norm_first)
+        h = sublayer_input(x, self.final_layer_norm, self.norm_first)
+        return residual(x, self.ffn(h), self.final_layer_norm, self.dropout, self.norm_first)
 
-        def self_attention(h: Tensor) -> Tensor:
-            return self.self_attn(h, self.self_attn.project_kv(h), src_mask)[0]
-
-        x = _residual(x, self_attention, self.self_attn_layer_norm, self.dropout, self.norm_first)
-        return _residual(x, self.ffn, self.final_layer_norm, self.dropout, self.norm_first)
+    def self_attention(self, h: Tensor, src_mask: Tensor) -> Tensor:
+        """Every source position attends to every real source position: (B, S, D)."""
+        return self.self_attn(h, self.self_attn.project_kv(h), src_mask)[0]
 
 
 @dataclass
@@ -151,45 +154,57 @@ class DecoderLayer(nn.Module):
         ``group`` > 1: each run of ``group`` consecutive rows of x (the beams of one sentence)
         shares one row of ``cross_kv`` and ``src_mask`` (B / group rows).
         """
-        new_cache = None
-        weights = None
-
-        def self_attention(h: Tensor) -> Tensor:
-            nonlocal new_cache
-            k, v = self.self_attn.project_kv(h)  # (B, H, T, Dh)
-            if cache is not None:
-                k = torch.cat([cache.self_k, k], dim=2)
-                v = torch.cat([cache.self_v, v], dim=2)
-                new_cache = LayerCache(k, v, cache.cross_k, cache.cross_v)
-            return self.self_attn(h, (k, v), self_mask if cache is None else None)[0]
-
-        def cross_attention(h: Tensor) -> Tensor:
-            nonlocal weights
-            if group == 1:
-                out, weights = self.encoder_attn(h, cross_kv, src_mask, need_weights)
-                return out
-            # The group's rows become query positions of one sentence: (B/g, g*T, D). Each
-            # query attends on its own, so this is the same attention without g copies of the
-            # sentence's keys and values.
-            b, t, d = h.shape
-            out, weights = self.encoder_attn(h.reshape(b // group, group * t, d), cross_kv,
-                                             src_mask, need_weights)
-            if weights is not None:  # (B/g, H, g*T, S) -> (B, H, T, S)
-                n, heads, _, s = weights.shape
-                weights = weights.view(n, heads, group, t, s).transpose(1, 2).reshape(
-                    b, heads, t, s)
-            return out.reshape(b, t, d)
-
-        x = _residual(x, self_attention, self.self_attn_layer_norm, self.dropout, self.norm_first)
-        x = _residual(x, cross_attention, self.encoder_attn_layer_norm, self.dropout,
-                      self.norm_first)
-        x = _residual(x, self.ffn, self.final_layer_norm, self.dropout, self.norm_first)
+        h = sublayer_input(x, self.self_attn_layer_norm, self.norm_first)
+        h, new_cache = self.self_attention(h, self_mask, cache)
+        x = residual(x, h, self.self_attn_layer_norm, self.dropout, self.norm_first)
+        h = sublayer_input(x, self.encoder_attn_layer_norm, self.norm_first)
+        h, weights = self.cross_attention(h, cross_kv, src_mask, need_weights, group)
+        x = residual(x, h, self.encoder_attn_layer_norm, self.dropout, self.norm_first)
+        h = sublayer_input(x, self.final_layer_norm, self.norm_first)
+        x = residual(x, self.ffn(h), self.final_layer_norm, self.dropout, self.norm_first)
         return x, new_cache, weights
 
+    def self_attention(self, h: Tensor, self_mask: Tensor | None, cache: LayerCache | None
+                       ) -> tuple[Tensor, LayerCache | None]:
+        """Masked self-attention over the target prefix: h (B, T, D) -> (B, T, D), and the
+        cache extended by h's keys and values (None without a cache)."""
+        k, v = self.self_attn.project_kv(h)  # (B, H, T, Dh)
+        if cache is None:
+            return self.self_attn(h, (k, v), self_mask)[0], None
+        k = torch.cat([cache.self_k, k], dim=2)  # (B, H, L + T, Dh)
+        v = torch.cat([cache.self_v, v], dim=2)
+        # The newest positions may attend to every cached one: no mask.
+        out = self.self_attn(h, (k, v), None)[0]
+        return out, LayerCache(k, v, cache.cross_k, cache.cross_v)
 
-def _residual(x: Tensor, sublayer, norm: nn.LayerNorm, dropout: nn.Dropout,
-              norm_first: bool) -> Tensor:
-    """Post-norm LayerNorm(x + Dropout(f(x))) or pre-norm x + Dropout(f(LayerNorm(x)))."""
-    if norm_first:
-        return x + dropout(sublayer(norm(x)))
-    return norm(x + dropout(sublayer(x)))
+    def cross_attention(self, h: Tensor, cross_kv: tuple[Tensor, Tensor], src_mask: Tensor,
+                        need_weights: bool, group: int) -> tuple[Tensor, Tensor | None]:
+        """h (B, T, D) attends to the encoder output -> (B, T, D), and the weights
+        (B, H, T, S) when ``need_weights``."""
+        if group == 1:
+            return self.encoder_attn(h, cross_kv, src_mask, need_weights)
+        # The group's rows become query positions of one sentence: (B/g, g*T, D). Each
+        # query attends on its own, so this is the same attention without g copies of the
+        # sentence's keys and values.
+        b, t, d = h.shape
+        out, weights = self.encoder_attn(h.reshape(b // group, group * t, d), cross_kv,
+                                         src_mask, need_weights)
+        if weights is not None:  # (B/g, H, g*T, S) -> (B, H, T, S)
+            n, heads, _, s = weights.shape
+            weights = weights.view(n, heads, group, t, s).transpose(1, 2).reshape(
+                b, heads, t, s)
+        return out.reshape(b, t, d), weights
+
+
+def sublayer_input(x: Tensor, norm: nn.LayerNorm, norm_first: bool) -> Tensor:
+    """What a sub-layer reads: LayerNorm(x) in pre-norm, x itself in post-norm."""
+    return norm(x) if norm_first else x
+
+
+def residual(x: Tensor, sublayer_output: Tensor, norm: nn.LayerNorm, dropout: nn.Dropout,
+             norm_first: bool) -> Tensor:
+    """The residual connection around a sub-layer: x + Dropout(output), normalised after the
+    sum in post-norm (LayerNorm(x + Dropout(f(x)))); pre-norm normalised the sub-layer's input
+    instead (x + Dropout(f(LayerNorm(x))))."""
+    x = x + dropout(sublayer_output)
+    return x if norm_first else norm(x)

@@ -19,7 +19,7 @@ from tfm.layout import ModelDir
 from tfm.model import Transformer
 
 # Provenance that describes the best checkpoint, not an average.
-_NOT_INHERITED = ("best_step", "valid_bleu", "valid_bleu_signature")
+_NOT_INHERITED = ("best_step", "valid_bleu", "valid_bleu_signature", "valid_loss")
 
 
 @dataclass

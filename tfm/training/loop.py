@@ -1,7 +1,13 @@
 """The training loop, as the paper trains: batches of about --max-tokens tokens, the
 label-smoothed cross-entropy (tfm.training.objective), Adam with a warmup schedule
-(tfm.training.schedule), validation with BLEU (tfm.training.validation), atomic checkpoints
-and exact resume of a single process (tfm.training.state), a clean stop on Ctrl-C / SIGTERM.
+(tfm.training.schedule), validation with BLEU (tfm.training.validation) every --valid-every
+steps and at the end of the run, atomic checkpoints and exact resume of a single process
+(tfm.training.state), a clean stop on Ctrl-C / SIGTERM.
+
+fp16 autocast (where a GPU lacks bf16) goes with loss scaling (torch.amp.GradScaler): the loss
+is multiplied before backward so that small gradients do not vanish in fp16, the gradients are
+divided back before clipping, and an update whose gradients overflowed is skipped with a
+lower scale. The scale is part of the training state.
 
 The files a run writes are those of tfm.layout.ModelDir. ``train_state.pt`` is one file written
 atomically, so a run killed at any moment resumes from its last complete save.
@@ -54,6 +60,10 @@ class TrainingDiverged(TfmError):
     exit_code = 6
 
 
+# Below this fp16 loss scale every update overflows: the run has diverged (fairseq's limit).
+MIN_LOSS_SCALE = 1e-4
+
+
 @dataclass
 class TrainResult:
     output: str
@@ -66,6 +76,7 @@ class TrainResult:
     elapsed: float
     processes: int = 1  # torchrun's world size
     is_main: bool = True  # rank 0: the process that wrote the files and reports the result
+    best_loss: float | None = None  # validation loss of the best model
 
 
 def train(
@@ -96,6 +107,10 @@ def train(
         require_tensorboard()  # before any work, in every process
     config, model_config, run, saved, remove_old = start_or_resume(
         output, model_config, config, resume, explicit or set(), overwrite)
+    if config.patience and "valid" not in read_prepare_info(data_dir)["splits"]:
+        raise UsageError(f"--patience counts validations, but {data_dir} has no validation "
+                         "split: prepare it with --valid, or stop with --max-steps, "
+                         "--max-epochs or --max-time")
     with distributed.process_group(resolve_device(config.device)) as (dist, device):
         if not dist.is_main:
             reporter = TrainReporter()
@@ -112,7 +127,8 @@ def train(
         stopped = trainer.train()
         distributed.barrier(dist)
     return TrainResult(str(output), run.step, run.epoch, stopped, run.best_bleu, run.best_step,
-                       trainer.n_params, trainer.elapsed(), dist.world_size, dist.is_main)
+                       trainer.n_params, trainer.elapsed(), dist.world_size, dist.is_main,
+                       run.best_loss)
 
 
 class _Trainer:
@@ -142,14 +158,22 @@ class _Trainer:
         self.model_config = model_config
         self.train_split = load_split(data_dir, "train")
         self.valid_split = load_split(data_dir, "valid") if "valid" in prep["splits"] else None
+        # The best model has the highest BLEU, or the lowest validation loss without BLEU.
+        self.scores_bleu = bool(config.valid_bleu and self.valid_split is not None
+                                and self.valid_split.tgt_text is not None)
 
         self.model = Transformer(model_config).to(device)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.lr, betas=config.adam_betas, eps=config.adam_eps,
             weight_decay=config.weight_decay)
+        # Loss scaling for fp16; disabled (a no-op) in fp32 and bf16, which need none.
+        self.scaler = torch.amp.GradScaler(device.type,
+                                           enabled=self.amp_dtype == torch.float16)
         if saved is not None:
             self.model.load_state_dict(saved["model"])
             self.optimizer.load_state_dict(saved["optimizer"])
+            if self.scaler.is_enabled() and saved.get("scaler"):  # absent: fp32/bf16 before
+                self.scaler.load_state_dict(saved["scaler"])
             if dist.is_main:
                 torch.set_rng_state(saved["rng"])
         if not dist.is_main:  # dropout: a stream of its own in each process
@@ -241,10 +265,17 @@ class _Trainer:
         try:
             loss, nll, n_tokens = _update(self.step_model, self.optimizer, group, config,
                                           self.amp_dtype, run.step + 1, self.dist,
-                                          self.no_sync, progress)
+                                          self.no_sync, progress, self.scaler)
         except (torch.OutOfMemoryError, MemoryError) as e:
             self.finish()
             raise _out_of_memory(group, config, self.device) from e
+        if self.scaler.is_enabled() and self.scaler.get_scale() < MIN_LOSS_SCALE:
+            self.finish()  # the same in every process: their gradients are all-reduced
+            raise TrainingDiverged(
+                f"the fp16 loss scale fell below {MIN_LOSS_SCALE:g} at step {run.step + 1}: "
+                "the gradients overflow at every step; the last good checkpoint (step "
+                f"{run.saved_steps[-1] if run.saved_steps else 0}) is kept. Lower --lr, raise "
+                "--warmup or use --precision fp32")
         # Every process must stop at the same step: agree on signals, time and divergence.
         signum, seconds, diverged = distributed.all_reduce(
             [signals.signum, self.elapsed(), not math.isfinite(loss)], self.dist, op="max")
@@ -270,16 +301,20 @@ class _Trainer:
         elif over_time:
             stopped = f"reached --max-time {config.max_time:g} min"
         at_epoch_end = run.batch_in_epoch == len(updates)
+        if at_epoch_end and config.max_epochs and run.epoch + 1 >= config.max_epochs \
+                and not stopped:
+            stopped = f"reached --max-epochs {config.max_epochs}"
+        # Validate when asked, and once more at the end (not after an interruption: a
+        # resumed run goes on from there).
         if self.valid_split is not None and not signum and (
-                run.step % config.valid_every == 0 or at_epoch_end or stopped):
+                run.step % config.valid_every == 0 or stopped):
             self.validate()
             if config.patience and run.bad_validations >= config.patience:
-                stopped = stopped or f"no better BLEU in {config.patience} validations"
+                better = "better BLEU" if self.scores_bleu else "lower validation loss"
+                stopped = stopped or f"no {better} in {config.patience} validations"
         if at_epoch_end:
             run.epoch += 1
             run.batch_in_epoch = 0
-            if config.max_epochs and run.epoch >= config.max_epochs and not stopped:
-                stopped = f"reached --max-epochs {config.max_epochs}"
         if stopped or run.step % config.save_every == 0:
             self.save()
         return stopped
@@ -307,13 +342,16 @@ class _Trainer:
             "tokens_per_s": (tokens + src_tokens) / seconds,
             "elapsed": self.elapsed(),
         }
+        if self.scaler.is_enabled():
+            metrics["loss_scale"] = self.scaler.get_scale()
         self.record(metrics)
         self.reporter.step(metrics)
         self.window = _Window(start=now)
 
     def validate(self) -> None:
-        """Rank 0 validates and keeps the best weights; the others wait, then take its
-        verdict, so that all processes agree on the best step and on patience."""
+        """Rank 0 validates and keeps the best weights (the highest BLEU, or without BLEU the
+        lowest validation loss); the others wait, then take its verdict, so that all processes
+        agree on the best step and on patience."""
         run = self.run
         if self.dist.is_main:
             self.model.eval()
@@ -321,22 +359,27 @@ class _Trainer:
                                 self.device, self.amp_dtype)
             self.model.train()
             metrics.update(step=run.step, epoch=run.epoch, kind="valid")
-            improved = metrics.get("bleu") is not None and (
-                run.best_bleu is None or metrics["bleu"] > run.best_bleu)
+            if self.scores_bleu:
+                improved = run.best_bleu is None or metrics["bleu"] > run.best_bleu
+            else:
+                improved = run.best_loss is None or metrics["loss"] < run.best_loss
             if improved:
-                run.best_bleu, run.best_step, run.bad_validations = metrics["bleu"], run.step, 0
+                run.best_step, run.bad_validations = run.step, 0
+                run.best_bleu, run.best_loss = metrics.get("bleu"), metrics["loss"]
                 weights = weights_to_bytes(self.model, {"format": "pt", "step": str(run.step)})
                 atomic_write_bytes(self.files.weights, weights)
-                self.info.provenance.update(best_step=run.step, valid_bleu=metrics["bleu"],
-                                            valid_bleu_signature=metrics["bleu_signature"])
+                self.info.provenance.update(best_step=run.step, valid_loss=metrics["loss"])
+                if self.scores_bleu:
+                    self.info.provenance.update(valid_bleu=metrics["bleu"],
+                                                valid_bleu_signature=metrics["bleu_signature"])
                 save_model_info(self.files, self.info)
             else:
                 run.bad_validations += 1
-            metrics["best_bleu"] = run.best_bleu
+            metrics.update(best_bleu=run.best_bleu, best_loss=run.best_loss)
             self.record(metrics)
             self.reporter.validation(metrics)
-        run.best_bleu, run.best_step, run.bad_validations = distributed.broadcast(
-            (run.best_bleu, run.best_step, run.bad_validations), self.dist)
+        run.best_bleu, run.best_loss, run.best_step, run.bad_validations = distributed.broadcast(
+            (run.best_bleu, run.best_loss, run.best_step, run.bad_validations), self.dist)
 
     def save(self) -> None:
         """Checkpoint: the latest weights, a numbered copy (keeping ``keep_last``) and the
@@ -362,6 +405,7 @@ class _Trainer:
         save_train_state(self.files.train_state, {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict(),  # empty unless fp16
             "rng": torch.get_rng_state(),  # rank 0's: exact resume is for one process
             "model_config": asdict(self.model_config),
             "run": asdict(run),
@@ -419,10 +463,17 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
             config: TrainConfig, amp_dtype: torch.dtype | None, step: int,
             dist: distributed.Distributed | None = None,
             no_sync: Callable[[], AbstractContextManager] = nullcontext,
-            progress: float = 0.0) -> tuple[float, float, int]:
+            progress: float = 0.0, scaler: torch.amp.GradScaler | None = None,
+            ) -> tuple[float, float, int]:
     """One optimizer step over ``group`` (``update_freq`` batches) in every process, the loss
     normalised by the number of target tokens of the whole update. Returns this process's
-    summed loss, summed NLL and target tokens.
+    summed loss, summed NLL and target tokens; a NaN loss when the update was refused for a
+    non-finite gradient.
+
+    With an enabled ``scaler`` (fp16) the backward pass runs on the scaled loss, and an update
+    whose gradients overflowed is skipped (the weights and the optimizer stay as they were)
+    while the scaler lowers its scale: that is fp16's normal course, not a divergence, so the
+    loss is returned as it was. A skipped update still counts as a step.
 
     Across processes the update must equal one process's over all their batches: the gradient
     of (every process's summed loss) / (all their target tokens). So each process divides its
@@ -430,6 +481,7 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
     the gradients over the processes (divides their sum by the world size).
     """
     dist = dist or distributed.Distributed()
+    scaler = scaler or torch.amp.GradScaler("cpu", enabled=False)  # a disabled one: no scaling
     n_tokens = sum(b.n_tgt_tokens for b in group)
     (total_tokens,) = distributed.all_reduce([n_tokens], dist)
     lr = learning_rate(step, config.lr, config.warmup_steps, config.lr_schedule, progress)
@@ -445,17 +497,19 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
                 logits = model(batch.src, batch.tgt_in, batch.tgt_mask)  # (N, V), real positions
             loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
                                             config.label_smoothing)
-            (loss * dist.world_size / total_tokens).backward()
+            scaler.scale(loss * dist.world_size / total_tokens).backward()
         total_loss += loss.item()
         total_nll += nll.item()
     if not math.isfinite(total_loss):
         return total_loss, total_nll, n_tokens
+    scaler.unscale_(optimizer)  # the true gradients, for the norm and its clipping
     # The gradient norm, clipped when asked; a non-finite one must never reach the weights.
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
                                           config.clip_norm if config.clip_norm > 0 else math.inf)
-    if not torch.isfinite(norm):
+    if not torch.isfinite(norm) and not scaler.is_enabled():
         return math.nan, total_nll, n_tokens
-    optimizer.step()
+    scaler.step(optimizer)  # skipped when the scaled gradients overflowed
+    scaler.update()  # lowered after an overflow, raised after a long run without one
     return total_loss, total_nll, n_tokens
 
 

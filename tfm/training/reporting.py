@@ -102,9 +102,12 @@ class RichTrainReporter(TrainReporter):
             self.console.print(f"step {m['step']} {stats}", highlight=False)
 
     def validation(self, m: dict[str, Any]) -> None:
-        bleu = f" bleu {m['bleu']:.2f} (best {m['best_bleu']:.2f})" if "bleu" in m else ""
-        self.console.print(f"[cyan]valid[/] step {m['step']} loss {m['loss']:.3f} "
-                           f"ppl {m['ppl']:.2f}{bleu}", highlight=False)
+        if "bleu" in m:
+            score = f"loss {m['loss']:.3f} ppl {m['ppl']:.2f} bleu {m['bleu']:.2f} " \
+                f"(best {m['best_bleu']:.2f})"
+        else:  # the best model is the one of the lowest loss
+            score = f"loss {m['loss']:.3f} (best {m['best_loss']:.3f}) ppl {m['ppl']:.2f}"
+        self.console.print(f"[cyan]valid[/] step {m['step']} {score}", highlight=False)
 
     def message(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False)

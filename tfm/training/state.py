@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tfm.checkpoint import load_train_state
-from tfm.config import ModelConfig, TrainConfig, train_config_from_dict
+from tfm.config import ModelConfig, TrainConfig, option_name, train_config_from_dict
 from tfm.errors import UsageError
 from tfm.layout import ModelDir
 from tfm.training.schedule import SCHEDULES
@@ -32,7 +32,8 @@ class RunState:
     batch_in_epoch: int = 0
     best_bleu: float | None = None
     best_step: int | None = None
-    bad_validations: int = 0
+    best_loss: float | None = None  # validation loss of the best step
+    bad_validations: int = 0  # validations in a row without a better model
     elapsed: float = 0.0  # seconds of training before this process
     saved_steps: list[int] = field(default_factory=list)
     world_size: int = 1  # processes that trained up to ``step``
@@ -115,12 +116,13 @@ def _resumed_config(output: Path, given: TrainConfig, explicit: set[str]) -> Tra
     except FileNotFoundError as e:
         raise UsageError(f"{output}: no {path.name}; nothing to resume") from e
     values = asdict(saved)
-    for name in explicit:
+    for name in sorted(explicit):
         new = getattr(given, name)
         if name not in RESUMABLE_CHANGES and new != values[name]:
+            option = option_name(name) or f"TrainConfig.{name}"  # as the user spelled it
             raise UsageError(
-                f"--{name.replace('_', '-')} {new} contradicts the run being resumed "
-                f"({values[name]}); resume with the same options or start a new --output")
+                f"{option} {new} contradicts the run being resumed ({values[name]}); resume "
+                "with the same options or start a new --output")
         values[name] = new
     return TrainConfig(**values)
 
