@@ -15,7 +15,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "data" / "demo"
-COMMANDS = ["train-tokenizer", "prepare", "train", "translate", "eval", "average", "plot-curve"]
+COMMANDS = ["train-tokenizer", "prepare", "train", "translate", "eval", "average", "plot-curve",
+            "export", "serve"]
 
 
 def tfm(*args: str, stdin: str | None = None, cwd: Path | None = None
