@@ -273,11 +273,13 @@ def test_the_peers_environments_go_to_a_per_user_cache_unless_told(
 def test_report_commands_hold_no_path_of_the_machine_they_ran_on() -> None:
     run = load("run")
     repo = BENCH.parent
-    work = Path("/tmp/bench-7")
+    # Paths outside the repository's parent, wherever the repository was cloned.
+    elsewhere = Path("/nonexistent-tfm-bench-root")
+    work = elsewhere / "bench-7"
     command = " ".join([sys.executable, "bench/peers.py", "--data",
                         str(repo.parent / "shared" / "data" / "multi30k"), "--tokenizer",
                         f"{work}/tfm/tokenizer.json", "--work", str(work), "--json",
-                        "/var/tmp/peers.json", "--threads", "2"])
+                        str(elsewhere / "tmp" / "peers.json"), "--threads", "2"])
     assert run.portable(command, work) == (
         "python bench/peers.py --data ../shared/data/multi30k --tokenizer "
         "$WORK/tfm/tokenizer.json --work $WORK --json peers.json --threads 2")
