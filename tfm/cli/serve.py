@@ -54,7 +54,7 @@ def serve(
     precision: PrecisionOpt = "fp32",
 ) -> None:
     """Serve a model over HTTP: POST /v1/translate, a page at /, /docs, /health, /metrics."""
-    from tfm.interop.common import require
+    from tfm.extras import require
 
     require("fastapi", "serve")
     uvicorn = require("uvicorn", "serve")

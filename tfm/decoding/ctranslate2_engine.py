@@ -60,7 +60,8 @@ from tfm.decoding.search import Hypothesis
 from tfm.decoding.translator import Translator
 from tfm.device import PRECISIONS, cpu_has_native_bf16
 from tfm.errors import ModelError, TfmError, UsageError
-from tfm.interop.common import read_export_info, require
+from tfm.extras import require
+from tfm.interop.common import read_export_info
 from tfm.layout import TOKENIZER_FILE
 from tfm.special_tokens import BOS, EOS, PAD, UNK
 

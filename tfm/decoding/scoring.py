@@ -13,7 +13,8 @@ from importlib.metadata import version
 
 from sacrebleu.metrics import BLEU, CHRF, TER
 
-from tfm.errors import DataError, UsageError
+from tfm.errors import DataError
+from tfm.extras import require
 
 METRICS = {"bleu": BLEU, "chrf": CHRF, "ter": TER}
 LC_TOK_METRIC = "bleu_lc_tok"
@@ -49,12 +50,7 @@ def bleu(hypotheses: list[str], references: list[str]) -> Score:
 
 def _sacremoses():
     """The sacremoses module, or a one-line error naming the extra that installs it."""
-    try:
-        import sacremoses
-    except ImportError:
-        raise UsageError('--lc-tok needs the sacremoses package: pip install "tfm[moses]"'
-                         ) from None
-    return sacremoses
+    return require("sacremoses", "moses")
 
 
 def require_moses() -> None:

@@ -1,31 +1,20 @@
-"""What every export shares: optional runtimes named by their extra, an output directory that
-appears whole or not at all, and the provenance file written beside the exported weights."""
+"""What every export shares: an output directory that appears whole or not at all, and the
+provenance file written beside the exported weights."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from tfm import __version__
 from tfm.errors import UsageError
 
 EXPORT_INFO_FILE = "tfm_export.json"
-
-
-def require(module: str, extra: str) -> ModuleType:
-    """Import an optional runtime, or say in one line which extra installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise UsageError(f"this needs the {module} package: pip install \"tfm[{extra}]\" "
-                         f"(or pip install {module})") from e
 
 
 @contextmanager

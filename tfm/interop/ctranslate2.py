@@ -33,7 +33,8 @@ from tfm.checkpoint import load_model_dir
 from tfm.config import ModelConfig
 from tfm.data.tokenizer import vocabulary_files
 from tfm.errors import ModelError, UsageError
-from tfm.interop.common import require, staged_output, write_export_info
+from tfm.extras import require
+from tfm.interop.common import staged_output, write_export_info
 from tfm.layout import ModelDir
 from tfm.model import Transformer
 from tfm.model.layers import sinusoidal_positions
