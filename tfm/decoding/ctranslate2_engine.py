@@ -16,7 +16,8 @@ that it finds what tfm's own search (tfm.decoding.search) finds:
   once told to keep the end token in the hypothesis, and the n-best are ranked here.
 * Length limits are per sentence, as in tfm: floor(max_len_a * source length + max_len_b)
   tokens, EOS included, capped at the model's max_positions. CTranslate2 has one limit per
-  call, so each batch is decoded in groups of sentences that share their limit. Where tfm
+  call, so a batch is decoded with its largest limit, and the sentences whose search reached
+  their own limit are decoded again with it (see ``search``). Where tfm
   forces EOS at the limit, CTranslate2 cuts the hypothesis; such hypotheses (and all of them
   when ``min_len`` disabled EOS for a while) are rescored with CTranslate2's teacher-forced
   scoring, which gives exactly tfm's log-probabilities, and a beam search that reached the
@@ -51,12 +52,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import torch
 
 from tfm.checkpoint import ModelInfo
 from tfm.config import GenerationDefaults, SearchOptions, model_config_from_dict
 from tfm.data.tokenizer import load_vocabularies
-from tfm.decoding.search import Hypothesis
+from tfm.decoding.search import Hypothesis, length_limits
 from tfm.decoding.translator import Translator
 from tfm.device import PRECISIONS, cpu_has_native_bf16
 from tfm.errors import ModelError, TfmError, UsageError
@@ -121,8 +122,8 @@ class CTranslate2Translator(Translator):
     # --- search -------------------------------------------------------------------------------
 
     def search(self, batch: list[list[int]], o: SearchOptions) -> list[list[Hypothesis]]:
-        limits = _max_lengths([len(ids) for ids in batch], o.max_len_a, o.max_len_b,
-                              self.info.model.max_positions)
+        limits = length_limits(torch.tensor([len(ids) for ids in batch]), o.max_len_a,
+                               o.max_len_b, self.info.model.max_positions).tolist()
         sources = [[self._src_tokens[i] for i in ids] for ids in batch]
         # One call for the whole batch with its largest limit: CTranslate2 pays a fixed cost
         # per decoding step and call, so many small calls are several times slower than one.
@@ -291,15 +292,6 @@ class _Outcome:
     def __post_init__(self) -> None:
         if self.again is None:
             self.again = self.done
-
-
-def _max_lengths(lengths: list[int], a: float, b: int, limit: int) -> list[int]:
-    """Each sentence's most output tokens, EOS included: tfm.decoding.search.max_lengths, the
-    same float32 arithmetic, for source lengths (EOS included). numpy, not torch: a torch op
-    between two CTranslate2 calls leaves torch's OpenMP threads spinning on the cores that
-    CTranslate2 then needs (measured: 6x slower greedy decoding on 2 cores)."""
-    products = np.float32(a) * np.asarray(lengths, dtype=np.float32) + np.float32(b)
-    return np.clip(np.floor(products).astype(np.int64), 1, limit).tolist()
 
 
 def _model_info(path: Path, record: dict[str, Any]) -> ModelInfo:

@@ -28,8 +28,13 @@ class Hypothesis:
 
 def max_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> Tensor:
     """(B,) most output tokens (EOS included) per sentence: a * source length + b, capped."""
-    src_len = (src != pad_id).sum(dim=1)
-    return (a * src_len.float() + b).floor().long().clamp(min=1, max=limit)
+    return length_limits((src != pad_id).sum(dim=1), a, b, limit)
+
+
+def length_limits(src_lengths: Tensor, a: float, b: int, limit: int) -> Tensor:
+    """(B,) most output tokens (EOS included) for source lengths (EOS included): the one
+    length rule of every engine."""
+    return (a * src_lengths.float() + b).floor().long().clamp(min=1, max=limit)
 
 
 def _step_log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor) -> Tensor:
