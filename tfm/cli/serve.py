@@ -29,8 +29,8 @@ def serve(
         "--max-batch-tokens", help="Most source tokens x beam decoded in one batch, gathered "
         "across requests.")] = _C.max_batch_tokens,
     max_wait_ms: Annotated[float, typer.Option(
-        "--max-wait-ms", help="Longest a sentence waits for others to share its batch when "
-        "the server is idle.")] = _C.max_wait_ms,
+        "--max-wait-ms", help="How long a batch waits for more sentences, from the "
+        "oldest's arrival or the end of the last batch, whichever is later.")] = _C.max_wait_ms,
     max_queue: Annotated[int, typer.Option(
         "--max-queue", help="Most sentences waiting or decoding; beyond it requests get 503 "
         "with Retry-After.")] = _C.max_queue,

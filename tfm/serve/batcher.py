@@ -4,9 +4,10 @@ Requests put their sentences in one bounded queue (``Batcher.enqueue``) and awai
 One asyncio task gathers what waits, oldest first, and hands it as one batch to a single
 decoding thread, so the event loop keeps answering (health checks, new requests, metrics)
 while the model runs. Gathering is greedy: the worker goes as soon as the waiting sentences
-fill ``max_batch_tokens`` (source tokens x beam), or once the oldest sentence has waited
-``max_wait``; while one batch decodes the next one forms, so under load no time is spent
-waiting at all. Only sentences with the same decoding options share a batch; the oldest
+fill ``max_batch_tokens`` (source tokens x beam), or ``max_wait`` after the oldest sentence
+arrived or the worker became free, whichever is later; while one batch decodes the next one
+forms, and the short wait after it lets the clients just answered join it. Only sentences
+with the same decoding options share a batch; the oldest
 sentence always goes next, so none starves. A request's sentences may be spread over several
 batches; it is answered once all of them are done.
 
