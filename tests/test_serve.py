@@ -339,6 +339,28 @@ def test_company_arriving_within_the_wait_shares_the_batch_which_goes_once_full(
     assert calls == [(["first", "second"], 1)]
 
 
+def test_sentences_sent_just_after_a_batch_ends_join_the_sentences_that_waited_for_it():
+    """Under load the clients answered by a batch send again within milliseconds: the next
+    batch waits max_wait from the end of the last one, so they share it."""
+    calls: list[tuple[list[str], int]] = []
+    gate = threading.Event()
+
+    async def scenario() -> None:
+        b = batcher(fake_decode(calls, gate), max_wait=0.5, max_batch_tokens=100)
+        first = b.enqueue(["first"], GREEDY)
+        await started_decoding(calls)
+        waiting = b.enqueue(["waiting"], GREEDY)  # its own wait is over by the batch's end
+        await asyncio.sleep(0.6)
+        gate.set()
+        await first.future
+        latecomer = b.enqueue(["latecomer"], GREEDY)  # the answered client sends again
+        await asyncio.gather(waiting.future, latecomer.future)
+        await b.stop(5)
+
+    asyncio.run(scenario())
+    assert [c[0] for c in calls] == [["first"], ["waiting", "latecomer"]]
+
+
 def test_a_request_cancelled_before_its_batch_costs_no_decoding():
     calls: list[tuple[list[str], int]] = []
     gate = threading.Event()
@@ -686,6 +708,18 @@ def test_serve_refuses_a_port_in_use_in_one_line(model_dir):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot listen on 127.0.0.1" in lines[0], result.stderr
+
+
+def test_the_listening_socket_sends_small_answers_at_once():
+    """Connections inherit TCP_NODELAY from it: without it, every request after the first on a
+    keep-alive connection waited 40 ms for the client's delayed ACK (bench/serve.py)."""
+    from tfm.cli.serve import _listen
+
+    sock = _listen("127.0.0.1", 0)
+    try:
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    finally:
+        sock.close()
 
 
 def test_the_server_binds_loopback_unless_told_otherwise():
