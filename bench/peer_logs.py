@@ -9,7 +9,7 @@ toolkits' own code:
 
     [2026-11-23 10:00:05,123 INFO] Step 20/10000000; acc: 9.8; ppl: 812.3; xent: 6.7; \
 lr: 0.00005; sents:     130; bsz: 1771/1893/130; 1770/1892 tok/s;      9 sec;
-    [2026-11-23 10:00:05,321 INFO] Saving checkpoint /work/onmt/model_step_20.pt
+    [2026-11-23 10:00:05,321 INFO] Saving checkpoint WORK/onmt/model_step_20.pt
     [2026-11-23 10:01:00,000 INFO] Total translation time (s): 3.5
 
   ``bsz`` is the mean source / target tokens / sentences per batch of the window since the
