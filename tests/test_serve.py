@@ -37,7 +37,7 @@ from tfm.checkpoint import ModelInfo, save_model_dir
 from tfm.config import GenerationDefaults, ModelConfig, SearchOptions
 from tfm.data.tokenizer import train_tokenizer
 from tfm.decoding.search import Hypothesis
-from tfm.decoding.translator import Translation, Translator
+from tfm.decoding.translator import Source, Translation, Translator
 from tfm.model import Transformer
 from tfm.serve.batcher import Batcher, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
@@ -161,8 +161,9 @@ def serving(app: Any) -> Iterator[str]:
 
 
 class GatedTranslator(Translator):
-    """A real translator whose ``translate`` waits until ``gate`` opens, and that records the
-    sentences of each call: a test can hold a batch in decoding and see what was decoded."""
+    """A real translator whose decoding (``translate_prepared``, what the server calls) waits
+    until ``gate`` opens, and that records the sentences of each call: a test can hold a batch
+    in decoding and see what was decoded."""
 
     def __init__(self, inner: Translator) -> None:
         self.inner, self.vocabs, self.info = inner, inner.vocabs, inner.info
@@ -174,11 +175,12 @@ class GatedTranslator(Translator):
     def search(self, batch: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
         return self.inner.search(batch, options)
 
-    def translate(self, sentences: list[str], options: SearchOptions) -> list[Translation]:
-        self.calls.append(list(sentences))
+    def translate_prepared(self, sources: list[Source], options: SearchOptions
+                           ) -> list[Translation]:
+        self.calls.append([source.sentence for source in sources])
         self.entered.set()
         assert self.gate.wait(30), "the test never opened the gate"
-        return self.inner.translate(sentences, options)
+        return self.inner.translate_prepared(sources, options)
 
 
 def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -854,10 +856,11 @@ def test_a_ctranslate2_export_is_served_too(model_dir, tmp_path):
 class FailingTranslator(GatedTranslator):
     """Fails to translate any batch holding the sentence "boom"."""
 
-    def translate(self, sentences: list[str], options: SearchOptions) -> list[Translation]:
-        if "boom" in sentences:
+    def translate_prepared(self, sources: list[Source], options: SearchOptions
+                           ) -> list[Translation]:
+        if "boom" in [source.sentence for source in sources]:
             raise RuntimeError("the engine broke")
-        return self.inner.translate(sentences, options)
+        return self.inner.translate_prepared(sources, options)
 
 
 def test_a_failing_batch_answers_500_in_json_and_the_server_goes_on(translator):

@@ -163,7 +163,11 @@ def _first_line(e: Exception) -> str:
 
 
 def encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
-    """Token ids without special tokens (parallel in Rust)."""
+    """Token ids without special tokens (parallel in Rust). One text is encoded on the calling
+    thread: handing it to the tokenizer's thread pool costs more than encoding it (tfm serve
+    counts each request's tokens this way)."""
+    if len(texts) == 1:
+        return [tok.encode(texts[0], add_special_tokens=False).ids]
     return [enc.ids for enc in tok.encode_batch(texts, add_special_tokens=False)]
 
 

@@ -27,7 +27,7 @@ from tfm.decoding.search import Hypothesis
 from tfm.errors import UsageError
 from tfm.special_tokens import EOS_ID
 
-__all__ = ["SearchOptions", "Translation", "Translator"]
+__all__ = ["SearchOptions", "Source", "Translation", "Translator"]
 
 # Characters that str.splitlines() and most tools treat as line breaks.
 _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
@@ -37,6 +37,20 @@ def _one_line(text: str) -> str:
     """A translation on one line: a model can generate a line-break byte, which would shift
     every following line of the output against its input."""
     return _LINE_BREAKS.sub(" ", text)
+
+
+@dataclass
+class Source:
+    """A sentence as the model reads it (``Translator.prepare``)."""
+
+    sentence: str  # as given
+    ids: list[int]  # token ids ending with EOS; empty when there is nothing to translate
+    truncated: bool = False  # longer than the model takes, and cut
+
+    @property
+    def tokens(self) -> int:
+        """Source tokens the model reads (EOS included; 0 for nothing to translate)."""
+        return len(self.ids)
 
 
 @dataclass
@@ -97,24 +111,36 @@ class Translator(ABC):
                              "directory")
         return options
 
-    def translate(self, sentences: list[str], options: SearchOptions) -> list[Translation]:
-        """Translations of ``sentences``, in the same order."""
+    def prepare(self, sentences: list[str]) -> list[Source]:
+        """Each sentence as the model will read it: normalised, tokenized, truncated to what
+        the model takes, ending with EOS. ``translate`` is ``translate_prepared(prepare(...))``;
+        the server prepares in its request handlers (it needs each sentence's length to fill
+        batches) and decodes the prepared sources, so no sentence is tokenized twice."""
         limit = self.max_source_tokens - 1  # room for EOS
         texts = [normalize_text(s) for s in sentences]
         ids = encode_batch(self.vocabs.src, texts) if texts else []
-        truncated = [len(x) > limit for x in ids]
-        ids = [x[:limit] + [EOS_ID] for x in ids]
-        results: list[Translation | None] = [None] * len(texts)
-        for i, text in enumerate(texts):
-            if not text:  # nothing to translate: an empty line stays an empty line
-                results[i] = Translation(sentences[i], [("", 0.0)])
-        pending = [i for i in range(len(texts)) if results[i] is None]
+        return [Source(sentence, x[:limit] + [EOS_ID] if text else [], len(x) > limit)
+                for sentence, text, x in zip(sentences, texts, ids)]
+
+    def translate(self, sentences: list[str], options: SearchOptions) -> list[Translation]:
+        """Translations of ``sentences``, in the same order."""
+        return self.translate_prepared(self.prepare(sentences), options)
+
+    def translate_prepared(self, sources: list[Source], options: SearchOptions
+                           ) -> list[Translation]:
+        """Translations of sources from ``prepare``, in the same order."""
+        ids = [source.ids for source in sources]
+        results: list[Translation | None] = [None] * len(sources)
+        for i, source in enumerate(sources):
+            if not source.ids:  # nothing to translate: an empty line stays an empty line
+                results[i] = Translation(source.sentence, [("", 0.0)])
+        pending = [i for i in range(len(sources)) if results[i] is None]
         for batch in _batches(ids, pending, options):
             for i, hyps in zip(batch, self.search([ids[i] for i in batch], options)):
                 result = Translation(
-                    sentences[i],
+                    sources[i].sentence,
                     [(_one_line(decode(self.vocabs.tgt, h.tokens)), h.score) for h in hyps],
-                    truncated[i], target_tokens=len(hyps[0].tokens))
+                    sources[i].truncated, target_tokens=len(hyps[0].tokens))
                 if options.attention:
                     self._attach_attention(result, ids[i], hyps[0])
                 results[i] = result
