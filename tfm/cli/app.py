@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from tfm import __version__
+from tfm.allocator import keep_freed_memory
 from tfm.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUT_OF_MEMORY, TfmError
 
 app = typer.Typer(
@@ -58,6 +59,7 @@ def _is_click_error(e: Exception) -> bool:
 def run() -> None:
     """Entry point: user errors become one line on stderr and an exit code."""
     debug = "--debug" in sys.argv[1:]
+    keep_freed_memory()
     try:
         code = app(standalone_mode=False)
     except TfmError as e:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tfm.model.attention import MultiHeadAttention
+from tfm.model.dropout import Dropout, dropout
 
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
@@ -41,7 +42,7 @@ class Embeddings(nn.Module):
             sinusoidal_positions(max_positions, token_embedding.embedding_dim),
             persistent=False,
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """(B, L) ids -> (B, L, D); ``offset`` is the position of the first token (decoding)."""
@@ -67,7 +68,7 @@ class FeedForward(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         h = F.relu(self.fc1(x))
         if self.activation_dropout > 0.0:
-            h = F.dropout(h, self.activation_dropout, self.training)
+            h = dropout(h, self.activation_dropout, self.training)
         return self.fc2(h)
 
 
@@ -81,7 +82,7 @@ class EncoderLayer(nn.Module):
         self.self_attn_layer_norm = nn.LayerNorm(d_model)
         self.ffn = FeedForward(d_model, d_ff, activation_dropout)
         self.final_layer_norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
@@ -132,7 +133,7 @@ class DecoderLayer(nn.Module):
         self.encoder_attn_layer_norm = nn.LayerNorm(d_model)
         self.ffn = FeedForward(d_model, d_ff, activation_dropout)
         self.final_layer_norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(
@@ -201,7 +202,7 @@ def sublayer_input(x: Tensor, norm: nn.LayerNorm, norm_first: bool) -> Tensor:
     return norm(x) if norm_first else x
 
 
-def residual(x: Tensor, sublayer_output: Tensor, norm: nn.LayerNorm, dropout: nn.Dropout,
+def residual(x: Tensor, sublayer_output: Tensor, norm: nn.LayerNorm, dropout: nn.Module,
              norm_first: bool) -> Tensor:
     """The residual connection around a sub-layer: x + Dropout(output), normalised after the
     sum in post-norm (LayerNorm(x + Dropout(f(x)))); pre-norm normalised the sub-layer's input
