@@ -476,3 +476,25 @@ def test_padding_embedding_row_gets_no_gradient_from_lookups():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     optimizer.step()
     assert torch.all(model.src_embed.token.weight[PAD_ID] == 0)
+
+
+def test_dropout_zeroes_a_fraction_p_scales_the_rest_and_backpropagates_through_its_mask():
+    from tfm.model.dropout import Dropout
+
+    torch.manual_seed(0)
+    x = torch.rand(400, 500) + 0.5  # no zeros of its own
+    x.requires_grad_()
+    drop = Dropout(0.3)
+    torch.manual_seed(1)
+    y = drop(x)
+    kept = y != 0
+    assert abs(1 - kept.float().mean().item() - 0.3) < 0.005
+    assert torch.allclose(y[kept], x[kept] / 0.7)
+    y.sum().backward()
+    assert torch.equal(x.grad != 0, kept)  # the forward pass's mask, not a new one
+    assert torch.allclose(x.grad[kept], torch.full_like(x.grad[kept], 1 / 0.7))
+    torch.manual_seed(1)
+    assert torch.equal(drop(x.detach()) != 0, kept)  # the mask comes from torch's seed
+    drop.eval()
+    assert drop(x) is x
+    assert torch.equal(Dropout(0.0).train()(x), x)

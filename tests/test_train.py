@@ -99,6 +99,27 @@ def test_label_smoothed_loss_ignores_padding_and_matches_cross_entropy() -> None
     assert smoothed.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_label_smoothed_loss_gradient_is_cross_entropys(epsilon: float) -> None:
+    # The loss has a hand-written backward pass: it must give autograd's gradient of the
+    # textbook formula, at real positions and nowhere else.
+    torch.manual_seed(1)
+    logits = torch.randn(3, 4, 17, requires_grad=True)
+    target = torch.randint(4, 17, (3, 4))
+    target[2, 1:] = 0  # padding
+    weights = torch.rand(3, 4, 17)  # a loss that is not the last operation, as in training
+    loss, _ = label_smoothed_loss(logits * weights, target, epsilon)
+    (loss * 0.5).backward()
+    mine = logits.grad.clone()
+    logits.grad = None
+    keep = target != 0
+    expected = torch.nn.functional.cross_entropy((logits * weights)[keep], target[keep],
+                                                 reduction="sum", label_smoothing=epsilon)
+    (expected * 0.5).backward()
+    assert torch.allclose(mine, logits.grad, atol=1e-6)
+    assert mine[2, 1:].abs().sum() == 0
+
+
 def test_same_seed_same_data_gives_the_same_loss_curve(dataset: Path, tmp_path: Path) -> None:
     train(dataset, tmp_path / "a", TINY, config(max_steps=12))
     train(dataset, tmp_path / "b", TINY, config(max_steps=12))
