@@ -62,12 +62,19 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "-s", "en", "-t", "de", "--tokenizer", str(work / "tok.json"), "-o", str(work / "data")),
         ("train", "--data", str(work / "data"), "--output", str(work / "model"),
          "--preset", "tiny", "--max-steps", "30", "--valid-every", "30", "--max-tokens", "1024",
-         "--warmup", "10", "--lr", "2e-3", "--precision", "fp32"),
+         "--warmup", "10", "--lr", "2e-3", "--precision", "fp32",
+         "--attention-dropout", "0.05", "--activation-dropout", "0.15", "--weight-decay", "1e-6"),
     ]
     for args in steps:
         result = tfm(*args)
         assert result.returncode == 0, f"{args[0]} failed:\n{result.stderr}"
     return work / "model"
+
+
+def test_regularisation_options_reach_the_saved_configs(demo_model: Path) -> None:
+    model = json.loads((demo_model / "config.json").read_text())["model"]
+    assert (model["attention_dropout"], model["activation_dropout"]) == (0.05, 0.15)
+    assert json.loads((demo_model / "train_config.json").read_text())["weight_decay"] == 1e-6
 
 
 def test_prepare_reports_kept_pairs(demo_model: Path) -> None:

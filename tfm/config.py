@@ -101,7 +101,7 @@ class TrainConfig:
     lr_schedule: str = "inverse-sqrt"
     adam_betas: tuple[float, float] = _cli((0.9, 0.98), None)
     adam_eps: float = _cli(1e-9, None)
-    weight_decay: float = _cli(0.0, None)
+    weight_decay: float = 0.0  # L2 penalty (Adam's weight_decay, not AdamW's decoupled one)
     clip_norm: float = 1.0  # 0 disables gradient clipping
     label_smoothing: float = 0.1
     max_steps: int = 0  # 0: no limit

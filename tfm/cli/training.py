@@ -50,7 +50,12 @@ def train(
     decoder_layers: Annotated[Optional[int], typer.Option(
         help="Override: decoder layers.")] = None,
     d_ff: Annotated[Optional[int], typer.Option(help="Override: feed-forward width.")] = None,
-    dropout: Annotated[Optional[float], typer.Option(help="Override: dropout.")] = None,
+    dropout: Annotated[Optional[float], typer.Option(
+        help="Override: dropout on the embeddings and every sub-layer's output.")] = None,
+    attention_dropout: Annotated[Optional[float], typer.Option(
+        help="Override: dropout on the attention weights (default 0).")] = None,
+    activation_dropout: Annotated[Optional[float], typer.Option(
+        help="Override: dropout inside the FFN, after the ReLU (default 0).")] = None,
     norm_first: Annotated[Optional[bool], typer.Option(
         "--pre-norm/--post-norm", help="LayerNorm before each sub-layer (pre-norm) or after "
         "the residual add (post-norm, as in the paper). Default: the preset's (post-norm).")
@@ -69,6 +74,8 @@ def train(
         "first).")] = None,
     label_smoothing: Annotated[Optional[float], _option(
         "label_smoothing", "Label smoothing epsilon.")] = None,
+    weight_decay: Annotated[Optional[float], _option(
+        "weight_decay", "L2 penalty on the weights, added to the gradient by Adam.")] = None,
     clip_norm: Annotated[Optional[float], _option(
         "clip_norm", "Clip the gradient norm to this; 0 disables.")] = None,
     max_steps: Annotated[Optional[int], _option(
@@ -116,7 +123,8 @@ def train(
     given = {
         "max_tokens": max_tokens, "update_freq": update_freq, "lr": lr,
         "warmup_steps": warmup_steps, "lr_schedule": lr_schedule,
-        "label_smoothing": label_smoothing, "clip_norm": clip_norm,
+        "label_smoothing": label_smoothing, "weight_decay": weight_decay,
+        "clip_norm": clip_norm,
         "max_steps": max_steps, "max_epochs": max_epochs, "max_time": max_time,
         "valid_every": valid_every, "patience": patience, "save_every": save_every,
         "keep_last": keep_last, "log_every": log_every, "seed": seed, "device": device,
@@ -128,7 +136,9 @@ def train(
     if not resume:
         model_config = model_config_from_preset(
             preset, d_model=d_model, n_heads=n_heads, encoder_layers=encoder_layers,
-            decoder_layers=decoder_layers, d_ff=d_ff, dropout=dropout, norm_first=norm_first)
+            decoder_layers=decoder_layers, d_ff=d_ff, dropout=dropout,
+            attention_dropout=attention_dropout, activation_dropout=activation_dropout,
+            norm_first=norm_first)
     from tfm.training.reporting import RichTrainReporter
 
     if resume and overwrite:
