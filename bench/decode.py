@@ -16,12 +16,14 @@ import time
 
 import torch
 
+from tfm.allocator import keep_freed_memory
 from tfm.data.corpus import read_text_lines
 from tfm.decoding.scoring import bleu
 from tfm.decoding.torch_engine import TorchTranslator
 
 
 def main() -> None:
+    keep_freed_memory()  # as the tfm command does (TFM_DEFAULT_MALLOC=1: glibc's default)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
     parser.add_argument("src")

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import add_corpus_options  # noqa: E402
 from machine import describe  # noqa: E402
 
+from tfm.allocator import keep_freed_memory  # noqa: E402
 from tfm.config import ModelConfig, model_config_from_preset  # noqa: E402
 from tfm.data.batching import Batch, collate, make_batches  # noqa: E402
 from tfm.data.dataset import TokenizedSplit  # noqa: E402
@@ -172,6 +173,7 @@ def _without(argv: list[str], options: set[str]) -> list[str]:
 
 
 def main() -> None:
+    keep_freed_memory()  # as the tfm command does (TFM_DEFAULT_MALLOC=1: glibc's default)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_corpus_options(parser, "train", "test")
     parser.add_argument("--preset", default="small")

@@ -49,8 +49,10 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    from tfm.allocator import keep_freed_memory
     from tfm.data.corpus import read_text_lines
 
+    keep_freed_memory()  # as the tfm command does, for every engine of the comparison
     sources = read_text_lines(args.src, allow_empty=True)[: args.limit or None]
     if args.engine == "hf":
         decode = _transformers_decoder(args)

@@ -43,6 +43,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tfm.allocator import keep_freed_memory  # noqa: E402
 from tfm.data.corpus import read_text_lines  # noqa: E402
 
 DEFAULT_SRC = REPO.parent / "shared" / "data" / "multi30k" / "test_2016_flickr.en.gz"
@@ -296,6 +297,7 @@ def summary(results: dict[str, Any]) -> list[str]:
 
 
 def main() -> None:
+    keep_freed_memory()  # as the tfm command does (TFM_DEFAULT_MALLOC=1: glibc's default)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--src", type=Path, default=DEFAULT_SRC)
