@@ -10,7 +10,7 @@ import pytest
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
 @pytest.mark.parametrize("opt_out, applied", [("", "True"), ("1", "False")])
-def test_the_tfm_command_tunes_malloc_unless_told_not_to(opt_out: str, applied: str) -> None:
+def test_malloc_is_tuned_on_glibc_unless_opted_out(opt_out: str, applied: str) -> None:
     # In a child process: the setting is process-wide and must not leak into the test run.
     code = "from tfm.allocator import keep_freed_memory; print(keep_freed_memory())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
