@@ -98,6 +98,38 @@ def test_the_curve_draws_each_record_and_skips_a_cut_line(tmp_path: Path) -> Non
     assert imread(tmp_path / "curve.png").shape[:2] == (6.5 * DPI, 7 * DPI)
 
 
+def test_the_curve_against_time_puts_each_record_at_its_minutes_of_training(
+        tmp_path: Path) -> None:
+    records = [{"kind": "train", "step": 1, "loss": 5.0}]  # from before records were timed
+    records += [{"kind": "train", "step": s, "loss": 8.0 / s, "elapsed": 30.0 * s}
+                for s in (2, 4)]
+    records += [{"kind": "valid", "step": 4, "loss": 1.5, "bleu": 12.0, "elapsed": 150.0}]
+    metrics = write_metrics(tmp_path / "metrics.jsonl", records)
+    loss_panel, bleu_panel = plot_learning_curve(metrics, tmp_path / "t.png", "time").axes
+    assert lines_of(loss_panel) == {"train loss": ([1.0, 2.0], [4.0, 2.0]),
+                                    "valid loss": ([2.5], [1.5])}
+    assert lines_of(bleu_panel) == {"valid BLEU": ([2.5], [12.0])}
+    assert bleu_panel.get_xlabel() == "minutes of training"
+    untimed = write_metrics(tmp_path / "old.jsonl", records[:1])
+    with pytest.raises(DataError, match="no training or validation records to draw with "
+                       "their training time"):
+        plot_learning_curve(untimed, tmp_path / "old.png", "time")
+
+
+def test_plot_curve_time_writes_the_curve_against_time_beside_the_run(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    write_metrics(tmp_path / "metrics.jsonl",
+                  [{"kind": "train", "step": s, "loss": 1.0 / s, "elapsed": 6.0 * s}
+                   for s in (1, 2)])
+    result = subprocess.run([sys.executable, "-m", "tfm", "plot-curve", str(tmp_path), "--time"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert imread(tmp_path / "learning_curve_time.png").shape[:2] == (4 * DPI, 7 * DPI)
+    assert not (tmp_path / CURVE_FILE).exists()  # the step curve is left as it was
+
+
 def test_a_curve_without_validation_has_one_panel(tmp_path: Path) -> None:
     metrics = write_metrics(tmp_path / "metrics.jsonl",
                             [{"kind": "train", "step": s, "loss": 1.0 / s} for s in (1, 2)])

@@ -271,7 +271,13 @@ def test_validation_runs_every_valid_every_steps_and_at_the_end(dataset: Path,
     result = train(dataset, tmp_path / "m", TINY,
                    config(max_steps=13, max_tokens=2048, valid_every=6))
     assert result.epoch >= 2
-    assert [r["step"] for r in records(tmp_path / "m", "valid")] == [6, 12, 13]
+    valid = records(tmp_path / "m", "valid")
+    assert [r["step"] for r in valid] == [6, 12, 13]
+    # Each validation says how long the model it scored took to train (BLEU against time).
+    train_elapsed = {r["step"]: r["elapsed"] for r in records(tmp_path / "m", "train")}
+    for r in valid:
+        assert train_elapsed[r["step"]] <= r["elapsed"]
+    assert [r["elapsed"] for r in valid] == sorted(r["elapsed"] for r in valid)
 
 
 def test_a_run_stopped_by_max_epochs_validates_once_at_its_end(dataset: Path,

@@ -38,45 +38,57 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def learning_curve_figure(records: list[dict[str, Any]], title: str) -> Figure:
-    """Train and validation loss against step and, in a second panel when validation has BLEU,
-    validation BLEU, from metrics.jsonl records."""
+def learning_curve_figure(records: list[dict[str, Any]], title: str,
+                          against: str = "step") -> Figure:
+    """Train and validation loss and, in a second panel when validation has BLEU, validation
+    BLEU, from metrics.jsonl records: against the step, or with ``against="time"`` against
+    the minutes of training (records written before tfm timed validations have no time and
+    are left out)."""
+    if against not in ("step", "time"):
+        raise ValueError(f"against must be 'step' or 'time', not {against!r}")
+    if against == "time":
+        records = [r for r in records if isinstance(r.get("elapsed"), (int, float))]
     train = [r for r in records if r.get("kind") == "train" and "loss" in r]
     valid = [r for r in records if r.get("kind") == "valid" and "loss" in r]
     bleu = [r for r in valid if r.get("bleu") is not None]
     if not train and not valid:
-        raise DataError("no training or validation records to draw")
+        raise DataError("no training or validation records to draw"
+                        + (" with their training time" if against == "time" else ""))
+
+    def x(rows: list[dict[str, Any]]) -> list[float]:
+        return [r["step"] if against == "step" else r["elapsed"] / 60 for r in rows]
 
     figure = _figure(figsize=(7, 6.5 if bleu else 4))
     axes = figure.subplots(2 if bleu else 1, 1, sharex=True, squeeze=False)[:, 0]
     loss_axes = axes[0]
     if train:
-        loss_axes.plot([r["step"] for r in train], [r["loss"] for r in train],
+        loss_axes.plot(x(train), [r["loss"] for r in train],
                        label="train loss", linewidth=1)
     if valid:
-        loss_axes.plot([r["step"] for r in valid], [r["loss"] for r in valid],
+        loss_axes.plot(x(valid), [r["loss"] for r in valid],
                        label="valid loss", marker="o", markersize=3)
     loss_axes.set_ylabel("loss (label-smoothed, per token)")
     loss_axes.grid(alpha=0.3)
     loss_axes.legend()
     if bleu:
-        axes[1].plot([r["step"] for r in bleu], [r["bleu"] for r in bleu],
+        axes[1].plot(x(bleu), [r["bleu"] for r in bleu],
                      label="valid BLEU", marker="o", markersize=3, color="tab:green")
         axes[1].set_ylabel("BLEU")
         axes[1].grid(alpha=0.3)
         axes[1].legend()
-    axes[-1].set_xlabel("step")
+    axes[-1].set_xlabel("step" if against == "step" else "minutes of training")
     figure.suptitle(f"Learning curve: {title}")
     return figure
 
 
-def plot_learning_curve(metrics_path: Path, png_path: Path) -> Figure:
+def plot_learning_curve(metrics_path: Path, png_path: Path, against: str = "step") -> Figure:
     """Draw the learning curve of a training run's metrics.jsonl (titled with the run's
-    directory name) and write it to ``png_path`` as a PNG (atomically); returns the figure."""
+    directory name), against the step or the minutes of training, and write it to
+    ``png_path`` as a PNG (atomically); returns the figure."""
     records = read_metrics(metrics_path)
     title = Path(metrics_path).parent.name
     try:
-        figure = learning_curve_figure(records, title)
+        figure = learning_curve_figure(records, title, against)
     except DataError as e:
         raise DataError(f"{metrics_path}: {e}") from e
     _write_png(figure, Path(png_path))

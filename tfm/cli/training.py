@@ -194,6 +194,9 @@ def average(
 def plot_curve(
     model: Annotated[Path, typer.Argument(
         help="Model directory of a training run (with metrics.jsonl).")] = Path("model"),
+    time: Annotated[bool, typer.Option(
+        "--time", help="Draw against minutes of training instead of steps, to "
+        "MODEL/learning_curve_time.png.")] = False,
 ) -> None:
     """Draw MODEL/learning_curve.png from MODEL/metrics.jsonl.
 
@@ -203,5 +206,6 @@ def plot_curve(
     from tfm.plotting import plot_learning_curve
 
     files = ModelDir(model)
-    plot_learning_curve(files.metrics, files.curve)
-    err.print(f"[green]Wrote[/] {files.curve}", highlight=False)
+    png = files.curve.with_name(files.curve.stem + "_time.png") if time else files.curve
+    plot_learning_curve(files.metrics, png, "time" if time else "step")
+    err.print(f"[green]Wrote[/] {png}", highlight=False)

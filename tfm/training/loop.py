@@ -354,11 +354,12 @@ class _Trainer:
         agree on the best step and on patience."""
         run = self.run
         if self.dist.is_main:
+            elapsed = self.elapsed()  # the time it took to train the model validated
             self.model.eval()
             metrics = validate(self.model, self.valid_split, self.vocabs.tgt, self.config,
                                 self.device, self.amp_dtype)
             self.model.train()
-            metrics.update(step=run.step, epoch=run.epoch, kind="valid")
+            metrics.update(step=run.step, epoch=run.epoch, kind="valid", elapsed=elapsed)
             if self.scores_bleu:
                 improved = run.best_bleu is None or metrics["bleu"] > run.best_bleu
             else:
