@@ -16,6 +16,7 @@ from tfm.cli.app import app, err, out
 from tfm.cli.options import (
     BeamOpt,
     DeviceOpt,
+    EnsembleOpt,
     LenPenOpt,
     MaxLenAOpt,
     MaxLenBOpt,
@@ -33,6 +34,7 @@ def translate(
         help="Sentences to translate. Without any, reads --input or standard input, one "
         "sentence a line.", show_default=False)] = None,
     model: ModelOpt = Path("model"),
+    ensemble: EnsembleOpt = None,
     input: Annotated[Optional[Path], typer.Option(
         "--input", "-i", help="File to translate, one sentence a line.")] = None,
     output: Annotated[Optional[Path], typer.Option(
@@ -75,7 +77,7 @@ def translate(
         raise UsageError("give sentences as arguments or --input, not both")
     if input is not None and not input.is_file():
         raise UsageError(f"--input {input}: no such file")
-    translator = load_translator(model, device, precision)
+    translator = load_translator(model, device, precision, ensemble=ensemble or ())
     options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len,
                               n_best, stop_early,
                               attention=alignments or show_attention or plot is not None)
@@ -162,6 +164,7 @@ def eval_cmd(
         "--hyp", help="Score these existing translations instead of translating --src.")
     ] = None,
     model: ModelOpt = Path("model"),
+    ensemble: EnsembleOpt = None,
     bleu_flag: Annotated[bool, typer.Option("--bleu/--no-bleu", help="Report BLEU.")] = True,
     chrf: Annotated[bool, typer.Option("--chrf", help="Also report chrF.")] = False,
     ter: Annotated[bool, typer.Option("--ter", help="Also report TER.")] = False,
@@ -191,6 +194,8 @@ def eval_cmd(
         raise UsageError("missing --ref: the reference translations to score against")
     if (src is None) == (hyp is None):
         raise UsageError("give --src (to translate with --model) or --hyp (to score), not both")
+    if ensemble and hyp is not None:
+        raise UsageError("--ensemble translates --src; --hyp is scored as it is")
     if tgt_lang is not None and not lc_tok:
         raise UsageError("--tgt-lang is only used by --lc-tok")
     if lc_tok:
@@ -206,7 +211,7 @@ def eval_cmd(
         if len(sources) != len(references):
             raise UsageError(f"{src} has {len(sources)} lines but {ref} has "
                              f"{len(references)}: they must be aligned line by line")
-        translator = load_translator(model, device, precision)
+        translator = load_translator(model, device, precision, ensemble=ensemble or ())
         if lc_tok and tgt_lang is None:
             tgt_lang = translator.info.tgt_lang
             if not tgt_lang:

@@ -51,6 +51,10 @@ def default(value: object) -> str:
 ModelOpt = Annotated[Path, typer.Option(
     "--model", "-m", help="A model directory written by `tfm train` (or `tfm average`), or a "
     "CTranslate2 export from `tfm export --to ctranslate2`, decoded with CTranslate2.")]
+EnsembleOpt = Annotated[Optional[list[Path]], typer.Option(
+    "--ensemble", help="Another model directory (same tokenizer) to decode together with "
+    "--model, their probabilities averaged at every step; repeat for more.",
+    show_default=False)]
 BeamOpt = Annotated[Optional[int], typer.Option(
     "--beam", "-b", help="Beam size; 1 is greedy decoding." + default(f"the model's, {_G.beam}"))]
 LenPenOpt = Annotated[Optional[float], typer.Option(

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from tfm.decoding import ctranslate2_engine
 from tfm.decoding.translator import Translator
+from tfm.errors import UsageError
 from tfm.layout import WEIGHTS_FILE
 
 
 def load_translator(model: Path, device: str = "auto", precision: str = "fp32",
-                    weights_file: str = WEIGHTS_FILE) -> Translator:
+                    weights_file: str = WEIGHTS_FILE, ensemble: Sequence[Path] = ()
+                    ) -> Translator:
     """The translator for ``model``: a tfm model directory decodes with tfm's own search, a
-    CTranslate2 export (``tfm export --to ctranslate2``) with CTranslate2."""
-    if ctranslate2_engine.is_export(Path(model)):
+    CTranslate2 export (``tfm export --to ctranslate2``) with CTranslate2. ``ensemble``: more
+    tfm model directories decoded together with ``model`` (tfm's search only)."""
+    if ctranslate2_engine.is_export(Path(model)) or any(
+            ctranslate2_engine.is_export(Path(d)) for d in ensemble):
+        if ensemble:
+            raise UsageError("--ensemble decodes tfm model directories with tfm's own search, "
+                             "not CTranslate2 exports")
         return ctranslate2_engine.CTranslate2Translator(Path(model), device, precision)
     from tfm.decoding.torch_engine import TorchTranslator  # imports torch: only when needed
 
-    return TorchTranslator(Path(model), device, precision=precision, weights_file=weights_file)
+    return TorchTranslator(Path(model), device, precision=precision, weights_file=weights_file,
+                           ensemble=ensemble)
