@@ -2,21 +2,22 @@
 and offline ``tfm translate`` of the same file; then an overload run.
 
     python bench/serve.py --model MODEL [--src ../shared/data/multi30k/test_2016_flickr.en.gz]
-        [--out serve.json] [--clients 1,8,32,128] [--beam N] [--limit N]
+        [--out serve.json] [--clients 1,8,32,128] [--workers 1,2] [--beam N] [--limit N]
 
 Measures, on this machine and in this run:
   - offline: the file translated as ``tfm translate --input`` translates it (the same library
     call, model load excluded), and the whole ``tfm translate`` command (start-up and load
     included);
-  - ``tfm serve`` (dynamic batching, default settings) and an unbatched ``tfm serve``
-    (``--max-batch-tokens 1``: one sentence per batch), each driven by 1, 8, 32 and 128
+  - ``tfm serve`` (dynamic batching, default settings) with each ``--workers`` count asked for,
+    and an unbatched ``tfm serve`` (``--max-batch-tokens 1``: one sentence per batch, one
+    worker), each driven by 1, 8, 32 and 128
     concurrent clients (closed loop: each sends its next sentence when answered), one sentence
     per request, the whole file at each level: sentences/s, p50/p95/p99 latency, mean batch
     size (from the server's /metrics) and how many translations equal the offline ones;
-  - overload: many clients against a small queue (``--max-queue``); refused requests (503)
-    are retried after their Retry-After (capped at 1 s): counts of 200s, 503s and anything
-    else (other statuses, connection errors, timeouts), sentences never translated, and
-    whether /health still answers afterwards.
+  - overload: many clients against a small queue (``--max-queue``), with the most workers;
+    refused requests (503) are retried after their Retry-After (capped at 1 s): counts of
+    200s, 503s and anything else (other statuses, connection errors, timeouts), sentences
+    never translated, and whether /health still answers afterwards.
 Prints a Markdown table and writes everything to --out. The clients are a minimal HTTP/1.1
 client on keep-alive connections, in this process, on the same machine: run it on an
 otherwise idle machine (with two cores, any other process changes every figure).
@@ -258,6 +259,17 @@ def fmt(value: float | None, spec: str = ",.0f") -> str:
     return "–" if value is None else format(value, spec)
 
 
+def batched_name(workers: int) -> str:
+    return "batched" if workers == 1 else f"batched_{workers}_workers"
+
+
+def run_label(name: str) -> str:
+    """"batched" -> "batched server", "batched_2_workers" -> "batched server, 2 workers"."""
+    if name.startswith("batched_"):
+        return f"batched server, {name.split('_')[1]} workers"
+    return f"{name} server"
+
+
 def table(results: dict[str, Any]) -> list[str]:
     base = results["offline"]["sent_per_s"]
     n = results["sentences"]
@@ -268,10 +280,10 @@ def table(results: dict[str, Any]) -> list[str]:
              f"{results['offline_command']['sent_per_s']:,.1f} | "
              f"{results['offline_command']['sent_per_s'] / base:.2f} | – | – | – | – | "
              f"{results['offline_command']['identical']}/{n} |"]
-    for name in ("batched", "unbatched"):
+    for name in (*results.get("batched_runs", ["batched"]), "unbatched"):
         for row in results[name]:
             lines.append(
-                f"| {name} server | {row['clients']} | {row['sent_per_s']:,.1f} | "
+                f"| {run_label(name)} | {row['clients']} | {row['sent_per_s']:,.1f} | "
                 f"{row['sent_per_s'] / base:.2f} | {fmt(row['p50_ms'])} | "
                 f"{fmt(row['p95_ms'])} | {fmt(row['p99_ms'])} | "
                 f"{row['mean_batch_sentences']:.1f} | {row['identical']}/{n} |")
@@ -281,15 +293,18 @@ def table(results: dict[str, Any]) -> list[str]:
 def summary(results: dict[str, Any]) -> list[str]:
     lines = []
     base = results["offline"]["sent_per_s"]
-    batched = {row["clients"]: row for row in results["batched"]}
     unbatched = {row["clients"]: row for row in results["unbatched"]}
-    if 32 in batched and 32 in unbatched:
-        b, u = batched[32]["sent_per_s"], unbatched[32]["sent_per_s"]
-        lines.append(f"- 32 clients: {b / base:.0%} of offline throughput (goal >= 70%), "
-                     f"{b / u:.1f}x the unbatched server (goal >= 4x)")
+    for name in results.get("batched_runs", ["batched"]):
+        batched = {row["clients"]: row for row in results[name]}
+        if 32 in batched and 32 in unbatched:
+            b, u = batched[32]["sent_per_s"], unbatched[32]["sent_per_s"]
+            lines.append(f"- {run_label(name)}, 32 clients: {b / base:.0%} of offline "
+                         f"throughput (goal >= 70%), {b / u:.1f}x the unbatched server "
+                         "(goal >= 4x)")
     o = results["overload"]
     other = sum(v for k, v in o["statuses"].items() if k not in ("200", "503"))
-    lines.append(f"- overload ({o['clients']} clients, --max-queue {o['max_queue']}): "
+    lines.append(f"- overload ({o['clients']} clients, --max-queue {o['max_queue']}, "
+                 f"--workers {o.get('workers', 1)}): "
                  f"200: {o['statuses'].get('200', 0)}, 503: {o['statuses'].get('503', 0)}, "
                  f"anything else: {other}; sentences never translated: "
                  f"{o['sentences'] - o['translated']}; /health afterwards: {o['health_after']}")
@@ -303,6 +318,7 @@ def main() -> None:
     parser.add_argument("--src", type=Path, default=DEFAULT_SRC)
     parser.add_argument("--out", type=Path, default=Path("serve.json"))
     parser.add_argument("--clients", default="1,8,32,128")
+    parser.add_argument("--workers", default="1,2", help="batched servers to run, by --workers")
     parser.add_argument("--beam", type=int, help="default: the model's")
     parser.add_argument("--limit", type=int, help="only the first N sentences (a quick check)")
     parser.add_argument("--overload-clients", type=int, default=256)
@@ -310,6 +326,7 @@ def main() -> None:
     args = parser.parse_args()
     sources = read_text_lines(args.src)[: args.limit]
     levels = [int(c) for c in args.clients.split(",")]
+    workers = [int(w) for w in args.workers.split(",")]
     results: dict[str, Any] = {"model": str(args.model), "src": str(args.src),
                                "sentences": len(sources), "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="tfm-bench-serve-") as tmp:
@@ -322,7 +339,9 @@ def main() -> None:
         command["identical"] = sum(t == r for t, r in zip(command.pop("texts"), reference))
         results["offline_command"] = command
         beam = ["--beam", str(args.beam)] if args.beam else []
-        for name, extra in (("batched", []), ("unbatched", ["--max-batch-tokens", "1"])):
+        runs = [(batched_name(w), ["--workers", str(w)]) for w in workers]
+        results["batched_runs"] = [name for name, _ in runs]
+        for name, extra in (*runs, ("unbatched", ["--max-batch-tokens", "1"])):
             print(f"{name} server", file=sys.stderr, flush=True)
             server = Server(args.model, work, name, *beam, *extra)
             try:
@@ -331,12 +350,12 @@ def main() -> None:
                 server.stop()
         print("overload", file=sys.stderr, flush=True)
         server = Server(args.model, work, "overload", *beam, "--max-queue",
-                        str(args.overload_queue))
+                        str(args.overload_queue), "--workers", str(max(workers)))
         try:
             row = asyncio.run(drive(server, sources, args.overload_clients, args.beam,
                                     retry_refused=True, deadline_s=1800))
             row["identical"] = sum(t == r for t, r in zip(row.pop("texts"), reference))
-            row.update(max_queue=args.overload_queue, sentences=len(sources),
+            row.update(max_queue=args.overload_queue, workers=max(workers), sentences=len(sources),
                        health_after=server.health())
             results["overload"] = row
         finally:

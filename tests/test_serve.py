@@ -38,6 +38,7 @@ from tfm.config import GenerationDefaults, ModelConfig, SearchOptions
 from tfm.data.tokenizer import train_tokenizer
 from tfm.decoding.search import Hypothesis
 from tfm.decoding.translator import Source, Translation, Translator
+from tfm.errors import UsageError
 from tfm.model import Transformer
 from tfm.serve.batcher import Batcher, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
@@ -439,6 +440,51 @@ def test_stopping_finishes_the_queued_work_and_refuses_new_work():
     asyncio.run(scenario())
 
 
+def test_several_workers_share_what_waits_and_decode_side_by_side():
+    calls: list[tuple[list[str], int]] = []
+    gate = threading.Event()
+
+    async def scenario() -> list[list[Translation]]:
+        b = batcher(fake_decode(calls, gate), max_batch_tokens=100, workers=2)
+        jobs = [b.enqueue([f"s{i}"], GREEDY) for i in range(4)]
+        await started_decoding(calls, 2)  # both batches are decoding before either ends
+        gate.set()
+        results = await asyncio.gather(*(job.future for job in jobs))
+        await b.stop(5)
+        return results
+
+    results = asyncio.run(scenario())
+    # Two workers free: each takes half of what waits, the oldest first.
+    assert sorted(c[0] for c in calls) == [["s0", "s1"], ["s2", "s3"]]
+    assert [r[0].text for r in results] == ["S0", "S1", "S2", "S3"]
+
+
+def test_a_free_worker_takes_all_that_waits_while_the_other_is_busy():
+    calls: list[tuple[list[str], int]] = []
+    gate = threading.Event()
+
+    async def scenario() -> None:
+        b = batcher(fake_decode(calls, gate), max_batch_tokens=100, workers=2)
+        first = b.enqueue(["first"], GREEDY)
+        await started_decoding(calls, 1)  # one worker busy with it
+        later = [b.enqueue([f"s{i}"], GREEDY) for i in range(3)]
+        await started_decoding(calls, 2)
+        gate.set()
+        await asyncio.gather(first.future, *(job.future for job in later))
+        await b.stop(5)
+
+    asyncio.run(scenario())
+    assert calls == [(["first"], 1), (["s0", "s1", "s2"], 1)]
+
+
+def test_the_number_of_workers_must_be_at_least_one():
+    with pytest.raises(ValueError, match="workers"):
+        Batcher(fake_decode([]), words, max_batch_tokens=10, max_wait=0.0, max_queue=10,
+                workers=0)
+    with pytest.raises(UsageError, match="--workers"):
+        ServeConfig(workers=0)
+
+
 def test_a_request_of_many_sentences_may_span_batches_and_is_answered_in_order():
     calls: list[tuple[list[str], int]] = []
 
@@ -560,6 +606,23 @@ def test_concurrent_requests_are_batched_together_with_unchanged_translations(
     shared = (total_after - single_after) - (total_before - single_before)
     assert shared >= 1, "no batch held more than one request"
     assert total_after - total_before < len(responses)
+
+
+def test_two_workers_translate_concurrent_requests_as_tfm_translate_does(model_dir, reference):
+    expected = reference(1)
+    with tfm_serve(model_dir, "--workers", "2") as running:
+        assert httpx.get(f"{running.url}/v1/info").json()["limits"]["workers"] == 2
+
+        async def send_all() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=running.url, timeout=60) as client:
+                return await asyncio.gather(*(
+                    client.post("/v1/translate", json={"text": s, "beam": 1})
+                    for s in SENTENCES * 3))
+
+        responses = asyncio.run(send_all())
+    assert all(r.status_code == 200 for r in responses)
+    for source, response in zip(SENTENCES * 3, responses):
+        assert response.json()["translations"][0]["text"] == expected[source]["translation"]
 
 
 def auth(key: str = API_KEY) -> dict[str, str]:

@@ -31,6 +31,10 @@ def serve(
     max_wait_ms: Annotated[float, typer.Option(
         "--max-wait-ms", help="How long a batch waits for more sentences, from the "
         "oldest's arrival or the end of the last batch, whichever is later.")] = _C.max_wait_ms,
+    workers: Annotated[int, typer.Option(
+        "--workers", help="Batches decoded at once, each by a thread with its share of the "
+        "CPU threads. On 2 cores, 2 workers decoded batches of 32 sentences 1.7-1.8x faster "
+        "than 1 worker with both threads.")] = _C.workers,
     max_queue: Annotated[int, typer.Option(
         "--max-queue", help="Most sentences waiting or decoding; beyond it requests get 503 "
         "with Retry-After.")] = _C.max_queue,
@@ -63,18 +67,18 @@ def serve(
     from tfm.serve.app import create_app
 
     config = ServeConfig(host=host, port=port, max_batch_tokens=max_batch_tokens,
-                         max_wait_ms=max_wait_ms, max_queue=max_queue,
+                         max_wait_ms=max_wait_ms, workers=workers, max_queue=max_queue,
                          max_sentences=max_sentences, max_request_bytes=max_request_bytes,
                          max_beam=max_beam, beam=beam, api_key=api_key)
     sock = _listen(host, port)  # before loading: a taken port fails fast
     try:
-        # Decoding runs on one worker thread. torch's CPU threads (OpenMP) are set up per
+        # Decoding runs on the workers' threads. torch's CPU threads (OpenMP) are set up per
         # calling thread: had this thread loaded the model with all of them, their pool and
         # the worker's would share the cores, and decoding ran 3x slower (measured, 2 cores).
-        # So load with one, and give the worker all of them.
+        # So load with one, and share them among the workers.
         import torch
 
-        threads = torch.get_num_threads()
+        threads = max(1, torch.get_num_threads() // config.workers)
         torch.set_num_threads(1)
         translator = load_translator(model, device, precision)
         application = create_app(translator, config,

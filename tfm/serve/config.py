@@ -19,6 +19,8 @@ class ServeConfig:
     # search call, as SearchOptions.max_tokens is for `tfm translate`.
     max_batch_tokens: int = 4096
     max_wait_ms: float = 5.0
+    # Batches decoded at once, each by a worker thread with its share of torch's CPU threads.
+    workers: int = 1
     max_queue: int = 2048  # sentences waiting or being decoded; beyond it: 503 + Retry-After
     max_sentences: int = 512  # per request, after splitting texts into sentences (413)
     max_request_bytes: int = 1 << 20  # request body (413)
@@ -28,8 +30,8 @@ class ServeConfig:
     drain_timeout_s: float = 30.0  # on SIGTERM: longest wait for the requests in flight
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_tokens", "max_queue", "max_sentences", "max_request_bytes",
-                     "max_beam"):
+        for name in ("max_batch_tokens", "workers", "max_queue", "max_sentences",
+                     "max_request_bytes", "max_beam"):
             if getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")
                 raise UsageError(f"{flag} must be at least 1, not {getattr(self, name)}")
