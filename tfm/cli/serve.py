@@ -33,8 +33,8 @@ def serve(
         "oldest's arrival or the end of the last batch, whichever is later.")] = _C.max_wait_ms,
     workers: Annotated[int, typer.Option(
         "--workers", help="Batches decoded at once, each by a thread with its share of the "
-        "CPU threads. On 2 cores, 2 workers decoded batches of 32 sentences 1.7-1.8x faster "
-        "than 1 worker with both threads.")] = _C.workers,
+        "CPU threads: for machines with more cores than one batch of a few dozen sentences "
+        "can use.")] = _C.workers,
     max_queue: Annotated[int, typer.Option(
         "--max-queue", help="Most sentences waiting or decoding; beyond it requests get 503 "
         "with Retry-After.")] = _C.max_queue,
