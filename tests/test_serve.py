@@ -579,21 +579,29 @@ def test_a_pasted_page_comes_back_with_its_line_breaks(server, reference):
     assert response.json()["translations"][0]["text"] == f"{t[0]} {t[1]}\n\n{t[2]}\n"
 
 
+def send_concurrently(url: str, sentences: list[str], expected: dict[str, Any],
+                      headers: dict[str, str] | None = None) -> list[httpx.Response]:
+    """One greedy request per sentence, all at once; each must answer 200 with the translation
+    ``tfm translate`` gives (``expected``)."""
+
+    async def send_all() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+            return await asyncio.gather(*(
+                client.post("/v1/translate", json={"text": s, "beam": 1}) for s in sentences))
+
+    responses = asyncio.run(send_all())
+    assert all(r.status_code == 200 for r in responses)
+    for source, response in zip(sentences, responses):
+        assert response.json()["translations"][0]["text"] == expected[source]["translation"]
+    return responses
+
+
 def test_concurrent_requests_are_batched_together_with_unchanged_translations(
         server, reference):
     expected = reference(1)
     before = metric_samples(httpx.get(f"{server.url}/metrics", headers=auth()).text)
 
-    async def send_all() -> list[httpx.Response]:
-        async with httpx.AsyncClient(base_url=server.url, headers=auth(), timeout=60) as client:
-            return await asyncio.gather(*(
-                client.post("/v1/translate", json={"text": s, "beam": 1})
-                for s in SENTENCES * 2))
-
-    responses = asyncio.run(send_all())
-    assert all(r.status_code == 200 for r in responses)
-    for source, response in zip(SENTENCES * 2, responses):
-        assert response.json()["translations"][0]["text"] == expected[source]["translation"]
+    responses = send_concurrently(server.url, SENTENCES * 2, expected, auth())
     after = metric_samples(httpx.get(f"{server.url}/metrics", headers=auth()).text)
 
     def batches_of_one_request_or_more(samples: dict) -> tuple[float, float]:
@@ -612,17 +620,7 @@ def test_two_workers_translate_concurrent_requests_as_tfm_translate_does(model_d
     expected = reference(1)
     with tfm_serve(model_dir, "--workers", "2") as running:
         assert httpx.get(f"{running.url}/v1/info").json()["limits"]["workers"] == 2
-
-        async def send_all() -> list[httpx.Response]:
-            async with httpx.AsyncClient(base_url=running.url, timeout=60) as client:
-                return await asyncio.gather(*(
-                    client.post("/v1/translate", json={"text": s, "beam": 1})
-                    for s in SENTENCES * 3))
-
-        responses = asyncio.run(send_all())
-    assert all(r.status_code == 200 for r in responses)
-    for source, response in zip(SENTENCES * 3, responses):
-        assert response.json()["translations"][0]["text"] == expected[source]["translation"]
+        send_concurrently(running.url, SENTENCES * 3, expected)
 
 
 def auth(key: str = API_KEY) -> dict[str, str]:
