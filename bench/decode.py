@@ -1,11 +1,13 @@
 """Decoding speed and BLEU of a model directory on a test set, model load excluded.
 
-    python bench/decode.py MODEL SRC REF [--beam 5] [--threads 2] [--precision fp32] [--profile]
+    python bench/decode.py MODEL SRC REF [--beam 5] [--threads 2] [--workers 1] [--precision fp32]
+        [--profile]
 
 Prints one JSON line: seconds, sentences/s, target pieces/s (EOS excluded, as for the peers),
-BLEU and its signature, and the precision used. The first 20 sentences are translated once
-before timing (warm-up). ``--profile`` decodes once more under the torch profiler and adds the
-operators that took the most CPU time (where the time goes).
+BLEU and its signature, and the precision and workers used. ``--workers N``: N batches decoded
+at once, each by a thread with threads / N CPU threads (``tfm translate --workers``). The first
+20 sentences are translated once before timing (warm-up). ``--profile`` decodes once more under
+the torch profiler and adds the operators that took the most CPU time (where the time goes).
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ def main() -> None:
     parser.add_argument("ref")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sources, references = read_text_lines(args.src), read_text_lines(args.ref)
-    translator = TorchTranslator(args.model, "cpu", precision=args.precision)
+    translator = TorchTranslator(args.model, "cpu", precision=args.precision,
+                                 workers=args.workers)
     options = translator.default_options(beam=args.beam)
     translator.translate(sources[:20], options)  # warm-up, not timed
     start = time.perf_counter()
@@ -48,7 +52,8 @@ def main() -> None:
     result = {"seconds": seconds, "sent_per_s": len(sources) / seconds,
               "pieces_per_s": pieces / seconds, "bleu": score.score,
               "signature": score.signature,
-              "precision": str(next(translator.model.parameters()).dtype).removeprefix("torch.")}
+              "precision": str(next(translator.model.parameters()).dtype).removeprefix("torch."),
+              "threads": args.threads, "workers": args.workers}
     if args.profile:
         result["profile"] = profile(lambda: translator.translate(sources, options))
     print(json.dumps(result))

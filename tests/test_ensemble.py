@@ -131,3 +131,28 @@ def test_the_command_line_ensembles_in_translate_and_eval(
     assert refused.returncode == 2
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--ensemble" in lines[0]
+
+
+def test_a_numbered_checkpoint_is_read_from_every_member(
+        tmp_path: Path, tokenizer: Tokenizer) -> None:
+    # Runs trained side by side save checkpoints of the same names: decoding one step of all
+    # of them (bench/curve.py --ensemble) reads that step's weights from each member.
+    a = random_model_dir(tmp_path / "a", tokenizer, seed=1)
+    b = random_model_dir(tmp_path / "b", tokenizer, seed=2)
+    checkpoint = "checkpoints/step_00000010.safetensors"
+    for directory, seed in ((a, 3), (b, 4)):
+        torch.manual_seed(seed)
+        model = Transformer(tiny_config(tokenizer.get_vocab_size()))
+        save_model_dir(directory, model, tokenizer, ModelInfo(model.config, "en", "de"),
+                       weights_file=checkpoint)
+    members = load_translator(a, "cpu", weights_file=checkpoint, ensemble=[b]).model.members
+    for member, directory in zip(members, (a, b)):
+        saved = load_translator(directory, "cpu", weights_file=checkpoint).model
+        final = load_translator(directory, "cpu").model
+        assert torch.equal(member.output_proj.weight, saved.output_proj.weight)
+        assert not torch.equal(member.output_proj.weight, final.output_proj.weight)
+    only_a = "checkpoints/step_00000020.safetensors"
+    model = Transformer(tiny_config(tokenizer.get_vocab_size()))
+    save_model_dir(a, model, tokenizer, ModelInfo(model.config, "en", "de"), weights_file=only_a)
+    with pytest.raises(Exception, match="b/checkpoints/step_00000020"):  # b has no such step
+        load_translator(a, "cpu", weights_file=only_a, ensemble=[b])

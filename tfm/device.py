@@ -72,3 +72,33 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
 
 def precision_name(dtype: torch.dtype | None) -> str:
     return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+
+
+def decoding_workers(requested: int | None, device: torch.device) -> int:
+    """Batches decoded at once, each by a thread of its own with its share of the CPU threads.
+
+    ``None`` (auto): on CPU with two threads or more, 2; else 1. A decoding step of a batch of a
+    few hundred sentences leaves one of two cores idle much of the time (small matrices, Python
+    between the operations); two single-threaded workers, each decoding its own batches,
+    translated test_2016_flickr 1.1-1.2x (greedy) and 1.3x (beam 5) as fast as one worker with
+    two threads on 2 cores (AMD EPYC, docs/BENCHMARKS.md). More workers were not measured; on
+    CUDA one worker keeps the GPU busy.
+    """
+    if requested is not None:
+        if requested < 1:
+            raise UsageError(f"--workers {requested}: give 1 or more")
+        return requested
+    return 2 if device.type == "cpu" and torch.get_num_threads() >= 2 else 1
+
+
+def share_cpu_threads(workers: int) -> int:
+    """torch's CPU threads for each of ``workers`` decoding threads: the calling thread's
+    threads (one a core by default) shared among them. torch's CPU threads (OpenMP) are set up
+    per calling thread, so this thread keeps one: had it kept all of them (loading the model,
+    say), their pool and the workers' would share the cores, and decoding ran 3x slower
+    (measured, 2 cores). Call it before loading the model; each worker then calls
+    ``torch.set_num_threads`` with the result. A second call in the same thread finds one
+    thread to share: to load another translator there, ``torch.set_num_threads`` first."""
+    threads = max(1, torch.get_num_threads() // workers)
+    torch.set_num_threads(1)
+    return threads

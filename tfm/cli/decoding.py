@@ -23,6 +23,7 @@ from tfm.cli.options import (
     ModelOpt,
     PrecisionOpt,
     StopEarlyOpt,
+    WorkersOpt,
     search_options,
 )
 from tfm.errors import UsageError
@@ -62,6 +63,7 @@ def translate(
         "(PNG).")] = None,
     device: DeviceOpt = "auto",
     precision: PrecisionOpt = "fp32",
+    workers: WorkersOpt = None,
 ) -> None:
     """Translate sentences with a trained model (greedy or beam search)."""
     from tfm.decoding.engines import load_translator
@@ -77,7 +79,8 @@ def translate(
         raise UsageError("give sentences as arguments or --input, not both")
     if input is not None and not input.is_file():
         raise UsageError(f"--input {input}: no such file")
-    translator = load_translator(model, device, precision, ensemble=ensemble or ())
+    translator = load_translator(model, device, precision, ensemble=ensemble or (),
+                                 workers=workers)
     options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len,
                               n_best, stop_early,
                               attention=alignments or show_attention or plot is not None)
@@ -184,6 +187,7 @@ def eval_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
     device: DeviceOpt = "auto",
     precision: PrecisionOpt = "fp32",
+    workers: WorkersOpt = None,
 ) -> None:
     """Translate --src and score it against --ref with sacrebleu (or score --hyp); --lc-tok adds
     the lowercased, Moses-tokenized BLEU that Multi30k results are reported in."""
@@ -211,7 +215,8 @@ def eval_cmd(
         if len(sources) != len(references):
             raise UsageError(f"{src} has {len(sources)} lines but {ref} has "
                              f"{len(references)}: they must be aligned line by line")
-        translator = load_translator(model, device, precision, ensemble=ensemble or ())
+        translator = load_translator(model, device, precision, ensemble=ensemble or (),
+                                     workers=workers)
         if lc_tok and tgt_lang is None:
             tgt_lang = translator.info.tgt_lang
             if not tgt_lang:

@@ -55,6 +55,11 @@ EnsembleOpt = Annotated[Optional[list[Path]], typer.Option(
     "--ensemble", help="Another model directory (same tokenizer) to decode together with "
     "--model, their probabilities averaged at every step; repeat for more.",
     show_default=False)]
+WorkersOpt = Annotated[Optional[int], typer.Option(
+    "--workers", help="Batches decoded at once (tfm's search), each by a thread with its share "
+    "of the CPU threads: on 2 cores, two 1-thread workers translated 1.1-1.2x (greedy) and 1.3x "
+    "(beam 5) as fast as one with 2 threads. The output is the same whatever the number."
+    + default("2 on a CPU with 2 threads or more, else 1"), show_default=False)]
 BeamOpt = Annotated[Optional[int], typer.Option(
     "--beam", "-b", help="Beam size; 1 is greedy decoding." + default(f"the model's, {_G.beam}"))]
 LenPenOpt = Annotated[Optional[float], typer.Option(

@@ -12,11 +12,14 @@ from tfm.layout import WEIGHTS_FILE
 
 
 def load_translator(model: Path, device: str = "auto", precision: str = "fp32",
-                    weights_file: str = WEIGHTS_FILE, ensemble: Sequence[Path] = ()
-                    ) -> Translator:
+                    weights_file: str = WEIGHTS_FILE, ensemble: Sequence[Path] = (),
+                    workers: int | None = 1) -> Translator:
     """The translator for ``model``: a tfm model directory decodes with tfm's own search, a
     CTranslate2 export (``tfm export --to ctranslate2``) with CTranslate2. ``ensemble``: more
-    tfm model directories decoded together with ``model`` (tfm's search only)."""
+    tfm model directories decoded together with ``model`` (tfm's search only). ``workers``:
+    batches of one call decoded at once by tfm's search, each by a thread of its own (None:
+    2 on a CPU with 2 threads or more, else 1; see tfm.device.decoding_workers); CTranslate2
+    decodes with its own threads."""
     if ctranslate2_engine.is_export(Path(model)) or any(
             ctranslate2_engine.is_export(Path(d)) for d in ensemble):
         if ensemble:
@@ -26,4 +29,4 @@ def load_translator(model: Path, device: str = "auto", precision: str = "fp32",
     from tfm.decoding.torch_engine import TorchTranslator  # imports torch: only when needed
 
     return TorchTranslator(Path(model), device, precision=precision, weights_file=weights_file,
-                           ensemble=ensemble)
+                           ensemble=ensemble, workers=workers)

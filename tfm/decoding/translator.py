@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,10 @@ class Translator(ABC):
     vocabs: Vocabularies
     info: ModelInfo
     max_source_tokens: int  # longest source the model takes, EOS included
+    # Batches decoded at once, each by a thread of its own (``_worker_init`` runs first in
+    # each): the batches of one ``translate`` call are shared among them, the longest first.
+    workers: int = 1
+    _pool: ThreadPoolExecutor | None = None
 
     @abstractmethod
     def search(self, batch: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
@@ -135,8 +140,9 @@ class Translator(ABC):
             if not source.ids:  # nothing to translate: an empty line stays an empty line
                 results[i] = Translation(source.sentence, [("", 0.0)])
         pending = [i for i in range(len(sources)) if results[i] is None]
-        for batch in _batches(ids, pending, options):
-            for i, hyps in zip(batch, self.search([ids[i] for i in batch], options)):
+        for batch, found in self._search_batches(list(_batches(ids, pending, options)), ids,
+                                                 options):
+            for i, hyps in zip(batch, found):
                 result = Translation(
                     sources[i].sentence,
                     [(_one_line(decode(self.vocabs.tgt, h.tokens)), h.score) for h in hyps],
@@ -145,6 +151,38 @@ class Translator(ABC):
                     self._attach_attention(result, ids[i], hyps[0])
                 results[i] = result
         return [r for r in results if r is not None]
+
+    def _search_batches(self, batches: list[list[int]], ids: list[list[int]],
+                        options: SearchOptions
+                        ) -> Iterator[tuple[list[int], list[list[Hypothesis]]]]:
+        """Each batch (positions in ``ids``) with its hypotheses. With several workers, the
+        batches are decoded side by side, the longest first (the last to start are the
+        shortest, so the workers end at about the same time), and each comes back as it
+        ends, so that a failure stops the batches not yet started. Each sentence's result is
+        the one it gets alone: the search is batch-invariant, and the batches are the same
+        whatever the number of workers."""
+        if self.workers == 1:
+            for batch in batches:
+                yield batch, self.search([ids[i] for i in batch], options)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tfm-decode",
+                                            initializer=self._worker_init)
+        pool = self._pool
+        futures: dict[Future[list[list[Hypothesis]]], list[int]] = {
+            pool.submit(self.search, [ids[i] for i in batch], options): batch
+            for batch in reversed(batches)}
+        try:
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        finally:  # stopped early (an error, Ctrl-C): batches not started are never decoded
+            for future in futures:
+                future.cancel()
+
+    def _worker_init(self) -> None:
+        """Called once in each decoding worker thread before its first batch (nothing to do
+        unless an engine says otherwise)."""
+        return None
 
     def translate_stream(self, lines: Iterable[str], options: SearchOptions,
                          chunk: int = 1) -> Iterator[Translation]:

@@ -1,0 +1,144 @@
+"""Decoding workers: the batches of one `translate` call decoded side by side, each by a thread
+with its share of the CPU threads; the output never depends on how many there are."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.config import ModelConfig, SearchOptions
+from tfm.decoding.engines import load_translator
+from tfm.device import decoding_workers
+from tfm.errors import UsageError
+from tfm.model import Transformer
+
+# Sentences of many lengths: with a small max_tokens they fill a dozen batches or more.
+SENTENCES = [" ".join(["a man rides a bike", "the dog sleeps", "two children play"][i % 3]
+                      for _ in range(1 + i % 5)) for i in range(40)] + ["", "Ein Hund."]
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads() -> Iterator[None]:
+    """Workers change this thread's torch threads (it keeps one): put them back after."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path, tokenizer: Tokenizer) -> Path:
+    torch.manual_seed(0)
+    vocab = tokenizer.get_vocab_size()
+    config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=2,
+                         encoder_layers=1, decoder_layers=1, d_ff=64, dropout=0.0)
+    save_model_dir(tmp_path / "model", Transformer(config), tokenizer,
+                   ModelInfo(config, "en", "de"))
+    return tmp_path / "model"
+
+
+def batch_count(translator, options: SearchOptions) -> int:
+    calls = []
+    search = translator.search
+    translator.search = lambda batch, o: calls.append(len(batch)) or search(batch, o)
+    translator.translate(SENTENCES, options)
+    translator.search = search
+    return len(calls)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_any_number_of_workers_gives_the_same_translations_and_scores(
+        model_dir: Path, beam: int) -> None:
+    options = SearchOptions(beam=beam, n_best=min(beam, 2), max_len_a=0.0, max_len_b=10,
+                            max_tokens=64)
+    one = load_translator(model_dir, "cpu", workers=1)
+    assert batch_count(one, options) >= 8  # several batches each, to share
+    expected = one.translate(SENTENCES, options)
+    for workers in (2, 3):
+        got = load_translator(model_dir, "cpu", workers=workers).translate(SENTENCES, options)
+        assert [t.source for t in got] == SENTENCES  # in input order
+        assert [t.hypotheses for t in got] == [t.hypotheses for t in expected]
+        assert got[-2].text == ""  # an empty line stays empty
+
+
+def test_the_workers_decode_side_by_side_each_with_its_share_of_the_threads(
+        model_dir: Path) -> None:
+    torch.set_num_threads(4)
+    translator = load_translator(model_dir, "cpu", workers=2)
+    assert torch.get_num_threads() == 1  # the loading thread keeps one, the workers share 4
+    both_inside = threading.Barrier(2, timeout=30)  # broken unless 2 searches run at once
+    seen: list[tuple[str, int]] = []
+    search = translator.search
+
+    def recording_search(batch, options):
+        if len(seen) < 2:
+            seen.append((threading.current_thread().name, torch.get_num_threads()))
+            both_inside.wait()
+        return search(batch, options)
+
+    translator.search = recording_search
+    options = SearchOptions(beam=1, max_len_a=0.0, max_len_b=5, max_tokens=64)
+    translator.translate(SENTENCES, options)
+    assert len({name for name, _ in seen}) == 2
+    assert all(name.startswith("tfm-decode") and threads == 2 for name, threads in seen)
+
+
+def test_a_failing_batch_stops_the_batches_not_started(model_dir: Path) -> None:
+    translator = load_translator(model_dir, "cpu", workers=2)
+    options = SearchOptions(beam=1, max_len_a=0.0, max_len_b=5, max_tokens=64)
+    batches = batch_count(translator, options)
+    calls = []
+    search = translator.search
+    first_started = threading.Event()
+
+    def failing_search(batch, o):
+        calls.append(len(batch))
+        if len(calls) == 1:  # the first batch taken (the longest) fails...
+            first_started.wait(10)
+            raise RuntimeError("out of memory")
+        first_started.set()  # ...while the other worker decodes one
+        return search(batch, o)
+
+    translator.search = failing_search
+    with pytest.raises(RuntimeError, match="out of memory"):
+        translator.translate(SENTENCES, options)
+    translator._pool.shutdown(wait=True)  # let the batch in flight end
+    assert len(calls) < batches // 2
+
+
+def test_auto_is_two_workers_on_a_cpu_with_two_threads_and_one_elsewhere() -> None:
+    cpu = torch.device("cpu")
+    torch.set_num_threads(2)
+    assert decoding_workers(None, cpu) == 2
+    torch.set_num_threads(1)
+    assert decoding_workers(None, cpu) == 1
+    assert decoding_workers(None, torch.device("cuda")) == 1
+    assert decoding_workers(3, cpu) == 3
+    with pytest.raises(UsageError, match="--workers 0"):
+        decoding_workers(0, cpu)
+
+
+def test_the_command_line_translates_a_file_alike_with_one_or_two_workers(
+        tmp_path: Path, model_dir: Path) -> None:
+    src = tmp_path / "src.en"
+    src.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    outputs = []
+    for workers in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-m", "tfm", "translate", "-m", str(model_dir), "--input", str(src),
+             "--workers", workers, "--beam", "2", "--device", "cpu"],
+            capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        outputs.append(done.stdout)
+    assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == len(SENTENCES)
+    refused = subprocess.run(
+        [sys.executable, "-m", "tfm", "translate", "-m", str(model_dir), "--workers", "0", "x"],
+        capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--workers 0" in refused.stderr
