@@ -1,9 +1,15 @@
 """BLEU against training time: score every numbered checkpoint of a training run.
 
     python bench/curve.py runs/m30k/model --src test.en.gz --ref test.de.gz [--beam 5]
+        [--ensemble runs/other/model ...] [--json curve.json] [--png curve.png]
 
 Reads the run's metrics.jsonl for the training time at which each checkpoint was saved, and
 prints one row per checkpoint: minutes, step, BLEU (sacrebleu, detokenised) with the signature.
+``--ensemble DIR`` (repeatable): runs trained side by side with the same checkpoint schedule
+(recipes/multi30k-ensemble.sh): each step's checkpoints of all runs decoded together, for the
+steps every run has. ``--png``: the scores against minutes of training, beside the validation
+BLEU each run logged while it trained (greedy, on its validation set: pass ``--src``/``--ref`` of
+that set and ``--beam 1`` to compare like with like).
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import json
 import re
 import sys
 from pathlib import Path
+
+import torch
 
 from tfm.data.corpus import read_text_lines
 from tfm.decoding.scoring import bleu
@@ -35,17 +43,27 @@ def main() -> None:
     parser.add_argument("--src", required=True)
     parser.add_argument("--ref", required=True)
     parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--ensemble", type=Path, action="append", default=[])
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--png", type=Path)
+    parser.add_argument("--title", default="BLEU against training time")
     args = parser.parse_args()
 
     sources, references = read_text_lines(args.src), read_text_lines(args.ref)
     times = elapsed_by_step(args.model / "metrics.jsonl")
     rows = []
+    threads = torch.get_num_threads()
     for path in sorted((args.model / "checkpoints").glob("step_*.safetensors")):
+        if not all((d / "checkpoints" / path.name).is_file() for d in args.ensemble):
+            continue
         step = int(re.search(r"step_(\d+)", path.name).group(1))
         logged = [s for s in times if s <= step]
         minutes = times[max(logged)] / 60 if logged else float("nan")
-        translator = TorchTranslator(args.model, "cpu", f"checkpoints/{path.name}")
+        # Decoded as tfm translate decodes, by its default workers: each translator leaves this
+        # thread one CPU thread (tfm.device.share_cpu_threads), so give them all back first.
+        torch.set_num_threads(threads)
+        translator = TorchTranslator(args.model, "cpu", f"checkpoints/{path.name}",
+                                     ensemble=args.ensemble, workers=None)
         options = translator.default_options(beam=args.beam)
         hypotheses = [t.text for t in translator.translate(sources, options)]
         score = bleu(hypotheses, references)
@@ -56,6 +74,17 @@ def main() -> None:
         print(f"signature: {rows[-1]['signature']}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    if args.png and rows:
+        from tfm.plotting import plot_bleu_against_time, read_metrics
+
+        runs = [args.model, *args.ensemble]
+        name = "decoded together" if args.ensemble else "its checkpoints"
+        curves = {f"{name} (beam {args.beam})": [(r["minutes"], r["bleu"]) for r in rows]}
+        for run in runs:  # what each run logged (validation, greedy) as it trained
+            curves[f"{run.name}, as logged"] = [
+                (r["elapsed"] / 60, r["bleu"]) for r in read_metrics(run / "metrics.jsonl")
+                if r.get("kind") == "valid" and r.get("bleu") is not None and "elapsed" in r]
+        plot_bleu_against_time(curves, args.png, args.title)
     sys.exit(0 if rows else 1)
 
 
