@@ -3,11 +3,12 @@ and offline ``tfm translate`` of the same file; then an overload run.
 
     python bench/serve.py --model MODEL [--src ../shared/data/multi30k/test_2016_flickr.en.gz]
         [--out serve.json] [--clients 1,8,32,128] [--workers 1,2] [--beam N] [--limit N]
+        [--precision fp32]
 
 Measures, on this machine and in this run:
   - offline: the file translated as ``tfm translate --input`` translates it (the same library
-    call, model load excluded), and the whole ``tfm translate`` command (start-up and load
-    included);
+    call with the same default ``--workers``, model load excluded), and the whole
+    ``tfm translate`` command (start-up and load included);
   - ``tfm serve`` (dynamic batching, default settings) with each ``--workers`` count asked for,
     and an unbatched ``tfm serve`` (``--max-batch-tokens 1``: one sentence per batch, one
     worker), each driven by 1, 8, 32 and 128
@@ -53,27 +54,29 @@ REQUEST_TIMEOUT = 300.0  # seconds; an answer later than this counts as lost
 
 # --- offline ---------------------------------------------------------------------------------
 
-def offline(model: Path, sources: list[str], beam: int | None) -> dict[str, Any]:
+def offline(model: Path, sources: list[str], beam: int | None, precision: str
+            ) -> dict[str, Any]:
     """The file translated by the library call `tfm translate --input` makes, load excluded."""
     from tfm.decoding.engines import load_translator
 
-    translator = load_translator(model, "auto", "fp32")
+    translator = load_translator(model, "auto", precision, workers=None)  # as tfm translate does
     options = translator.default_options(beam=beam)
     translator.translate(sources[:20], options)  # warm-up, not timed
     start = time.perf_counter()
     texts = [t.text for t in translator.translate(sources, options)]
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "sent_per_s": len(sources) / seconds, "beam": options.beam,
-            "texts": texts}
+            "workers": translator.workers, "texts": texts}
 
 
-def offline_command(model: Path, sources: list[str], beam: int | None, work: Path
-                    ) -> dict[str, Any]:
+def offline_command(model: Path, sources: list[str], beam: int | None, precision: str,
+                    work: Path) -> dict[str, Any]:
     """The whole `tfm translate --input FILE` command, start-up and model load included."""
     src, out = work / "src.txt", work / "offline.txt"
     src.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
     command = [sys.executable, "-m", "tfm", "translate", "-m", str(model), "--input", str(src),
-               "--output", str(out)] + (["--beam", str(beam)] if beam else [])
+               "--output", str(out), "--precision", precision] + (
+                   ["--beam", str(beam)] if beam else [])
     start = time.perf_counter()
     subprocess.run(command, check=True, stderr=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
@@ -321,6 +324,7 @@ def main() -> None:
     parser.add_argument("--workers", default="1,2", help="batched servers to run, by --workers")
     parser.add_argument("--beam", type=int, help="default: the model's")
     parser.add_argument("--limit", type=int, help="only the first N sentences (a quick check)")
+    parser.add_argument("--precision", default="fp32", help="of every run (tfm --precision)")
     parser.add_argument("--overload-clients", type=int, default=256)
     parser.add_argument("--overload-queue", type=int, default=16)
     args = parser.parse_args()
@@ -328,17 +332,19 @@ def main() -> None:
     levels = [int(c) for c in args.clients.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
     results: dict[str, Any] = {"model": str(args.model), "src": str(args.src),
-                               "sentences": len(sources), "cpus": os.cpu_count()}
+                               "sentences": len(sources), "cpus": os.cpu_count(),
+                               "precision": args.precision}
     with tempfile.TemporaryDirectory(prefix="tfm-bench-serve-") as tmp:
         work = Path(tmp)
         print(f"offline: {len(sources)} sentences", file=sys.stderr, flush=True)
-        off = offline(args.model, sources, args.beam)
+        off = offline(args.model, sources, args.beam, args.precision)
         reference = off.pop("texts")
         results["offline"] = off
-        command = offline_command(args.model, sources, args.beam, work)
+        command = offline_command(args.model, sources, args.beam, args.precision, work)
         command["identical"] = sum(t == r for t, r in zip(command.pop("texts"), reference))
         results["offline_command"] = command
         beam = ["--beam", str(args.beam)] if args.beam else []
+        beam += ["--precision", args.precision]
         runs = [(batched_name(w), ["--workers", str(w)]) for w in workers]
         results["batched_runs"] = [name for name, _ in runs]
         for name, extra in (*runs, ("unbatched", ["--max-batch-tokens", "1"])):
