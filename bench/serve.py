@@ -343,19 +343,19 @@ def main() -> None:
         command = offline_command(args.model, sources, args.beam, args.precision, work)
         command["identical"] = sum(t == r for t, r in zip(command.pop("texts"), reference))
         results["offline_command"] = command
-        beam = ["--beam", str(args.beam)] if args.beam else []
-        beam += ["--precision", args.precision]
+        common = (["--beam", str(args.beam)] if args.beam else []) + [
+            "--precision", args.precision]
         runs = [(batched_name(w), ["--workers", str(w)]) for w in workers]
         results["batched_runs"] = [name for name, _ in runs]
-        for name, extra in (*runs, ("unbatched", ["--max-batch-tokens", "1"])):
+        for name, extra in (*runs, ("unbatched", ["--max-batch-tokens", "1", "--workers", "1"])):
             print(f"{name} server", file=sys.stderr, flush=True)
-            server = Server(args.model, work, name, *beam, *extra)
+            server = Server(args.model, work, name, *common, *extra)
             try:
                 results[name] = run_levels(server, sources, levels, args.beam, reference)
             finally:
                 server.stop()
         print("overload", file=sys.stderr, flush=True)
-        server = Server(args.model, work, "overload", *beam, "--max-queue",
+        server = Server(args.model, work, "overload", *common, "--max-queue",
                         str(args.overload_queue), "--workers", str(max(workers)))
         try:
             row = asyncio.run(drive(server, sources, args.overload_clients, args.beam,

@@ -701,6 +701,11 @@ def test_info_tells_languages_model_provenance_version_and_defaults(server):
     assert info["decoding"]["beam"] == 4 and info["decoding"]["max_len_b"] == 5
     assert info["engine"]["engine"] == "tfm"
     assert info["limits"]["max_sentences"] == 20 and info["limits"]["max_beam"] == 6
+    # Without --workers: 2 decoding workers where torch starts with 2 CPU threads or more.
+    threads = int(subprocess.run([sys.executable, "-c", "import torch; print(torch."
+                                  "get_num_threads())"], capture_output=True, text=True,
+                                 check=True).stdout)
+    assert info["limits"]["workers"] == (2 if threads >= 2 else 1)
 
 
 def test_metrics_are_prometheus_text_with_requests_latency_batches_queue_and_work(server):

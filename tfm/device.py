@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -91,14 +93,14 @@ def decoding_workers(requested: int | None, device: torch.device) -> int:
     return 2 if device.type == "cpu" and torch.get_num_threads() >= 2 else 1
 
 
-def share_cpu_threads(workers: int) -> int:
-    """torch's CPU threads for each of ``workers`` decoding threads: the calling thread's
-    threads (one a core by default) shared among them. torch's CPU threads (OpenMP) are set up
-    per calling thread, so this thread keeps one: had it kept all of them (loading the model,
-    say), their pool and the workers' would share the cores, and decoding ran 3x slower
-    (measured, 2 cores). Call it before loading the model; each worker then calls
-    ``torch.set_num_threads`` with the result. A second call in the same thread finds one
+def share_cpu_threads(workers: int) -> Callable[[], None]:
+    """The calling thread's torch CPU threads (one a core by default) shared among ``workers``
+    decoding threads: returns the function each of them calls once, first (a thread pool's
+    initializer), to take its share. torch's CPU threads (OpenMP) are set up per calling
+    thread, so this thread keeps one: had it kept all of them (loading the model, say), their
+    pool and the workers' would share the cores, and decoding ran 3x slower (measured, 2
+    cores). Call it before loading the model. A second call in the same thread finds one
     thread to share: to load another translator there, ``torch.set_num_threads`` first."""
     threads = max(1, torch.get_num_threads() // workers)
     torch.set_num_threads(1)
-    return threads
+    return functools.partial(torch.set_num_threads, threads)

@@ -65,7 +65,7 @@ def serve(
     uvicorn = require("uvicorn", "serve")
     require("prometheus_client", "serve")
     from tfm.decoding.engines import load_translator
-    from tfm.device import decoding_workers, resolve_device
+    from tfm.device import decoding_workers, resolve_device, share_cpu_threads
     from tfm.serve.app import create_app
 
     workers = decoding_workers(workers, resolve_device(device))
@@ -77,14 +77,9 @@ def serve(
     try:
         # Decoding runs on the batcher's worker threads, each with its share of the CPU
         # threads; this thread keeps one (tfm.device.share_cpu_threads says why).
-        import torch
-
-        from tfm.device import share_cpu_threads
-
-        threads = share_cpu_threads(config.workers)
+        worker_init = share_cpu_threads(config.workers)
         translator = load_translator(model, device, precision)
-        application = create_app(translator, config,
-                                 worker_init=lambda: torch.set_num_threads(threads))
+        application = create_app(translator, config, worker_init=worker_init)
         info = translator.info
         url = _url(host, sock.getsockname()[1])
         err.print(f"Serving {info.src_lang or '?'}→{info.tgt_lang or '?'} ({translator.engine}"

@@ -46,7 +46,8 @@ class TorchTranslator(Translator):
         CPU thread and the workers share the others (tfm.device.share_cpu_threads)."""
         self.device = resolve_device(device)
         self.workers = decoding_workers(workers, self.device)
-        self.worker_threads = share_cpu_threads(self.workers) if self.workers > 1 else None
+        if self.workers > 1:
+            self.worker_init = share_cpu_threads(self.workers)
         self.model, self.vocabs, self.info = load_model_dir(Path(model_dir), weights_file)
         if ensemble:
             self.model = Ensemble([self.model, *(self._member(Path(model_dir), Path(d),
@@ -73,10 +74,6 @@ class TorchTranslator(Translator):
                              f"{info.tgt_lang}, {first} {self.info.src_lang}->"
                              f"{self.info.tgt_lang}")
         return model
-
-    def _worker_init(self) -> None:
-        if self.worker_threads is not None:
-            torch.set_num_threads(self.worker_threads)
 
     def describe(self) -> dict[str, Any]:
         described = {"engine": self.engine, "device": str(self.device),

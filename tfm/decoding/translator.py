@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
@@ -82,9 +82,10 @@ class Translator(ABC):
     vocabs: Vocabularies
     info: ModelInfo
     max_source_tokens: int  # longest source the model takes, EOS included
-    # Batches decoded at once, each by a thread of its own (``_worker_init`` runs first in
-    # each): the batches of one ``translate`` call are shared among them, the longest first.
+    # Batches decoded at once, each by a thread of its own (``worker_init``, if any, runs first
+    # in each): the batches of one ``translate`` call are shared among them, the longest first.
     workers: int = 1
+    worker_init: Callable[[], None] | None = None
     _pool: ThreadPoolExecutor | None = None
 
     @abstractmethod
@@ -167,7 +168,7 @@ class Translator(ABC):
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tfm-decode",
-                                            initializer=self._worker_init)
+                                            initializer=self.worker_init)
         pool = self._pool
         futures: dict[Future[list[list[Hypothesis]]], list[int]] = {
             pool.submit(self.search, [ids[i] for i in batch], options): batch
@@ -178,11 +179,6 @@ class Translator(ABC):
         finally:  # stopped early (an error, Ctrl-C): batches not started are never decoded
             for future in futures:
                 future.cancel()
-
-    def _worker_init(self) -> None:
-        """Called once in each decoding worker thread before its first batch (nothing to do
-        unless an engine says otherwise)."""
-        return None
 
     def translate_stream(self, lines: Iterable[str], options: SearchOptions,
                          chunk: int = 1) -> Iterator[Translation]:

@@ -7,8 +7,8 @@ requests, metrics) while the model runs. With several workers, the sentences wai
 among the workers free to take them (each takes its share, the oldest first), so that they
 decode side by side. A batch of a few dozen sentences leaves CPU threads idle: on 2 cores, one
 thread decoded batches of 32 as fast as two (133 and 135 sentences/s), and two single-threaded
-workers 1.7-1.8x as fast, offline; behind HTTP on the same 2 cores, with the clients there
-too, the server's own work took that headroom (docs/BENCHMARKS.md).
+workers 1.7-1.8x as fast, offline. Behind HTTP on the same 2 cores, with 32 clients there too,
+two workers served beam 5 1.3x as fast as one, greedy no faster (docs/BENCHMARKS.md).
 
 Gathering is greedy: a worker goes as soon as the waiting sentences fill ``max_batch_tokens``
 (source tokens x beam), or ``max_wait`` after the oldest sentence arrived or the worker became
