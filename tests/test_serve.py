@@ -485,6 +485,170 @@ def test_the_number_of_workers_must_be_at_least_one():
         ServeConfig(workers=0)
 
 
+class FakeStream:
+    """A continuous-batching decoder for the batcher's tests: every 10 ms one step, in which
+    each sentence decoding moves one word on; a sentence of n words ends after n steps,
+    upper-cased. Records (event, sentence, step) as it goes: "join" and "end"."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, int]] = []
+        self.sessions = 0
+        self.peaks: list[int] = []  # the most sentences each running batch held
+
+    def __call__(self, take, done, max_rows: int) -> None:
+        self.sessions += 1
+        running: list[list[Any]] = []  # [source, tag, steps left]
+        step = peak = 0
+        beams = set()
+        while True:
+            for source, options, tag in take(max_rows - len(running), not running):
+                beams.add(options.beam)
+                assert len(beams) == 1, "a running batch of two beam sizes"
+                running.append([source, tag, len(source.split())])
+                self.events.append(("join", source, step))
+            peak = max(peak, len(running))
+            if not running:
+                self.peaks.append(peak)
+                return
+            time.sleep(0.01)
+            step += 1
+            for entry in running:
+                entry[2] -= 1
+            for source, tag, _ in [e for e in running if e[2] == 0]:
+                self.events.append(("end", source, step))
+                done(tag, Translation(source, [(source.upper(), -1.0)],
+                                      target_tokens=len(source.split())))
+            running = [e for e in running if e[2] > 0]
+
+    def order(self) -> list[tuple[str, str]]:
+        return [(event, source) for event, source, _ in self.events]
+
+
+def streaming_batcher(stream: FakeStream, calls: list[tuple[list[str], int]],
+                      can_stream: Callable[[SearchOptions], bool] = lambda o: o.beam == 1,
+                      **limits: Any) -> Batcher:
+    settings: dict[str, Any] = dict(max_batch_tokens=10, max_wait=0.0, max_queue=100)
+    settings.update(limits)
+    b = Batcher(fake_decode(calls), words, stream=stream, can_stream=can_stream, **settings)
+    b.start()
+    return b
+
+
+def test_sentences_join_a_running_batch_and_leave_it_as_soon_as_they_end():
+    stream, calls = FakeStream(), []
+
+    async def main() -> None:
+        b = streaming_batcher(stream, calls)
+        long = b.enqueue(["a b c d e f"], GREEDY)  # 6 steps
+        while not stream.events:
+            await asyncio.sleep(0.002)
+        short = b.enqueue(["x y"], GREEDY)  # joins the running batch: 2 steps
+        assert (await short.future)[0].text == "X Y"
+        assert not long.done  # answered before the long one that started first
+        assert (await long.future)[0].text == "A B C D E F"
+        await b.stop(5)
+
+    asyncio.run(main())
+    assert stream.sessions == 1 and not calls  # one running batch, no batch decoded whole
+    assert stream.order() == [("join", "a b c d e f"), ("join", "x y"), ("end", "x y"),
+                              ("end", "a b c d e f")]
+
+
+def test_a_running_batch_takes_no_more_source_tokens_than_the_budget():
+    stream, calls = FakeStream(), []
+
+    async def main() -> None:
+        b = streaming_batcher(stream, calls, max_batch_tokens=10)
+        jobs = [b.enqueue(["a b c d e f"], GREEDY)]  # 6 of 10 tokens
+        while not stream.events:
+            await asyncio.sleep(0.002)
+        jobs.append(b.enqueue(["x y"], GREEDY))  # 8 of 10
+        jobs.append(b.enqueue(["p q r"], GREEDY))  # 11: waits until "x y" leaves
+        await asyncio.gather(*(job.future for job in jobs))
+        await b.stop(5)
+
+    asyncio.run(main())
+    order = stream.order()
+    assert order.index(("join", "p q r")) > order.index(("end", "x y"))
+    assert order.index(("join", "p q r")) < order.index(("end", "a b c d e f"))
+
+
+def test_an_oldest_beam_request_ends_the_running_batch_and_is_decoded_before_newer_ones():
+    stream, calls = FakeStream(), []
+
+    async def main() -> None:
+        b = streaming_batcher(stream, calls)
+        first = b.enqueue(["a b c d"], GREEDY)
+        while not stream.events:
+            await asyncio.sleep(0.002)
+        beam = b.enqueue(["beam me"], BEAM2)  # the oldest waiting: the stream takes no more
+        later = b.enqueue(["later"], GREEDY)
+        results = await asyncio.gather(first.future, beam.future, later.future)
+        assert [r[0].text for r in results] == ["A B C D", "BEAM ME", "LATER"]
+        await b.stop(5)
+
+    asyncio.run(main())
+    assert calls == [(["beam me"], 2)]  # decoded as a batch, with its beam
+    assert stream.sessions == 2  # "later" went into a new running batch, after the beam one
+    assert ("join", "later") not in stream.order()[:2]
+
+
+def test_a_running_batch_has_one_beam_size_and_another_waits_for_the_next_one():
+    stream, calls = FakeStream(), []
+
+    async def main() -> None:
+        b = streaming_batcher(stream, calls, can_stream=lambda options: True,
+                              max_batch_tokens=100)
+        first = b.enqueue(["a b c"], BEAM2)
+        while not stream.events:
+            await asyncio.sleep(0.002)
+        jobs = [first, b.enqueue(["g h"], GREEDY), b.enqueue(["i j"], BEAM2)]
+        results = await asyncio.gather(*(job.future for job in jobs))
+        assert [r[0].text for r in results] == ["A B C", "G H", "I J"]
+        await b.stop(5)
+
+    asyncio.run(main())
+    # Beam 2, then greedy: "i j" (beam 2) may not pass the older "g h" into the first one.
+    assert not calls and stream.sessions == 3
+    order = stream.order()
+    assert order.index(("end", "a b c")) < order.index(("join", "g h")) < order.index(
+        ("join", "i j"))
+
+
+def test_two_workers_each_run_a_batch_with_its_share_of_what_waits():
+    stream, calls = FakeStream(), []
+
+    async def main() -> None:
+        b = streaming_batcher(stream, calls, workers=2, max_batch_tokens=100)
+        jobs = [b.enqueue([f"s{i} x y"], GREEDY) for i in range(8)]
+        results = await asyncio.gather(*(job.future for job in jobs))
+        assert [r[0].text for r in results] == [f"S{i} X Y" for i in range(8)]
+        await b.stop(5)
+
+    asyncio.run(main())
+    assert stream.sessions == 2 and stream.peaks == [4, 4]
+
+
+def test_a_failing_stream_fails_its_requests_and_the_server_goes_on():
+    def broken(take, done, max_rows):
+        take(max_rows, True)
+        raise RuntimeError("out of memory")
+
+    async def main() -> None:
+        b = Batcher(fake_decode([]), words, max_batch_tokens=10, max_wait=0.0, max_queue=10,
+                    stream=broken, can_stream=lambda options: options.beam == 1)
+        b.start()
+        job = b.enqueue(["a b"], GREEDY)
+        with pytest.raises(RuntimeError, match="out of memory"):
+            await job.future
+        assert b.decoding == 0 and b.queued == 0
+        beam = b.enqueue(["c d"], BEAM2)  # the worker is still there
+        assert (await beam.future)[0].text == "C D"
+        await b.stop(5)
+
+    asyncio.run(main())
+
+
 def test_a_request_of_many_sentences_may_span_batches_and_is_answered_in_order():
     calls: list[tuple[list[str], int]] = []
 
@@ -621,6 +785,29 @@ def test_two_workers_translate_concurrent_requests_as_tfm_translate_does(model_d
     with tfm_serve(model_dir, "--workers", "2") as running:
         assert httpx.get(f"{running.url}/v1/info").json()["limits"]["workers"] == 2
         send_concurrently(running.url, SENTENCES * 3, expected)
+
+
+def test_greedy_and_beam_requests_at_once_are_translated_as_tfm_translate_does(
+        server, reference):
+    greedy, beam = reference(1), reference(2)
+
+    async def send_all() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth(), timeout=60) as client:
+            return await asyncio.gather(*(
+                client.post("/v1/translate", json={"text": s, "beam": 1 + i % 2})
+                for i, s in enumerate(SENTENCES * 2)))
+
+    responses = asyncio.run(send_all())
+    for i, (source, response) in enumerate(zip(SENTENCES * 2, responses)):
+        assert response.status_code == 200
+        expected = (greedy if i % 2 == 0 else beam)[source]["translation"]
+        assert response.json()["translations"][0]["text"] == expected
+
+
+def test_without_continuous_batching_the_translations_are_the_same(model_dir, reference):
+    with tfm_serve(model_dir, "--no-continuous") as running:
+        assert httpx.get(f"{running.url}/v1/info").json()["limits"]["continuous"] is False
+        send_concurrently(running.url, SENTENCES * 2, reference(1))
 
 
 def auth(key: str = API_KEY) -> dict[str, str]:
