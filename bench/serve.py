@@ -11,12 +11,12 @@ Measures, on this machine and in this run:
     ``tfm translate`` command (start-up and load included);
   - ``tfm serve`` (dynamic batching, default settings) with each ``--workers`` count asked for
     (and, with ``--whole-batches``, the same without continuous batching), and an unbatched
-    ``tfm serve`` (``--max-batch-tokens 1``: one sentence at a time, one worker), each driven
-    by 1, 8, 32 and 128 concurrent clients (closed loop: each sends its next sentence when
-    answered), one sentence per request, the whole file at each level: sentences/s,
-    p50/p95/p99 latency, mean batch size (from the server's /metrics: with continuous
-    batching, the sentences decoding together each time sentences join) and how many
-    translations equal the offline ones;
+    ``tfm serve`` (``--max-batch-tokens 1 --no-continuous``: one sentence a batch, one worker),
+    each driven by 1, 8, 32 and 128 concurrent clients (closed loop: each sends its next
+    sentence when answered), one sentence per request, the whole file at each level:
+    sentences/s, p50/p95/p99 latency, mean batch size (from the server's /metrics: with
+    continuous batching, the sentences decoding together each time sentences join) and how
+    many translations equal the offline ones;
   - overload: many clients against a small queue (``--max-queue``), with the most workers;
     refused requests (503) are retried after their Retry-After (capped at 1 s): counts of
     200s, 503s and anything else (other statuses, connection errors, timeouts), sentences
@@ -358,7 +358,8 @@ def main() -> None:
             runs += [(batched_name(w) + "_whole", ["--workers", str(w), "--no-continuous"])
                      for w in workers]
         results["batched_runs"] = [name for name, _ in runs]
-        for name, extra in (*runs, ("unbatched", ["--max-batch-tokens", "1", "--workers", "1"])):
+        for name, extra in (*runs, ("unbatched", ["--max-batch-tokens", "1", "--workers", "1",
+                                                    "--no-continuous"])):
             print(f"{name} server", file=sys.stderr, flush=True)
             server = Server(args.model, work, name, *common, *extra)
             try:
