@@ -593,6 +593,25 @@ def test_an_oldest_beam_request_ends_the_running_batch_and_is_decoded_before_new
     assert ("join", "later") not in stream.order()[:2]
 
 
+def test_a_large_running_batch_takes_sentences_in_groups_of_a_quarter_of_its_size():
+    stream, calls = FakeStream(), []
+
+    async def main() -> None:
+        b = streaming_batcher(stream, calls, max_batch_tokens=1000)
+        jobs = [b.enqueue([f"s{i} " + "x " * (10 + i)], GREEDY) for i in range(8)]
+        while not stream.events:
+            await asyncio.sleep(0.002)
+        jobs.append(b.enqueue(["late"], GREEDY))  # 1 waiting < 8 // 4: not yet
+        await asyncio.sleep(0.03)  # three steps
+        jobs.append(b.enqueue(["later"], GREEDY))  # 2 waiting: they join together
+        await asyncio.gather(*(job.future for job in jobs))
+        await b.stop(5)
+
+    asyncio.run(main())
+    joins = {source: step for event, source, step in stream.events if event == "join"}
+    assert joins["late"] == joins["later"] > 0
+
+
 def test_a_running_batch_has_one_beam_size_and_another_waits_for_the_next_one():
     stream, calls = FakeStream(), []
 
@@ -787,12 +806,13 @@ def test_two_workers_translate_concurrent_requests_as_tfm_translate_does(model_d
         send_concurrently(running.url, SENTENCES * 3, expected)
 
 
-def test_greedy_and_beam_requests_at_once_are_translated_as_tfm_translate_does(
-        server, reference):
+def send_greedy_and_beam(url: str, reference: Callable[[int], dict[str, Any]],
+                         headers: dict[str, str] | None = None) -> None:
+    """Greedy and beam-2 requests at once, each answered as ``tfm translate`` answers it."""
     greedy, beam = reference(1), reference(2)
 
     async def send_all() -> list[httpx.Response]:
-        async with httpx.AsyncClient(base_url=server.url, headers=auth(), timeout=60) as client:
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
             return await asyncio.gather(*(
                 client.post("/v1/translate", json={"text": s, "beam": 1 + i % 2})
                 for i, s in enumerate(SENTENCES * 2)))
@@ -804,10 +824,20 @@ def test_greedy_and_beam_requests_at_once_are_translated_as_tfm_translate_does(
         assert response.json()["translations"][0]["text"] == expected
 
 
-def test_without_continuous_batching_the_translations_are_the_same(model_dir, reference):
-    with tfm_serve(model_dir, "--no-continuous") as running:
-        assert httpx.get(f"{running.url}/v1/info").json()["limits"]["continuous"] is False
-        send_concurrently(running.url, SENTENCES * 2, reference(1))
+def test_greedy_and_beam_requests_at_once_are_translated_as_tfm_translate_does(
+        server, reference):
+    send_greedy_and_beam(server.url, reference, auth())
+
+
+def test_with_continuous_batching_the_translations_are_the_same(model_dir, reference):
+    with tfm_serve(model_dir, "--continuous", "--workers", "2") as running:
+        assert httpx.get(f"{running.url}/v1/info").json()["limits"]["continuous"] is True
+        send_concurrently(running.url, SENTENCES * 3, reference(1))
+        send_greedy_and_beam(running.url, reference)
+        metrics = metric_samples(httpx.get(f"{running.url}/metrics").text)
+    # Running batches that held sentences of more than one request at a time.
+    assert (metrics[("tfm_serve_batch_requests_count", ())]
+            > metrics[("tfm_serve_batch_requests_bucket", (("le", "1.0"),))])
 
 
 def auth(key: str = API_KEY) -> dict[str, str]:

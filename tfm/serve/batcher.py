@@ -389,7 +389,10 @@ class _StreamSession:
 
     def take(self, n: int, wait: bool) -> list[tuple[Any, SearchOptions, _Item]]:
         """Up to ``n`` queued sentences the stream can decode (none if the oldest is not)."""
-        if self.batcher._queued == 0:  # a read without the loop: a stale answer costs a step
+        queued = self.batcher._queued  # a read without the loop: a stale answer costs a step
+        # Each join costs an encoder pass: a running batch takes sentences in groups of a
+        # quarter of its size or more (or what there is, when it has none).
+        if queued == 0 or (self.active and queued < max(1, len(self.active) // 4)):
             return []
         future: concurrent.futures.Future[list[_Item]] = concurrent.futures.Future()
 
