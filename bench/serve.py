@@ -3,20 +3,18 @@ and offline ``tfm translate`` of the same file; then an overload run.
 
     python bench/serve.py --model MODEL [--src ../shared/data/multi30k/test_2016_flickr.en.gz]
         [--out serve.json] [--clients 1,8,32,128] [--workers 1,2] [--beam N] [--limit N]
-        [--precision fp32] [--whole-batches]
+        [--precision fp32]
 
 Measures, on this machine and in this run:
   - offline: the file translated as ``tfm translate --input`` translates it (the same library
     call with the same default ``--workers``, model load excluded), and the whole
     ``tfm translate`` command (start-up and load included);
-  - ``tfm serve`` (dynamic batching, default settings) with each ``--workers`` count asked for
-    (and, with ``--whole-batches``, the same without continuous batching), and an unbatched
-    ``tfm serve`` (``--max-batch-tokens 1 --no-continuous``: one sentence a batch, one worker),
-    each driven by 1, 8, 32 and 128 concurrent clients (closed loop: each sends its next
-    sentence when answered), one sentence per request, the whole file at each level:
-    sentences/s, p50/p95/p99 latency, mean batch size (from the server's /metrics: with
-    continuous batching, the sentences decoding together each time sentences join) and how
-    many translations equal the offline ones;
+  - ``tfm serve`` (dynamic batching, default settings) with each ``--workers`` count asked for,
+    and an unbatched ``tfm serve`` (``--max-batch-tokens 1``: one sentence per batch, one
+    worker), each driven by 1, 8, 32 and 128
+    concurrent clients (closed loop: each sends its next sentence when answered), one sentence
+    per request, the whole file at each level: sentences/s, p50/p95/p99 latency, mean batch
+    size (from the server's /metrics) and how many translations equal the offline ones;
   - overload: many clients against a small queue (``--max-queue``), with the most workers;
     refused requests (503) are retried after their Retry-After (capped at 1 s): counts of
     200s, 503s and anything else (other statuses, connection errors, timeouts), sentences
@@ -269,14 +267,10 @@ def batched_name(workers: int) -> str:
 
 
 def run_label(name: str) -> str:
-    """"batched" -> "batched server", "batched_2_workers" -> "batched server, 2 workers",
-    "batched_whole" -> "batched server, whole batches" (``--no-continuous``)."""
-    whole = name.endswith("_whole")
-    name = name.removesuffix("_whole")
-    label = f"{name} server"
+    """"batched" -> "batched server", "batched_2_workers" -> "batched server, 2 workers"."""
     if name.startswith("batched_"):
-        label = f"batched server, {name.split('_')[1]} workers"
-    return label + (", whole batches" if whole else "")
+        return f"batched server, {name.split('_')[1]} workers"
+    return f"{name} server"
 
 
 def table(results: dict[str, Any]) -> list[str]:
@@ -331,8 +325,6 @@ def main() -> None:
     parser.add_argument("--beam", type=int, help="default: the model's")
     parser.add_argument("--limit", type=int, help="only the first N sentences (a quick check)")
     parser.add_argument("--precision", default="fp32", help="of every run (tfm --precision)")
-    parser.add_argument("--whole-batches", action="store_true",
-                        help="also run each batched server with --no-continuous")
     parser.add_argument("--overload-clients", type=int, default=256)
     parser.add_argument("--overload-queue", type=int, default=16)
     args = parser.parse_args()
@@ -354,12 +346,8 @@ def main() -> None:
         common = (["--beam", str(args.beam)] if args.beam else []) + [
             "--precision", args.precision]
         runs = [(batched_name(w), ["--workers", str(w)]) for w in workers]
-        if args.whole_batches:  # the same servers without continuous batching
-            runs += [(batched_name(w) + "_whole", ["--workers", str(w), "--no-continuous"])
-                     for w in workers]
         results["batched_runs"] = [name for name, _ in runs]
-        for name, extra in (*runs, ("unbatched", ["--max-batch-tokens", "1", "--workers", "1",
-                                                    "--no-continuous"])):
+        for name, extra in (*runs, ("unbatched", ["--max-batch-tokens", "1", "--workers", "1"])):
             print(f"{name} server", file=sys.stderr, flush=True)
             server = Server(args.model, work, name, *common, *extra)
             try:

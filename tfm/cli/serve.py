@@ -36,12 +36,6 @@ def serve(
         "CPU threads. On 2 cores, 32 clients, beam 5: 96 sentences/s with 2, 74 with 1; "
         "greedy about the same either way." + default("2 on a CPU with 2 threads or more, "
         "else 1"), show_default=False)] = None,
-    continuous: Annotated[bool, typer.Option(
-        "--continuous/--no-continuous", help="Decode in a running batch that sentences "
-        "join and leave at every step, each answered as soon as it ends (continuous "
-        "batching), rather than in whole batches. On 2 CPU cores it was no faster (greedy "
-        "+4%, beam 5 -5% at 32 clients): measure it on your machine.")
-    ] = _C.continuous,
     max_queue: Annotated[int, typer.Option(
         "--max-queue", help="Most sentences waiting or decoding; beyond it requests get 503 "
         "with Retry-After.")] = _C.max_queue,
@@ -76,8 +70,7 @@ def serve(
 
     workers = decoding_workers(workers, resolve_device(device))
     config = ServeConfig(host=host, port=port, max_batch_tokens=max_batch_tokens,
-                         max_wait_ms=max_wait_ms, workers=workers, continuous=continuous,
-                         max_queue=max_queue,
+                         max_wait_ms=max_wait_ms, workers=workers, max_queue=max_queue,
                          max_sentences=max_sentences, max_request_bytes=max_request_bytes,
                          max_beam=max_beam, beam=beam, api_key=api_key)
     sock = _listen(host, port)  # before loading: a taken port fails fast

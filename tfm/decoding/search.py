@@ -91,26 +91,6 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
             for out, lp, attn in zip(outputs, log_probs, attention)]
 
 
-def beam_candidates(scores: Tensor, logp: Tensor
-                    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """One step of beam search for n sentences of k beams: ``scores`` (n, k) summed log P of
-    each beam, ``logp`` (n*k, V) their next-token log-probabilities. Returns the 2k best
-    candidates of each sentence (scores, beams, and whether each ends in EOS; all (n, 2k))
-    and the k that continue: their scores, beams and tokens (n, k)."""
-    n, k = scores.shape
-    vocab = logp.size(-1)
-    candidates = (scores.view(n, k, 1) + logp.view(n, k, vocab)).view(n, k * vocab)
-    # 2k candidates always leave at least k that do not end the sentence.
-    top_scores, top_index = candidates.topk(2 * k, dim=-1)  # (n, 2k)
-    top_beam = top_index // vocab
-    top_token = top_index % vocab
-    is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)
-    # The k best candidates that do not end in EOS continue as the new beams.
-    cont_scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=-1)
-    return (top_scores, top_beam, is_eos, cont_scores, top_beam.gather(1, order),
-            top_token.gather(1, order))
-
-
 @torch.inference_mode()
 def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: float = 1.0,
                 max_len_a: float = 1.5, max_len_b: int = 10, min_len: int = 0,
@@ -151,8 +131,18 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
         logits, state, weights = model.decode_step(tokens, state, need_attention)
         max_len = max_len_all[alive].repeat_interleave(k)
         logp = _step_log_probs(logits, step, min_len, max_len)  # (n*k, V)
-        top_scores, top_beam, is_eos, cont_scores, new_beam, new_token = beam_candidates(
-            scores, logp)
+        vocab = logp.size(-1)
+        candidates = (scores.view(n, k, 1) + logp.view(n, k, vocab)).view(n, k * vocab)
+        # 2k candidates always leave at least k that do not end the sentence.
+        top_scores, top_index = candidates.topk(2 * k, dim=-1)  # (n, 2k)
+        top_beam = top_index // vocab
+        top_token = top_index % vocab
+
+        is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)
+        # The k best candidates that do not end in EOS continue as the new beams.
+        cont_scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=-1)
+        new_beam = top_beam.gather(1, order)  # (n, k)
+        new_token = top_token.gather(1, order)
 
         # Hypotheses end where EOS is among a sentence's k best candidates; each sentence keeps
         # its k best finished hypotheses, best first.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +10,8 @@ import torch
 
 from tfm.checkpoint import load_model_dir
 from tfm.config import SearchOptions
-from tfm.decoding.continuous import StreamItem, continuous_beam, continuous_greedy
 from tfm.decoding.search import Hypothesis, beam_search, greedy_search
-from tfm.decoding.translator import Source, Translation, Translator
+from tfm.decoding.translator import Translator
 from tfm.device import (
     decoding_workers,
     precision_name,
@@ -94,38 +93,3 @@ class TorchTranslator(Translator):
                                  o.attention)
         return beam_search(self.model, src, o.beam, o.length_penalty, o.max_len_a, o.max_len_b,
                            o.min_len, o.n_best, o.attention, o.stop_early)
-
-    def can_stream(self, options: SearchOptions) -> bool:
-        """Greedy or beam search without attention weights (tfm.decoding.continuous)."""
-        return not options.attention
-
-    def stream(self, take: Callable[[int, bool], list[tuple[Source, SearchOptions, Any]]],
-               done: Callable[[Any, Translation], None], max_rows: int) -> None:
-        """Continuous batching; the first sentences taken set the beam size of the stream
-        (the caller gives only sentences of that beam size)."""
-        first = take(max_rows, True)
-        if not first:
-            return
-        beam = first[0][1].beam
-        pending = [first]
-
-        def take_items(n: int, wait: bool) -> list[StreamItem]:
-            items = []
-            for source, o, tag in (pending.pop() if pending else take(n, wait)):
-                assert self.can_stream(o) and o.beam == beam, o
-                if not source.ids:  # nothing to translate: an empty line stays empty
-                    done(tag, Translation(source.sentence, [("", 0.0)]))
-                    continue
-                items.append(StreamItem(source.ids, o.max_len_a, o.max_len_b, o.min_len,
-                                        (source, tag), o.n_best, o.length_penalty,
-                                        o.stop_early))
-            return items
-
-        def finish(item: StreamItem, hyps: Hypothesis | list[Hypothesis]) -> None:
-            source, tag = item.tag
-            done(tag, self._translation(source, hyps if isinstance(hyps, list) else [hyps]))
-
-        if beam == 1:
-            continuous_greedy(self.model, take_items, finish, max_rows, self.device)
-        else:
-            continuous_beam(self.model, take_items, finish, max_rows, beam, self.device)

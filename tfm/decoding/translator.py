@@ -98,27 +98,6 @@ class Translator(ABC):
         """What /v1/info and reports show of the engine."""
         return {"engine": self.engine}
 
-    def can_stream(self, options: SearchOptions) -> bool:
-        """Whether ``stream`` decodes sentences with these options (none, unless the engine
-        has continuous batching)."""
-        return False
-
-    def stream(self, take: Callable[[int, bool], list[tuple[Source, SearchOptions, Any]]],
-               done: Callable[[Any, Translation], None], max_rows: int) -> None:
-        """Continuous batching (a server's decoding loop): translate what ``take(n, wait)``
-        gives, up to ``n`` (source, options, tag) at a time, ``max_rows`` sentences at most
-        decoding at once, handing each translation to ``done(tag, translation)`` as soon as
-        it ends; return once ``take`` gives nothing while nothing is decoding. Each
-        translation is the one ``translate`` gives. Options must pass ``can_stream``."""
-        raise NotImplementedError(f"the {self.engine} engine has no continuous batching")
-
-    def _translation(self, source: Source, hyps: list[Hypothesis]) -> Translation:
-        """A source's translation from its hypotheses, best first."""
-        return Translation(source.sentence,
-                           [(_one_line(decode(self.vocabs.tgt, h.tokens)), h.score)
-                            for h in hyps],
-                           source.truncated, target_tokens=len(hyps[0].tokens))
-
     def default_options(self, **overrides: Any) -> SearchOptions:
         """SearchOptions from the model's generation defaults and the options the user gave
         (None: not given). A length penalty given for greedy search is refused: greedy search
@@ -165,7 +144,10 @@ class Translator(ABC):
         for batch, found in self._search_batches(list(_batches(ids, pending, options)), ids,
                                                  options):
             for i, hyps in zip(batch, found):
-                result = self._translation(sources[i], hyps)
+                result = Translation(
+                    sources[i].sentence,
+                    [(_one_line(decode(self.vocabs.tgt, h.tokens)), h.score) for h in hyps],
+                    sources[i].truncated, target_tokens=len(hyps[0].tokens))
                 if options.attention:
                     self._attach_attention(result, ids[i], hyps[0])
                 results[i] = result

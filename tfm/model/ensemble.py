@@ -1,9 +1,9 @@
 """Several models decoded as one: an ensemble.
 
-Search (tfm.decoding.search, tfm.decoding.continuous) knows a model only through ``encode``,
-``start_decoding``, ``decode_step`` and ``config.max_positions``; ``Ensemble`` offers the same four
-over models that share their vocabularies, so every search decodes an ensemble unchanged. The
-next-token distribution is the mean of the members' probabilities, returned as its logarithm
+Search (tfm.decoding.search) knows a model only through ``encode``, ``start_decoding``,
+``decode_step`` and ``config.max_positions``; ``Ensemble`` offers the same four over models that
+share their vocabularies, so greedy and beam search decode an ensemble unchanged. The next-token
+distribution is the mean of the members' probabilities, returned as its logarithm
 (log(1/n sum_i p_i), as fairseq and OpenNMT-py ensemble); it is already normalised, so the
 search's log-softmax leaves it as it is. Cross-attention weights, when asked for, are the
 members' mean (over their heads, then over the members).
@@ -30,18 +30,6 @@ class EnsembleState:
     def index_select(self, index: Tensor) -> EnsembleState:
         return EnsembleState([state.index_select(index) for state in self.members])
 
-    # Rows at different steps (continuous batching): see DecoderState.
-
-    @property
-    def lengths(self) -> Tensor | None:
-        return self.members[0].lengths
-
-    def concat(self, other: EnsembleState) -> EnsembleState:
-        return EnsembleState([a.concat(b) for a, b in zip(self.members, other.members)])
-
-    def trimmed(self) -> EnsembleState:
-        return EnsembleState([state.trimmed() for state in self.members])
-
 
 class Ensemble(nn.Module):
     """Models with the same source and target vocabularies (the caller checks the tokenizers)
@@ -64,9 +52,9 @@ class Ensemble(nn.Module):
         encoded = [m.encode(src) for m in self.members]
         return [memory for memory, _ in encoded], [mask for _, mask in encoded]
 
-    def start_decoding(self, memory: list[Tensor], memory_mask: list[Tensor], group: int = 1,
-                       rows_apart: bool = False) -> EnsembleState:
-        return EnsembleState([m.start_decoding(mem, mask, group, rows_apart)
+    def start_decoding(self, memory: list[Tensor], memory_mask: list[Tensor], group: int = 1
+                       ) -> EnsembleState:
+        return EnsembleState([m.start_decoding(mem, mask, group)
                               for m, mem, mask in zip(self.members, memory, memory_mask)])
 
     def decode_step(self, tokens: Tensor, state: EnsembleState, need_weights: bool = False

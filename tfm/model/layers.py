@@ -44,12 +44,8 @@ class Embeddings(nn.Module):
         )
         self.dropout = Dropout(dropout)
 
-    def forward(self, tokens: Tensor, offset: int | Tensor = 0) -> Tensor:
-        """(B, L) ids -> (B, L, D); ``offset`` is the position of the first token (decoding):
-        one for all rows, or a (B,) tensor of each row's own position (then L must be 1)."""
-        if isinstance(offset, Tensor):  # rows at different positions (continuous batching)
-            x = self.token(tokens) * self.scale + self.positions[offset][:, None, :]
-            return self.dropout(x)
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """(B, L) ids -> (B, L, D); ``offset`` is the position of the first token (decoding)."""
         length = tokens.size(1)
         if offset + length > self.positions.size(0):
             raise ValueError(
@@ -124,9 +120,6 @@ class LayerCache:
                           self.cross_k.index_select(0, memory_index),
                           self.cross_v.index_select(0, memory_index))
 
-    def as_tuple(self) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return self.self_k, self.self_v, self.cross_k, self.cross_v
-
 
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder output, then the FFN."""
@@ -152,7 +145,6 @@ class DecoderLayer(nn.Module):
         cache: LayerCache | None = None,
         need_weights: bool = False,
         group: int = 1,
-        write: Tensor | None = None,
     ) -> tuple[Tensor, LayerCache | None, Tensor | None]:
         """x (B, T, D) -> (B, T, D), the extended cache, and cross-attention weights (B, H, T, S).
 
@@ -162,14 +154,9 @@ class DecoderLayer(nn.Module):
 
         ``group`` > 1: each run of ``group`` consecutive rows of x (the beams of one sentence)
         shares one row of ``cross_kv`` and ``src_mask`` (B / group rows).
-
-        ``write`` (B,): rows at different positions (continuous batching). The cache is then a
-        buffer with room for every row's prefix: row b's new key and value are written at
-        position ``write[b]``, in place, and ``self_mask`` (B, 1, 1, L) says which cached
-        positions each row may attend to (its own prefix, the new position included).
         """
         h = sublayer_input(x, self.self_attn_layer_norm, self.norm_first)
-        h, new_cache = self.self_attention(h, self_mask, cache, write)
+        h, new_cache = self.self_attention(h, self_mask, cache)
         x = residual(x, h, self.self_attn_layer_norm, self.dropout, self.norm_first)
         h = sublayer_input(x, self.encoder_attn_layer_norm, self.norm_first)
         h, weights = self.cross_attention(h, cross_kv, src_mask, need_weights, group)
@@ -178,18 +165,13 @@ class DecoderLayer(nn.Module):
         x = residual(x, self.ffn(h), self.final_layer_norm, self.dropout, self.norm_first)
         return x, new_cache, weights
 
-    def self_attention(self, h: Tensor, self_mask: Tensor | None, cache: LayerCache | None,
-                       write: Tensor | None = None) -> tuple[Tensor, LayerCache | None]:
+    def self_attention(self, h: Tensor, self_mask: Tensor | None, cache: LayerCache | None
+                       ) -> tuple[Tensor, LayerCache | None]:
         """Masked self-attention over the target prefix: h (B, T, D) -> (B, T, D), and the
         cache extended by h's keys and values (None without a cache)."""
         k, v = self.self_attn.project_kv(h)  # (B, H, T, Dh)
         if cache is None:
             return self.self_attn(h, (k, v), self_mask)[0], None
-        if write is not None:  # one new position per row, each at its own place in the buffer
-            rows = torch.arange(h.size(0), device=h.device)
-            cache.self_k[rows, :, write] = k[:, :, 0]  # (B, H, Dh) into (B, H, L, Dh)
-            cache.self_v[rows, :, write] = v[:, :, 0]
-            return self.self_attn(h, (cache.self_k, cache.self_v), self_mask)[0], cache
         k = torch.cat([cache.self_k, k], dim=2)  # (B, H, L + T, Dh)
         v = torch.cat([cache.self_v, v], dim=2)
         # The newest positions may attend to every cached one: no mask.

@@ -26,19 +26,12 @@ class DecoderState:
     memory_mask: (B / group, 1, 1, S) source padding mask; layers: one LayerCache per decoder
     layer; step: how many target positions have been fed so far; group: how many consecutive
     rows (the beams of a sentence) share one sentence's encoder output and mask.
-
-    lengths (B,), for rows that started at different steps (continuous batching, where
-    sentences join and leave a running batch): how many positions each row has been fed. The
-    self-attention cache is then a buffer of ``capacity`` positions, row b's prefix in its
-    first ``lengths[b]``: each row's keys sit where they would sit were it decoded alone, so
-    its result is the same (the padding after them is masked, as a source's padding is).
     """
 
     memory_mask: Tensor
     layers: list[LayerCache]
     step: int = 0
     group: int = 1
-    lengths: Tensor | None = None
 
     def index_select(self, index: Tensor) -> DecoderState:
         """Keep and reorder batch rows: beam search reorders by ``index``, and finished
@@ -51,57 +44,11 @@ class DecoderState:
             [layer.index_select(index, memory_index) for layer in self.layers],
             self.step,
             self.group,
-            None if self.lengths is None else self.lengths.index_select(0, index),
         )
 
     @property
     def batch_size(self) -> int:
         return self.memory_mask.size(0) * self.group
-
-    @property
-    def capacity(self) -> int:
-        """Positions the self-attention cache holds (rows at different steps)."""
-        return self.layers[0].self_k.size(2) if self.layers else 0
-
-    def concat(self, other: DecoderState) -> DecoderState:
-        """This state's rows, then ``other``'s: sentences joining a running batch. Both must
-        track rows apart (``lengths``), with the same ``group``; sources and caches are padded
-        to the longer of the two, and the padding masked."""
-        assert self.lengths is not None and other.lengths is not None
-        assert self.group == other.group
-        s = max(self.memory_mask.size(-1), other.memory_mask.size(-1))
-        c = max(self.capacity, other.capacity)
-        layers = [LayerCache(*(torch.cat([_pad_dim(x, 2, n), _pad_dim(y, 2, n)])
-                               for x, y, n in zip(a.as_tuple(), b.as_tuple(), (c, c, s, s))))
-                  for a, b in zip(self.layers, other.layers)]
-        mask = torch.cat([_pad_dim(self.memory_mask, 3, s), _pad_dim(other.memory_mask, 3, s)])
-        return DecoderState(mask, layers, max(self.step, other.step), self.group,
-                            torch.cat([self.lengths, other.lengths]))
-
-    def trimmed(self) -> DecoderState:
-        """The same rows without the padding no row needs any more (rows at different steps):
-        sources cut to the longest left, caches to the longest prefix."""
-        assert self.lengths is not None
-        s = int(self.memory_mask.sum(dim=-1).max()) if self.memory_mask.numel() else 0
-        c = int(self.lengths.max()) if self.lengths.numel() else 0
-        # Keep some room (views cost nothing; growing again copies the cache).
-        c = self.capacity if self.capacity - c <= 16 else c + 8
-        if s == self.memory_mask.size(-1) and c == self.capacity:
-            return self
-        layers = [LayerCache(layer.self_k[:, :, :c], layer.self_v[:, :, :c],
-                             layer.cross_k[:, :, :s], layer.cross_v[:, :, :s])
-                  for layer in self.layers]
-        return DecoderState(self.memory_mask[..., :s], layers, self.step, self.group,
-                            self.lengths)
-
-
-def _pad_dim(x: Tensor, dim: int, size: int) -> Tensor:
-    """``x`` padded with zeros (False for masks) at the end of ``dim`` to ``size``."""
-    if x.size(dim) >= size:
-        return x
-    shape = list(x.shape)
-    shape[dim] = size - x.size(dim)
-    return torch.cat([x, x.new_zeros(shape)], dim=dim)
 
 
 class Transformer(nn.Module):
@@ -189,12 +136,10 @@ class Transformer(nn.Module):
 
     # --- decoder, one position at a time (search) ----------------------------------------------
 
-    def start_decoding(self, memory: Tensor, memory_mask: Tensor, group: int = 1,
-                       rows_apart: bool = False) -> DecoderState:
+    def start_decoding(self, memory: Tensor, memory_mask: Tensor, group: int = 1
+                       ) -> DecoderState:
         """An empty self-attention cache, and cross-attention keys/values projected once per
-        sentence. ``group``: decoder rows per sentence (the beam size), consecutive.
-        ``rows_apart``: rows that may later decode at different steps (``DecoderState.concat``,
-        continuous batching)."""
+        sentence. ``group``: decoder rows per sentence (the beam size), consecutive."""
         b = memory.size(0)
         c = self.config
         empty = memory.new_zeros(b * group, c.n_heads, 0, c.d_head)
@@ -202,43 +147,21 @@ class Transformer(nn.Module):
         for layer in self.decoder_layers:
             cross_k, cross_v = layer.encoder_attn.project_kv(memory)
             layers.append(LayerCache(empty, empty, cross_k, cross_v))
-        if rows_apart:
-            lengths = torch.zeros(b * group, dtype=torch.long, device=memory.device)
-            return DecoderState(memory_mask, layers, 0, group, lengths)
         return DecoderState(memory_mask, layers, 0, group)
 
     def decode_step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False
                     ) -> tuple[Tensor, DecoderState, Tensor | None]:
         """tokens (B,) fed at position ``state.step`` -> logits (B, V) for the next position,
-        the extended state, and the last layer's cross-attention weights (B, H, S).
-
-        With rows apart (``state.lengths``), row b is fed at its own position ``lengths[b]``;
-        the cache buffers are written in place (and grown when a row needs more room)."""
-        write = state.lengths
-        self_mask = None
-        layers = state.layers
-        if write is not None:
-            longest = int(write.max()) + 1 if write.numel() else 0
-            if longest > state.capacity:  # room for 16 more positions at a time
-                size = longest + 15
-                layers = [LayerCache(_pad_dim(layer.self_k, 2, size),
-                                     _pad_dim(layer.self_v, 2, size), layer.cross_k,
-                                     layer.cross_v) for layer in layers]
-            capacity = layers[0].self_k.size(2) if layers else 0
-            positions = torch.arange(capacity, device=tokens.device)
-            self_mask = (positions[None, :] <= write[:, None])[:, None, None, :]  # (B,1,1,L)
-        offset = state.step if write is None else write
-        x = self.tgt_embed(tokens[:, None], offset=offset)  # (B, 1, D)
+        the extended state, and the last layer's cross-attention weights (B, H, S)."""
+        x = self.tgt_embed(tokens[:, None], offset=state.step)  # (B, 1, D)
         new_layers = []
         weights = None
-        for layer, cache in zip(self.decoder_layers, layers):
-            x, new_cache, weights = layer(x, (cache.cross_k, cache.cross_v), self_mask,
-                                          state.memory_mask, cache, need_weights, state.group,
-                                          write)
+        for layer, cache in zip(self.decoder_layers, state.layers):
+            x, new_cache, weights = layer(x, (cache.cross_k, cache.cross_v), None,
+                                          state.memory_mask, cache, need_weights, state.group)
             new_layers.append(new_cache)
         logits = self.output_proj(self.decoder_norm(x))[:, 0]  # (B, V)
-        new_state = DecoderState(state.memory_mask, new_layers, state.step + 1, state.group,
-                                 None if write is None else write + 1)
+        new_state = DecoderState(state.memory_mask, new_layers, state.step + 1, state.group)
         return logits, new_state, None if weights is None else weights[:, :, 0]
 
 

@@ -149,9 +149,7 @@ class _Service:
                                max_batch_tokens=self.config.max_batch_tokens,
                                max_wait=self.config.max_wait_ms / 1000,
                                max_queue=self.config.max_queue, metrics=self.metrics,
-                               worker_init=self.worker_init, workers=self.config.workers,
-                               stream=translator.stream if self.config.continuous else None,
-                               can_stream=translator.can_stream)
+                               worker_init=self.worker_init, workers=self.config.workers)
         self.batcher.start()
         self.state = "ready"
         self.metrics.ready.set(1)
@@ -253,7 +251,7 @@ class _Service:
         c = self.config
         body["limits"] = {
             "max_batch_tokens": c.max_batch_tokens, "max_wait_ms": c.max_wait_ms,
-            "workers": c.workers, "continuous": c.continuous,
+            "workers": c.workers,
             "max_queue": c.max_queue, "max_sentences": c.max_sentences,
             "max_request_bytes": c.max_request_bytes, "max_beam": c.max_beam,
             "max_length": translator.max_source_tokens if translator else None,

@@ -20,17 +20,6 @@ spread over several batches; it is answered once all of them are done.
 Each sentence's translation is the one it would get alone: tfm's search is batch-invariant
 (padding and neighbours change nothing), so batching changes only the throughput.
 
-Continuous batching (``stream``: tfm's engine, greedy and beam search): instead of decoding a
-batch to its end, a worker keeps one running batch. Before each decoding step it takes the
-sentences waiting (while their source tokens x beam fit in ``max_batch_tokens`` with those
-decoding), and it answers each sentence at the step it ends, so a short sentence never waits
-for a long one and the clients it answers can send their next ones into the same running
-batch. A running batch has one beam size, set by its first sentences; with several workers,
-each holds its share of the sentences in the server. Once the oldest sentence waiting needs
-another beam size, or options the stream cannot decode (attention weights; engines without
-continuous batching), the running batch takes no more and ends, and the worker goes on with
-that sentence: in a new running batch, or in a batch decoded as above.
-
 A job cancelled before its sentences are taken (its client went away) costs no decoding: its
 sentences are dropped from the queue. A full queue refuses new jobs at once (``QueueFull``,
 with a retry estimate) instead of letting them wait without bound.
@@ -39,10 +28,9 @@ with a retry estimate) instead of letting them wait without bound.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import math
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, dataclass, field
@@ -52,12 +40,8 @@ from tfm.config import SearchOptions
 from tfm.decoding.translator import Translation
 from tfm.serve.metrics import ServeMetrics
 
-DecodeFn = Callable[[list[Any], SearchOptions], list[Translation]]
-CountFn = Callable[[list[Any]], list[int]]
-# Translator.stream and Translator.can_stream (continuous batching)
-TakeFn = Callable[[int, bool], list[tuple[Any, SearchOptions, Any]]]
-StreamFn = Callable[[TakeFn, Callable[[Any, Translation], None], int], None]
-CanStreamFn = Callable[[SearchOptions], bool]
+DecodeFn = Callable[[list[str], SearchOptions], list[Translation]]
+CountFn = Callable[[list[str]], list[int]]
 
 
 class QueueFull(Exception):
@@ -106,19 +90,13 @@ class Batcher:
 
     def __init__(self, decode: DecodeFn, count_tokens: CountFn, *, max_batch_tokens: int,
                  max_wait: float, max_queue: int, metrics: ServeMetrics | None = None,
-                 worker_init: Callable[[], None] | None = None, workers: int = 1,
-                 stream: StreamFn | None = None, can_stream: CanStreamFn | None = None
-                 ) -> None:
+                 worker_init: Callable[[], None] | None = None, workers: int = 1) -> None:
         """``workers``: batches decoded at once, each in a thread of its own; ``worker_init``
-        is called once in each of those threads before its first batch. ``stream`` and
-        ``can_stream`` (Translator.stream, Translator.can_stream): continuous batching for
-        the options it takes."""
+        is called once in each of those threads before its first batch."""
         if workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
         self.decode = decode
         self.count_tokens = count_tokens
-        self.stream = stream
-        self.can_stream = can_stream if stream is not None else None
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait  # seconds
         self.max_queue = max_queue  # sentences
@@ -216,18 +194,12 @@ class Batcher:
             try:
                 if not await self._gather(free_since):
                     return
-                head = self._head()
-                streaming = (head is not None and self.can_stream is not None
-                             and self.can_stream(head.job.options))
                 # What is queued is shared among the workers waiting for it, this one included.
-                batch = [] if streaming else self._take(share=self._gathering)
+                batch = self._take(share=self._gathering)
             finally:
                 self._gathering -= 1
             if batch:
                 await self._decode(batch, worker)
-                free_since = loop.time()
-            elif streaming:
-                await self._stream(worker)
                 free_since = loop.time()
 
     async def _gather(self, free_since: float) -> bool:
@@ -260,18 +232,14 @@ class Batcher:
             self._queue.popleft()
         return self._queue[0] if self._queue else None
 
-    def _take(self, share: int = 1, limit: int | None = None,
-              match: Callable[[Job], bool] | None = None, count: int | None = None
-              ) -> list[_Item]:
-        """The oldest sentence and those after it with the same options (or those ``match``
-        accepts), in order, while their cost fits in max_batch_tokens (or ``limit``) and in
-        1/``share`` of the queued cost (the oldest goes whatever its cost), ``count`` at
-        most."""
+    def _take(self, share: int = 1) -> list[_Item]:
+        """The oldest sentence and those after it with the same options, in order, while
+        their cost fits in max_batch_tokens and in 1/``share`` of the queued cost (the oldest
+        goes whatever its cost)."""
         head = self._head()
         if head is None:
             return []
-        limit = self.max_batch_tokens if limit is None else limit
-        limit = min(limit, math.ceil(self._queued_cost / share))
+        limit = min(self.max_batch_tokens, math.ceil(self._queued_cost / share))
         key = head.job.key
         taken: list[_Item] = []
         kept: deque[_Item] = deque()
@@ -281,11 +249,11 @@ class Batcher:
             job = item.job
             if job.done:
                 continue
-            if full or (job.key != key if match is None else not match(job)):
+            if job.key != key or full:
                 kept.append(item)
                 continue
             item_cost = job.costs[item.index]
-            if (taken and cost + item_cost > limit) or len(taken) == count:
+            if taken and cost + item_cost > limit:
                 full = True
                 kept.append(item)
                 continue
@@ -330,19 +298,6 @@ class Batcher:
                 job.future.set_result(job.results)  # type: ignore[arg-type]
         self._observe(batch, jobs, results, seconds)
 
-    async def _stream(self, worker: int) -> None:
-        """Decode a running batch (continuous batching) until nothing is left for it."""
-        loop = asyncio.get_running_loop()
-        session = _StreamSession(self, loop, worker)
-        assert self.stream is not None
-        try:
-            await loop.run_in_executor(self._executor, self.stream, session.take, session.done,
-                                       1 << 20)
-        except Exception as e:  # a bug or out of memory: the requests fail, the server stays
-            session.fail(e)
-        finally:
-            session.close()
-
     def _observe(self, batch: list[_Item], jobs: list[Job], results: list[Translation],
                  seconds: float) -> None:
         m = self.metrics
@@ -369,124 +324,3 @@ class Batcher:
     def _show_queue(self) -> None:
         self.metrics.queue_sentences.set(self._queued)
         self.metrics.queue_requests.set(self._queued_jobs)
-
-
-class _StreamSession:
-    """One worker's running batch: ``take`` and ``done`` are called from its decoding thread
-    and do their work on the event loop, which alone touches the queue and the jobs."""
-
-    def __init__(self, batcher: Batcher, loop: asyncio.AbstractEventLoop, worker: int) -> None:
-        self.batcher = batcher
-        self.loop = loop
-        self.worker = worker
-        self.active: dict[int, _Item] = {}  # by id(): sentences decoding
-        self.cost = 0  # their source tokens
-        self.jobs: Counter[int] = Counter()  # id(job) -> sentences decoding
-        self.window = (time.perf_counter(), 0)  # for the rate behind Retry-After
-        self.beam: int | None = None  # of every sentence in the running batch
-
-    # In the decoding thread.
-
-    def take(self, n: int, wait: bool) -> list[tuple[Any, SearchOptions, _Item]]:
-        """Up to ``n`` queued sentences the stream can decode (none if the oldest is not)."""
-        queued = self.batcher._queued  # a read without the loop: a stale answer costs a step
-        # Each join costs an encoder pass: a running batch takes sentences in groups of a
-        # quarter of its size or more (or what there is, when it has none).
-        if queued == 0 or (self.active and queued < max(1, len(self.active) // 4)):
-            return []
-        future: concurrent.futures.Future[list[_Item]] = concurrent.futures.Future()
-
-        def run() -> None:
-            try:
-                future.set_result(self._take(n))
-            except BaseException as e:  # noqa: BLE001 - handed to the decoding thread
-                future.set_exception(e)
-
-        self.loop.call_soon_threadsafe(run)
-        items = future.result(timeout=30)  # never wait forever on a loop that has stopped
-        return [(item.job.sentences[item.index], item.job.options, item) for item in items]
-
-    def done(self, item: _Item, translation: Translation) -> None:
-        self.loop.call_soon_threadsafe(self._deliver, item, translation)
-
-    # On the event loop.
-
-    def _take(self, n: int) -> list[_Item]:
-        b = self.batcher
-        head = b._head()
-        if head is None or b.can_stream is None or not b.can_stream(head.job.options):
-            return []
-        if self.beam is None:  # the first sentences set the beam size of the running batch
-            self.beam = head.job.options.beam
-        if head.job.options.beam != self.beam:
-            return []  # the oldest needs another beam size: this running batch ends first
-        room = b.max_batch_tokens - self.cost
-        if self.active and head.job.costs[head.index] > room:
-            return []  # the running batch is full (alone, the oldest goes whatever its cost)
-        if b.workers > 1:  # each running batch holds its share of what is in the server
-            share = math.ceil((b._queued + b.decoding) / b.workers)
-            n = min(n, max(share - len(self.active), 0 if self.active else 1))
-            if n == 0:
-                return []
-        can_stream, beam = b.can_stream, self.beam
-        items = b._take(limit=room, count=n,
-                        match=lambda job: can_stream(job.options) and job.options.beam == beam)
-        for item in items:
-            self.active[id(item)] = item
-            self.cost += item.job.costs[item.index]
-            self.jobs[id(item.job)] += 1
-        b.decoding += len(items)
-        if items:
-            b.metrics.batch_sentences.observe(len(self.active))
-            b.metrics.batch_requests.observe(len(self.jobs))
-            self._show()
-        return items
-
-    def _deliver(self, item: _Item, result: Translation) -> None:
-        b = self.batcher
-        if self.active.pop(id(item), None) is None:
-            return
-        self.cost -= item.job.costs[item.index]
-        self.jobs[id(item.job)] -= 1
-        if not self.jobs[id(item.job)]:
-            del self.jobs[id(item.job)]
-        b.decoding -= 1
-        job = item.job
-        job.results[item.index] = result
-        job.remaining -= 1
-        if job.remaining == 0 and not job.done:
-            job.future.set_result(job.results)  # type: ignore[arg-type]
-        m = b.metrics
-        m.sentences.inc()
-        m.source_tokens.inc(job.costs[item.index] // job.options.beam)
-        m.target_tokens.inc(result.target_tokens)
-        start, count = self.window
-        now = time.perf_counter()
-        if now - start >= 0.5:
-            rate = (count + 1) / (now - start)
-            b._rate = rate if b._rate == 0 else 0.8 * b._rate + 0.2 * rate
-            self.window = (now, 0)
-        else:
-            self.window = (start, count + 1)
-        self._show()
-
-    def _show(self) -> None:
-        self.batcher._decoding_jobs[self.worker] = list(
-            {id(item.job): item.job for item in self.active.values()}.values())
-
-    def fail(self, error: Exception) -> None:
-        """The stream broke: its sentences' requests fail (the server stays)."""
-        for item in list(self.active.values()):
-            self.batcher._drop(item.job)
-            if not item.job.done:
-                item.job.future.set_exception(error)
-        self.close()
-
-    def close(self) -> None:
-        """Take what is left off the books (after an error; nothing is left after a drain)."""
-        b = self.batcher
-        b.decoding -= len(self.active)
-        self.active.clear()
-        self.jobs.clear()
-        self.cost = 0
-        b._decoding_jobs.pop(self.worker, None)

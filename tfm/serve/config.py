@@ -21,10 +21,6 @@ class ServeConfig:
     max_wait_ms: float = 5.0
     # Batches decoded at once, each by a worker thread with its share of torch's CPU threads.
     workers: int = 1
-    # Decode in a running batch that sentences join and leave at every decoding step
-    # (continuous batching), where the engine can (tfm's; not CTranslate2's). Off by default:
-    # on 2 CPU cores it was no faster than whole batches (docs/BENCHMARKS.md).
-    continuous: bool = False
     max_queue: int = 2048  # sentences waiting or being decoded; beyond it: 503 + Retry-After
     max_sentences: int = 512  # per request, after splitting texts into sentences (413)
     max_request_bytes: int = 1 << 20  # request body (413)
