@@ -216,3 +216,31 @@ def test_alignments_and_attention_pictures(demo_model: Path, tmp_path: Path) -> 
                       "--format jsonl")
     assert_user_error(tfm("translate", "-m", str(demo_model), "--show-attention", "A.", "B."),
                       "one sentence")
+
+
+def test_a_model_trained_with_a_lowercasing_tokenizer_writes_lowercase(tmp_path: Path) -> None:
+    """`train-tokenizer --lowercase` (as the Multi30k papers train): whatever the input's case,
+    the model reads and writes lowercase, and `eval` says its cased score means little."""
+    steps = [
+        ("train-tokenizer", "--train", str(DEMO / "train"), "-s", "en", "-t", "de",
+         "--vocab-size", "600", "--lowercase", "-o", str(tmp_path / "tok.json")),
+        ("prepare", "--train", str(DEMO / "train"), "--valid", str(DEMO / "valid"),
+         "-s", "en", "-t", "de", "--tokenizer", str(tmp_path / "tok.json"),
+         "-o", str(tmp_path / "data")),
+        ("train", "--data", str(tmp_path / "data"), "--output", str(tmp_path / "model"),
+         "--preset", "tiny", "--max-steps", "20", "--valid-every", "20", "--max-tokens", "1024",
+         "--warmup", "5", "--lr", "2e-3", "--precision", "fp32"),
+    ]
+    for args in steps:
+        result = tfm(*args)
+        assert result.returncode == 0, f"{args[0]} failed:\n{result.stderr}"
+    out = tfm("translate", "-m", str(tmp_path / "model"), "THE DOG SLEEPS.", "The dog sleeps.")
+    assert out.returncode == 0, out.stderr
+    upper, lower = out.stdout.splitlines()
+    assert upper == lower == lower.lower()
+    (tmp_path / "src.en").write_text("The dog sleeps.\n")
+    (tmp_path / "ref.de").write_text("Der Hund schläft.\n")
+    scored = tfm("eval", "-m", str(tmp_path / "model"), "--src", str(tmp_path / "src.en"),
+                 "--ref", str(tmp_path / "ref.de"))
+    assert scored.returncode == 0, scored.stderr
+    assert "writes lowercased text" in scored.stderr

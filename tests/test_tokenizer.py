@@ -20,7 +20,9 @@ from tfm.data.tokenizer import (
     decode_batch,
     encode_batch,
     load_tokenizer,
+    lowercases,
     new_tokenizer,
+    normalize_reference,
     save_tokenizer,
     train_tokenizer,
 )
@@ -243,3 +245,32 @@ def test_save_leaves_no_temporary_files(tokenizer: Tokenizer, tmp_path: Path) ->
     save_tokenizer(tokenizer, tmp_path / "tokenizer.json")
     save_tokenizer(tokenizer, tmp_path / "tokenizer.json")  # over an existing file
     assert [p.name for p in tmp_path.iterdir()] == ["tokenizer.json"]
+
+
+# ---------------------------------------------------------------------------- lowercasing
+
+
+def test_a_lowercasing_tokenizer_encodes_any_casing_as_the_lowercased_text(
+        tmp_path: Path) -> None:
+    tok = train_tokenizer(["Ein Mann fährt Fahrrad .", "Zwei Hunde im Schnee ."] * 20,
+                          vocab_size=300, lowercase=True)
+    assert lowercases(tok)
+    assert ids_of(tok, "EIN MANN Fährt") == ids_of(tok, "ein mann fährt")
+    assert decode(tok, ids_of(tok, "Zwei HUNDE, Ärger")) == "zwei hunde, ärger"
+    save_tokenizer(tok, tmp_path / "lc.json")  # the normaliser travels in the file
+    loaded = load_tokenizer(tmp_path / "lc.json")
+    assert lowercases(loaded)
+    assert decode(loaded, ids_of(loaded, "Grüße")) == "grüße"
+
+
+def test_the_default_tokenizer_keeps_case(tokenizer: Tokenizer) -> None:
+    assert not lowercases(tokenizer)
+    assert decode(tokenizer, ids_of(tokenizer, "Ein Mann")) == "Ein Mann"
+
+
+def test_references_are_normalised_as_the_tokenizer_normalises_its_input(
+        tokenizer: Tokenizer) -> None:
+    lower = new_tokenizer(lowercase=True)
+    decomposed = "Gru\u0308\u00dfe"
+    assert normalize_reference(lower, decomposed) == "grüße"
+    assert normalize_reference(tokenizer, decomposed) == "Grüße"

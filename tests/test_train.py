@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -485,3 +486,40 @@ def test_fp32_training_keeps_no_loss_scale(dataset: Path, tmp_path: Path) -> Non
     train(dataset, tmp_path / "m", TINY, config(max_steps=2))
     assert "loss_scale" not in records(tmp_path / "m", "train")[0]
     assert torch.load(ModelDir(tmp_path / "m").train_state, weights_only=True)["scaler"] == {}
+
+
+def test_a_lowercasing_model_is_validated_against_lowercased_references(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tokenizer trained with --lowercase makes a model that writes lowercase: validation
+    BLEU compares it with the references as that tokenizer normalises them, so a model that
+    writes exactly the (lowercased) references scores 100."""
+    from tfm.data.corpus import CorpusSpec
+    from tfm.data.dataset import load_split
+    from tfm.data.prepare import prepare
+    from tfm.data.tokenizer import save_tokenizer, train_tokenizer
+    from tfm.decoding.search import Hypothesis
+    from tfm.model import Transformer
+    from tfm.training import validation
+
+    demo = Path(__file__).resolve().parent.parent / "data" / "demo"
+    texts = (demo / "train.en").read_text().splitlines() + \
+        (demo / "train.de").read_text().splitlines()
+    tok = train_tokenizer(texts, vocab_size=400, lowercase=True)
+    save_tokenizer(tok, tmp_path / "tok.json")
+    prepare(CorpusSpec((str(demo / "train"),), "en", "de"), tmp_path / "tok.json",
+            tmp_path / "data", valid=CorpusSpec((str(demo / "valid"),), "en", "de"))
+    split = load_split(tmp_path / "data", "valid")
+    assert any(t != t.lower() for t in split.tgt_text)  # the stored references keep case
+    reference_ids = {tuple(t for t in split.src(i).tolist() if t >= 4): split.tgt(i).tolist()
+                     for i in range(len(split))}
+
+    def echo_references(model, src):  # a "model" that writes each source's reference
+        rows = [[t for t in row.tolist() if t >= 4] for row in src]  # no specials
+        return [[Hypothesis(reference_ids[tuple(r)], 0.0, 0.0)] for r in rows]
+
+    monkeypatch.setattr(validation, "greedy_search", echo_references)
+    vocab = tok.get_vocab_size()
+    model = Transformer(dataclasses.replace(TINY, src_vocab_size=vocab, tgt_vocab_size=vocab))
+    metrics = validation.validate(model, split, tok, config(valid_bleu=True),
+                                  torch.device("cpu"), None)
+    assert metrics["bleu"] == pytest.approx(100.0)

@@ -42,6 +42,10 @@ def train_tokenizer_cmd(
         "--separate/--joint", help="One vocabulary per language, written as NAME.src.json and "
         "NAME.tgt.json beside --output NAME.json, instead of one joint vocabulary (needed to "
         "share embeddings).")] = False,
+    lowercase: Annotated[bool, typer.Option(
+        "--lowercase", help="Lowercase everything the tokenizer encodes, as the Multi30k papers "
+        "train (on lowercased text): a model trained with it writes lowercase, for scores on "
+        "lowercased text only (`tfm eval --lc-tok`).")] = False,
     src_lang: SrcLangOpt = None,
     tgt_lang: TgtLangOpt = None,
     split: SplitOpt = "train",
@@ -62,7 +66,7 @@ def train_tokenizer_cmd(
     resolved = resolve_corpus(spec)
     start = time.monotonic()
     with err.status(f"Training BPE on {resolved.description} ..."):
-        vocabs = train_vocabularies(spec, vocab_size, min_frequency, separate)
+        vocabs = train_vocabularies(spec, vocab_size, min_frequency, separate, lowercase)
     files = save_vocabularies(vocabs, output)
     sizes = [vocabs.src.get_vocab_size()] if vocabs.joint else [
         vocabs.src.get_vocab_size(), vocabs.tgt.get_vocab_size()]

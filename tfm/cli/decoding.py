@@ -224,6 +224,12 @@ def eval_cmd(
                                  "language: give --tgt-lang")
         options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, 0, 1,
                                   stop_early)
+        from tfm.data.tokenizer import lowercases
+
+        if lowercases(translator.vocabs.tgt) and (bleu_flag or chrf or ter):
+            err.print(f"[yellow]note:[/] {model} writes lowercased text (its tokenizer "
+                      "lowercases): its cased scores compare that with the cased references; "
+                      "--lc-tok scores it as the Multi30k papers do")
         start = time.monotonic()
         with err.status(f"Translating {len(sources)} sentences (beam {options.beam}) ..."):
             hypotheses = [t.text for t in translator.translate(sources, options)]

@@ -67,18 +67,20 @@ class PrepareReport:
 
 
 def train_vocabularies(spec: CorpusSpec, vocab_size: int = 8000, min_frequency: int = 2,
-                       separate: bool = False) -> Vocabularies:
+                       separate: bool = False, lowercase: bool = False) -> Vocabularies:
     """BPE on the normalised text of a corpus, streamed: one joint vocabulary learnt from both
-    sides, or (``separate``) one per side, each of ``vocab_size`` entries."""
+    sides, or (``separate``) one per side, each of ``vocab_size`` entries; ``lowercase``: the
+    tokenizers lowercase what they encode (see ``new_tokenizer``)."""
     if not separate:
         from tfm.data.corpus import iter_texts
 
         texts = (normalize_text(t) for t in iter_texts(spec))
-        return Vocabularies.shared(train_tokenizer(texts, vocab_size, min_frequency))
+        return Vocabularies.shared(train_tokenizer(texts, vocab_size, min_frequency,
+                                                   lowercase=lowercase))
     src = train_tokenizer((normalize_text(s) for s, _ in iter_pairs(spec)), vocab_size,
-                          min_frequency)
+                          min_frequency, lowercase=lowercase)
     tgt = train_tokenizer((normalize_text(t) for _, t in iter_pairs(spec)), vocab_size,
-                          min_frequency)
+                          min_frequency, lowercase=lowercase)
     return Vocabularies(src, tgt)
 
 

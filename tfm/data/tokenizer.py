@@ -37,10 +37,13 @@ from tfm.special_tokens import (  # noqa: F401 (re-exported: the tokenizer's spe
 )
 
 
-def new_tokenizer() -> Tokenizer:
-    """An untrained byte-level BPE tokenizer with NFC normalisation."""
+def new_tokenizer(lowercase: bool = False) -> Tokenizer:
+    """An untrained byte-level BPE tokenizer with NFC normalisation, and lowercasing when
+    ``lowercase`` (the normaliser is part of the tokenizer file, so every command that encodes
+    with it lowercases too, and a model trained with it writes lowercased text)."""
     tok = Tokenizer(models.BPE(unk_token=UNK))
-    tok.normalizer = normalizers.NFC()
+    tok.normalizer = (normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
+                      if lowercase else normalizers.NFC())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     return _specials_only_by_id(tok)
@@ -60,10 +63,10 @@ def _specials_only_by_id(tok: Tokenizer) -> Tokenizer:
 
 def train_tokenizer(
     texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2,
-    length: int | None = None,
+    length: int | None = None, lowercase: bool = False,
 ) -> Tokenizer:
     """Learn BPE merges from a stream of sentences (never held in memory all at once)."""
-    tok = new_tokenizer()
+    tok = new_tokenizer(lowercase)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
@@ -156,6 +159,18 @@ def save_vocabularies(vocabs: Vocabularies, path: Path) -> list[Path]:
     for old in stale:
         old.unlink(missing_ok=True)
     return written
+
+
+def normalize_reference(tok: Tokenizer, text: str) -> str:
+    """``text`` as the tokenizer's normaliser writes it (NFC; lowercased for a lowercasing
+    tokenizer): what a model trained with ``tok`` can at best produce, so what its output is
+    scored against during training."""
+    return tok.normalizer.normalize_str(text) if tok.normalizer is not None else text
+
+
+def lowercases(tok: Tokenizer) -> bool:
+    """Whether ``tok`` lowercases its input (a model trained with it writes lowercase)."""
+    return tok.normalizer is not None and tok.normalizer.normalize_str("A") == "a"
 
 
 def _first_line(e: Exception) -> str:

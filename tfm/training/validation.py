@@ -10,7 +10,7 @@ import torch
 from tfm.config import TrainConfig
 from tfm.data.batching import collate, make_batches
 from tfm.data.dataset import TokenizedSplit
-from tfm.data.tokenizer import decode_batch
+from tfm.data.tokenizer import decode_batch, normalize_reference
 from tfm.decoding.scoring import bleu
 from tfm.decoding.search import greedy_search
 from tfm.device import autocast
@@ -43,6 +43,8 @@ def validate(model: Transformer, split: TokenizedSplit, tokenizer: Any, config: 
     metrics: dict[str, Any] = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens,
                                "ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
     if hypotheses and split.tgt_text is not None:
-        score = bleu([hypotheses[i] for i in range(len(split))], split.tgt_text)
+        # References as the tokenizer normalises text (lowercased, for a lowercasing one).
+        refs = [normalize_reference(tokenizer, t) for t in split.tgt_text]
+        score = bleu([hypotheses[i] for i in range(len(split))], refs)
         metrics.update(bleu=score.score, bleu_signature=score.signature)
     return metrics
