@@ -50,25 +50,30 @@ def test_every_command_has_help(command: str) -> None:
     assert "--" in result.stdout and "Usage" in result.stdout
 
 
-@pytest.fixture(scope="module")
-def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def train_demo_model(work: Path, tokenizer_options: tuple[str, ...] = (),
+                     train_options: tuple[str, ...] = ()) -> Path:
     """The README's pipeline on the bundled corpus, trained only briefly (validated once, at
-    the end)."""
-    work = tmp_path_factory.mktemp("cli")
+    the end): tokenizer, prepared data and model under ``work``; returns the model."""
     steps = [
         ("train-tokenizer", "--train", str(DEMO / "train"), "-s", "en", "-t", "de",
-         "--vocab-size", "600", "-o", str(work / "tok.json")),
+         "--vocab-size", "600", *tokenizer_options, "-o", str(work / "tok.json")),
         ("prepare", "--train", str(DEMO / "train"), "--valid", str(DEMO / "valid"),
          "-s", "en", "-t", "de", "--tokenizer", str(work / "tok.json"), "-o", str(work / "data")),
         ("train", "--data", str(work / "data"), "--output", str(work / "model"),
          "--preset", "tiny", "--max-steps", "30", "--valid-every", "30", "--max-tokens", "1024",
-         "--warmup", "10", "--lr", "2e-3", "--precision", "fp32",
-         "--attention-dropout", "0.05", "--activation-dropout", "0.15", "--weight-decay", "1e-6"),
+         "--warmup", "10", "--lr", "2e-3", "--precision", "fp32", *train_options),
     ]
     for args in steps:
         result = tfm(*args)
         assert result.returncode == 0, f"{args[0]} failed:\n{result.stderr}"
     return work / "model"
+
+
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's pipeline, with regularisation options given."""
+    return train_demo_model(tmp_path_factory.mktemp("cli"), train_options=(
+        "--attention-dropout", "0.05", "--activation-dropout", "0.15", "--weight-decay", "1e-6"))
 
 
 def test_regularisation_options_reach_the_saved_configs(demo_model: Path) -> None:
@@ -221,26 +226,14 @@ def test_alignments_and_attention_pictures(demo_model: Path, tmp_path: Path) -> 
 def test_a_model_trained_with_a_lowercasing_tokenizer_writes_lowercase(tmp_path: Path) -> None:
     """`train-tokenizer --lowercase` (as the Multi30k papers train): whatever the input's case,
     the model reads and writes lowercase, and `eval` says its cased score means little."""
-    steps = [
-        ("train-tokenizer", "--train", str(DEMO / "train"), "-s", "en", "-t", "de",
-         "--vocab-size", "600", "--lowercase", "-o", str(tmp_path / "tok.json")),
-        ("prepare", "--train", str(DEMO / "train"), "--valid", str(DEMO / "valid"),
-         "-s", "en", "-t", "de", "--tokenizer", str(tmp_path / "tok.json"),
-         "-o", str(tmp_path / "data")),
-        ("train", "--data", str(tmp_path / "data"), "--output", str(tmp_path / "model"),
-         "--preset", "tiny", "--max-steps", "20", "--valid-every", "20", "--max-tokens", "1024",
-         "--warmup", "5", "--lr", "2e-3", "--precision", "fp32"),
-    ]
-    for args in steps:
-        result = tfm(*args)
-        assert result.returncode == 0, f"{args[0]} failed:\n{result.stderr}"
-    out = tfm("translate", "-m", str(tmp_path / "model"), "THE DOG SLEEPS.", "The dog sleeps.")
+    model = train_demo_model(tmp_path, tokenizer_options=("--lowercase",))
+    out = tfm("translate", "-m", str(model), "THE DOG SLEEPS.", "The dog sleeps.")
     assert out.returncode == 0, out.stderr
     upper, lower = out.stdout.splitlines()
     assert upper == lower == lower.lower()
     (tmp_path / "src.en").write_text("The dog sleeps.\n")
     (tmp_path / "ref.de").write_text("Der Hund schläft.\n")
-    scored = tfm("eval", "-m", str(tmp_path / "model"), "--src", str(tmp_path / "src.en"),
+    scored = tfm("eval", "-m", str(model), "--src", str(tmp_path / "src.en"),
                  "--ref", str(tmp_path / "ref.de"))
     assert scored.returncode == 0, scored.stderr
     assert "writes lowercased text" in scored.stderr

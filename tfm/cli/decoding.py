@@ -191,6 +191,7 @@ def eval_cmd(
 ) -> None:
     """Translate --src and score it against --ref with sacrebleu (or score --hyp); --lc-tok adds
     the lowercased, Moses-tokenized BLEU that Multi30k results are reported in."""
+    from tfm.data.tokenizer import lowercases
     from tfm.decoding.engines import load_translator
     from tfm.decoding.scoring import bleu_lc_tok, require_moses, score
 
@@ -224,8 +225,6 @@ def eval_cmd(
                                  "language: give --tgt-lang")
         options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, 0, 1,
                                   stop_early)
-        from tfm.data.tokenizer import lowercases
-
         if lowercases(translator.vocabs.tgt) and (bleu_flag or chrf or ter):
             err.print(f"[yellow]note:[/] {model} writes lowercased text (its tokenizer "
                       "lowercases): its cased scores compare that with the cased references; "
