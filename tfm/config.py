@@ -164,10 +164,21 @@ class SearchOptions:
     stop_early: bool = True  # end a sentence once its n_best best hypotheses have ended
     max_tokens: int = 4096  # source tokens x beam per batch
     attention: bool = False  # keep cross-attention and word alignments (slower)
+    # Return the beam hypothesis of least Bayes risk under this utility ("bleu", "chrf"),
+    # not the highest-scoring one (tfm.decoding.mbr); None: the highest-scoring one.
+    mbr: str | None = None
 
     def __post_init__(self) -> None:
         if self.beam < 1:
             raise UsageError(f"--beam must be at least 1, not {self.beam}")
+        if self.mbr is not None:
+            from tfm.decoding.mbr import UTILITIES
+
+            if self.mbr not in UTILITIES:
+                raise UsageError(f"--mbr {self.mbr}: choose {' or '.join(UTILITIES)}")
+            if self.beam < 2:
+                raise UsageError("--mbr chooses among the beam's hypotheses: give --beam 2 "
+                                 "or more (5-8 is usual)")
         if not 1 <= self.n_best <= self.beam:
             raise UsageError(f"--n-best must be between 1 and --beam ({self.beam}), "
                              f"not {self.n_best}")

@@ -20,6 +20,7 @@ from tfm.cli.options import (
     LenPenOpt,
     MaxLenAOpt,
     MaxLenBOpt,
+    MbrOpt,
     ModelOpt,
     PrecisionOpt,
     StopEarlyOpt,
@@ -49,6 +50,7 @@ def translate(
     n_best: Annotated[int, typer.Option(
         "--n-best", help="Hypotheses per sentence (jsonl shows them all).")] = 1,
     stop_early: StopEarlyOpt = True,
+    mbr: MbrOpt = None,
     fmt: Annotated[str, typer.Option(
         "--format", help="text: one translation a line; jsonl: scores and n-best too.")
     ] = "text",
@@ -83,7 +85,8 @@ def translate(
                                  workers=workers)
     options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len,
                               n_best, stop_early,
-                              attention=alignments or show_attention or plot is not None)
+                              attention=alignments or show_attention or plot is not None,
+                              mbr=mbr)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     try:
         if text:
@@ -182,6 +185,7 @@ def eval_cmd(
     max_len_a: MaxLenAOpt = None,
     max_len_b: MaxLenBOpt = None,
     stop_early: StopEarlyOpt = True,
+    mbr: MbrOpt = None,
     save_hyp: Annotated[Optional[Path], typer.Option(
         "--save-hyp", help="Also write the translations to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
@@ -224,13 +228,14 @@ def eval_cmd(
                 raise UsageError(f"--lc-tok: the model in {model} does not record its target "
                                  "language: give --tgt-lang")
         options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, 0, 1,
-                                  stop_early)
+                                  stop_early, mbr=mbr)
         if lowercases(translator.vocabs.tgt) and (bleu_flag or chrf or ter):
             err.print(f"[yellow]note:[/] {model} writes lowercased text (its tokenizer "
                       "lowercases): its cased scores compare that with the cased references; "
                       "--lc-tok scores it as the Multi30k papers do")
         start = time.monotonic()
-        with err.status(f"Translating {len(sources)} sentences (beam {options.beam}) ..."):
+        how = f"beam {options.beam}" + (f", MBR by {options.mbr}" if options.mbr else "")
+        with err.status(f"Translating {len(sources)} sentences ({how}) ..."):
             hypotheses = [t.text for t in translator.translate(sources, options)]
         err.print(f"Translated {len(sources)} sentences in {time.monotonic() - start:.1f} s")
         if save_hyp:

@@ -32,11 +32,11 @@ PrecisionOpt = Annotated[str, typer.Option(
 
 
 def search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len, n_best,
-                    stop_early, attention=False):
+                    stop_early, attention=False, mbr=None):
     return translator.default_options(beam=beam, length_penalty=length_penalty,
                                       max_len_a=max_len_a, max_len_b=max_len_b,
                                       min_len=min_len, n_best=n_best, stop_early=stop_early,
-                                      attention=attention)
+                                      attention=attention, mbr=mbr)
 
 
 _G = GenerationDefaults  # the defaults a model directory starts with
@@ -70,6 +70,11 @@ MaxLenAOpt = Annotated[Optional[float], typer.Option(
     + default(f"the model's, {_G.max_len_a}"))]
 MaxLenBOpt = Annotated[Optional[int], typer.Option(
     "--max-len-b", help="See --max-len-a." + default(f"the model's, {_G.max_len_b}"))]
+MbrOpt = Annotated[Optional[str], typer.Option(
+    "--mbr", help="Beam search: output the hypothesis the beam's other hypotheses agree with "
+    "most (minimum Bayes risk, each weighted by its probability), by this sentence-level "
+    "metric: bleu or chrf. Usually a little higher BLEU / chrF than the best-scoring "
+    "hypothesis, at a larger beam (e.g. --beam 8).", show_default=False)]
 StopEarlyOpt = Annotated[bool, typer.Option(
     "--stop-early/--no-stop-early", help="Beam search: end a sentence once its --n-best best "
     "hypotheses have ended (as OpenNMT-py and CTranslate2 do), or wait for --beam of them (as "

@@ -16,7 +16,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tfm.checkpoint import ModelInfo
@@ -24,6 +24,7 @@ from tfm.config import SearchOptions
 from tfm.data.text import normalize_text
 from tfm.data.tokenizer import Vocabularies, decode, encode_batch
 from tfm.decoding.alignment import align_words
+from tfm.decoding.mbr import mbr_order
 from tfm.decoding.search import Hypothesis
 from tfm.errors import UsageError
 from tfm.special_tokens import EOS_ID
@@ -141,12 +142,19 @@ class Translator(ABC):
             if not source.ids:  # nothing to translate: an empty line stays an empty line
                 results[i] = Translation(source.sentence, [("", 0.0)])
         pending = [i for i in range(len(sources)) if results[i] is None]
+        # MBR chooses among all the beam's hypotheses, then keeps the n_best it ranks first.
+        searched = replace(options, n_best=options.beam) if options.mbr else options
         for batch, found in self._search_batches(list(_batches(ids, pending, options)), ids,
-                                                 options):
+                                                 searched):
             for i, hyps in zip(batch, found):
+                texts = [_one_line(decode(self.vocabs.tgt, h.tokens)) for h in hyps]
+                if options.mbr:
+                    order = mbr_order(texts, [h.score for h in hyps],
+                                      [len(h.tokens) + 1 for h in hyps], options.mbr)
+                    order = order[:options.n_best]
+                    hyps, texts = [hyps[k] for k in order], [texts[k] for k in order]
                 result = Translation(
-                    sources[i].sentence,
-                    [(_one_line(decode(self.vocabs.tgt, h.tokens)), h.score) for h in hyps],
+                    sources[i].sentence, [(t, h.score) for t, h in zip(texts, hyps)],
                     sources[i].truncated, target_tokens=len(hyps[0].tokens))
                 if options.attention:
                     self._attach_attention(result, ids[i], hyps[0])
