@@ -68,6 +68,29 @@ PAIRS: list[tuple[str, str]] = [
 ]
 
 
+def tiny_config(vocab: int):
+    """A 1+1-layer, d_model 32 model configuration over a joint vocabulary of ``vocab``."""
+    from tfm.config import ModelConfig
+
+    return ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=2,
+                       encoder_layers=1, decoder_layers=1, d_ff=64, dropout=0.0)
+
+
+def random_model_dir(path: Path, tokenizer: Tokenizer, seed: int = 0, tgt: str = "de") -> Path:
+    """An untrained model of ``tiny_config`` (weights drawn from ``seed``) with ``tokenizer``,
+    saved as the model directory ``path`` (en -> ``tgt``): for decoding tests that need a real
+    model directory but no training."""
+    import torch
+
+    from tfm.checkpoint import ModelInfo, save_model_dir
+    from tfm.model import Transformer
+
+    torch.manual_seed(seed)
+    config = tiny_config(tokenizer.get_vocab_size())
+    save_model_dir(path, Transformer(config), tokenizer, ModelInfo(config, "en", tgt))
+    return path
+
+
 def write_lines(path: Path, lines: list[str]) -> Path:
     """Write newline-terminated UTF-8 lines to ``path``."""
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")

@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import random_model_dir
 from tokenizers import Tokenizer
 
-from tfm.checkpoint import ModelInfo, save_model_dir
-from tfm.config import ModelConfig, SearchOptions
+from tfm.config import SearchOptions
 from tfm.decoding.engines import load_translator
 from tfm.device import decoding_workers
 from tfm.errors import UsageError
-from tfm.model import Transformer
 
 # Sentences of many lengths: with a small max_tokens they fill a dozen batches or more.
 SENTENCES = [" ".join(["a man rides a bike", "the dog sleeps", "two children play"][i % 3]
@@ -35,13 +34,7 @@ def keep_torch_threads() -> Iterator[None]:
 
 @pytest.fixture
 def model_dir(tmp_path: Path, tokenizer: Tokenizer) -> Path:
-    torch.manual_seed(0)
-    vocab = tokenizer.get_vocab_size()
-    config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=2,
-                         encoder_layers=1, decoder_layers=1, d_ff=64, dropout=0.0)
-    save_model_dir(tmp_path / "model", Transformer(config), tokenizer,
-                   ModelInfo(config, "en", "de"))
-    return tmp_path / "model"
+    return random_model_dir(tmp_path / "model", tokenizer, seed=0)
 
 
 def batch_count(translator, options: SearchOptions) -> int:

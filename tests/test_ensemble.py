@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import random_model_dir, tiny_config
 from tokenizers import Tokenizer
 
 from tfm.checkpoint import ModelInfo, save_model_dir
-from tfm.config import ModelConfig, SearchOptions
+from tfm.config import SearchOptions
 from tfm.data.tokenizer import train_tokenizer
 from tfm.decoding.engines import load_translator
 from tfm.errors import UsageError
@@ -21,18 +22,6 @@ from tfm.model.ensemble import Ensemble
 from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SENTENCES = ["The dog sleeps in the garden.", "A man rides a bike."]
-
-
-def tiny_config(vocab: int) -> ModelConfig:
-    return ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=2,
-                       encoder_layers=1, decoder_layers=1, d_ff=64, dropout=0.0)
-
-
-def random_model_dir(path: Path, tokenizer: Tokenizer, seed: int, tgt: str = "de") -> Path:
-    torch.manual_seed(seed)
-    config = tiny_config(tokenizer.get_vocab_size())
-    save_model_dir(path, Transformer(config), tokenizer, ModelInfo(config, "en", tgt))
-    return path
 
 
 @pytest.fixture

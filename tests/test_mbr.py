@@ -8,15 +8,13 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
-import torch
+from conftest import random_model_dir
 from tokenizers import Tokenizer
 
-from tfm.checkpoint import ModelInfo, save_model_dir
-from tfm.config import ModelConfig, SearchOptions
+from tfm.config import SearchOptions
 from tfm.decoding.engines import load_translator
 from tfm.decoding.mbr import _sentence_bleu, mbr_order
 from tfm.errors import UsageError
-from tfm.model import Transformer
 
 LINES = ["Ein Mann fährt Fahrrad.", "Ein Mann fährt auf einem Fahrrad.",
          "Zwei Hunde spielen im Schnee.", "Ein Mann, der Fahrrad fährt.", "", "Fahrrad"]
@@ -77,13 +75,7 @@ def test_search_options_refuse_mbr_without_a_beam_or_with_an_unknown_metric() ->
 
 @pytest.fixture
 def model_dir(tmp_path: Path, tokenizer: Tokenizer) -> Path:
-    torch.manual_seed(3)
-    vocab = tokenizer.get_vocab_size()
-    config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=2,
-                         encoder_layers=1, decoder_layers=1, d_ff=64, dropout=0.0)
-    save_model_dir(tmp_path / "model", Transformer(config), tokenizer,
-                   ModelInfo(config, "en", "de"))
-    return tmp_path / "model"
+    return random_model_dir(tmp_path / "model", tokenizer, seed=3)
 
 
 SENTENCES = ["The dog sleeps in the garden.", "A man rides a bike.", "Two women walk."]
