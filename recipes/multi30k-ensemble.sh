@@ -13,9 +13,9 @@
 # its best checkpoint by validation BLEU; they are then scored alone on val and together
 # (`--ensemble`, their probabilities averaged at each step) on val and test_2016_flickr, beam 5,
 # cased sacreBLEU and (with sacremoses) the lowercased, Moses-tokenized BLEU of Multi30k papers.
-# Measured with the settings before 2026-11-26 (2,048 positions, 1e-3 after 400 steps; AMD EPYC,
-# 2 cores, 90 minutes), test_2016_flickr cased / lc-tok: en→de 39.31 / 39.70, de→en
-# 41.98 / 42.24, en→fr 58.99 / 59.94; with today's settings: docs/multi30k.md.
+# Measured (AMD EPYC, 2 cores, 90 minutes), test_2016_flickr cased / lc-tok: en→de 39.88 / 40.36
+# (2026-11-26); with the settings before (2,048 positions, 1e-3 after 400 steps): en→de
+# 39.31 / 39.70, de→en 41.98 / 42.24, en→fr 58.99 / 59.94 (docs/multi30k.md).
 set -euo pipefail
 data=${1:?usage: multi30k-ensemble.sh DATA_DIR SRC TGT [OUT_DIR] [train options...]}
 src=${2:?source language, e.g. en}
