@@ -150,6 +150,9 @@ class GenerationDefaults:
     max_len_b: int = 10
 
 
+MBR_UTILITIES = ("bleu", "chrf")  # sentence-level metrics --mbr can choose by (tfm.decoding.mbr)
+
+
 @dataclass
 class SearchOptions:
     """How one call of a Translator decodes; the model's GenerationDefaults fill what the user
@@ -172,10 +175,8 @@ class SearchOptions:
         if self.beam < 1:
             raise UsageError(f"--beam must be at least 1, not {self.beam}")
         if self.mbr is not None:
-            from tfm.decoding.mbr import UTILITIES
-
-            if self.mbr not in UTILITIES:
-                raise UsageError(f"--mbr {self.mbr}: choose {' or '.join(UTILITIES)}")
+            if self.mbr not in MBR_UTILITIES:
+                raise UsageError(f"--mbr {self.mbr}: choose {' or '.join(MBR_UTILITIES)}")
             if self.beam < 2:
                 raise UsageError("--mbr chooses among the beam's hypotheses: give --beam 2 "
                                  "or more (5-8 is usual)")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-UTILITIES = ("bleu", "chrf")
+from tfm.config import MBR_UTILITIES as UTILITIES
 
 
 def mbr_order(texts: Sequence[str], scores: Sequence[float], lengths: Sequence[int],
