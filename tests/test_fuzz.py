@@ -103,8 +103,12 @@ def translator(model_dir: Path) -> TorchTranslator:
     return TorchTranslator(model_dir, "cpu")
 
 
+# Any code point, lone surrogates included (a JSON "\ud800" escape decodes to one).
+ANY_TEXT = st.text(alphabet=st.characters(exclude_categories=()), max_size=300)
+
+
 @SETTINGS
-@given(st.lists(st.text(max_size=300), min_size=1, max_size=4), st.integers(1, 3))
+@given(st.lists(ANY_TEXT, min_size=1, max_size=4), st.integers(1, 3))
 def test_translate_any_unicode_gives_one_line_per_input(translator: TorchTranslator,
                                                         sentences: list[str], beam: int) -> None:
     # Outputs of at most 5 tokens: random weights never stop, and the length is not what is
@@ -113,6 +117,14 @@ def test_translate_any_unicode_gives_one_line_per_input(translator: TorchTransla
                                                             max_len_b=5))
     assert len(results) == len(sentences)
     assert all("\n" not in r.text for r in results)
+
+
+def test_lone_surrogates_are_read_as_the_replacement_character(translator) -> None:
+    assert normalize_text("a\ud800b \udfff") == "a\ufffdb \ufffd"
+    options = SearchOptions(beam=2, max_len_a=0.0, max_len_b=5)
+    results = translator.translate(["Der Hund \ud83d läuft.", "\udc15"], options)
+    assert [r.source for r in results] == ["Der Hund \ud83d läuft.", "\udc15"]
+    assert all(r.text.encode("utf-8") for r in results)  # nothing unencodable comes out
 
 
 def test_a_sentence_longer_than_the_model_accepts_is_truncated_not_fatal(model_dir) -> None:

@@ -661,6 +661,28 @@ def test_malformed_json_wrong_content_type_and_unknown_paths_get_json_errors(ser
     assert missing.status_code == 404 and missing.json()["status"] == 404
 
 
+@pytest.mark.parametrize("body, says", [
+    (b'{"text": "a \xff b"}', "not UTF-8: byte 0xFF at offset 12"),
+    (b'{"text": ' + b"[" * 1500 + b"]" * 1500 + b"}", "nested too deeply"),
+])
+def test_bodies_no_json_parser_should_read_get_422_not_400_or_500(server, body, says):
+    headers = {**auth(), "Content-Type": "application/json"}
+    response = httpx.post(f"{server.url}/v1/translate", content=body, headers=headers)
+    assert response.status_code == 422, response.text
+    assert "not valid JSON" in response.json()["error"] and says in response.json()["error"]
+    assert httpx.get(f"{server.url}/health").status_code == 200
+
+
+def test_a_lone_surrogate_escape_is_translated_as_the_replacement_character(server):
+    body = b'{"text": ["A dog \\ud800 runs.", "\\udfff"], "scores": true}'
+    headers = {**auth(), "Content-Type": "application/json"}
+    response = httpx.post(f"{server.url}/v1/translate", content=body, headers=headers,
+                          timeout=60)
+    assert response.status_code == 200, response.text
+    sources = [t["sentences"][0]["source"] for t in response.json()["translations"]]
+    assert sources == ["A dog \ufffd runs.", "\ufffd"]
+
+
 def test_a_body_without_length_over_the_limit_is_refused_as_it_streams(server):
     def chunks() -> Iterator[bytes]:
         yield b'{"text": "'

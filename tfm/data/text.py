@@ -11,12 +11,21 @@ _WHITESPACE = re.compile(r"\s+")
 # not whitespace, zero-width space and a byte-order mark inside a line. Zero-width (non-)joiners
 # are kept: Persian, Indic scripts and emoji sequences need them.
 _INVISIBLE = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\u200b\ufeff]")
+# Lone UTF-16 surrogates: not characters, yet a Python string can hold them (JSON's "\ud800"
+# escape decodes to one); no UTF-8 encoder or tokenizer takes them.
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def normalize_text(text: str) -> str:
     """Invisible control characters are removed; whitespace runs (tabs, non-breaking spaces,
-    ...) become one space; ends are stripped."""
-    return _WHITESPACE.sub(" ", _INVISIBLE.sub("", text)).strip()
+    ...) become one space; ends are stripped; lone surrogates become U+FFFD."""
+    return _WHITESPACE.sub(" ", _INVISIBLE.sub("", replace_surrogates(text))).strip()
+
+
+def replace_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD, the replacement character, as a
+    UTF-8 decoder replaces a byte it cannot read."""
+    return _SURROGATES.sub("\ufffd", text)
 
 
 def has_invisible(text: str) -> bool:

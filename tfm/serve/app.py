@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException
 
 from tfm import __version__
 from tfm.config import SearchOptions
+from tfm.data.text import replace_surrogates
 from tfm.decoding.translator import Source, Translation, Translator
 from tfm.errors import UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
@@ -98,9 +99,12 @@ class TranslateRequest(BaseModel):
                 raise ValueError("the list is empty: give at least one text")
             if not all(isinstance(v, str) for v in value):
                 raise ValueError("every text of the list must be a string")
-        elif not isinstance(value, str):
+            return [replace_surrogates(v) for v in value]
+        if not isinstance(value, str):
             raise ValueError("give a string or a list of strings")
-        return value
+        # JSON's "\ud800" escapes can smuggle in lone surrogates, which no tokenizer takes
+        # and no UTF-8 answer can echo: they become U+FFFD, as undecodable bytes do.
+        return replace_surrogates(value)
 
 
 class ScoredTranslation(BaseModel):
@@ -494,8 +498,14 @@ class _Guard:
             body = await _read_body(receive)
             try:
                 request = TranslateRequest.model_validate(json.loads(body))
-            except (ValueError, ValidationError):  # not JSON, not UTF-8, or not valid
+            except (json.JSONDecodeError, ValidationError):  # not JSON, or not a request
                 await self.app(scope, _replay(body, receive), send)
+                return
+            except (ValueError, RecursionError) as e:
+                # Not UTF-8, nested too deeply, a number too long: FastAPI would answer 400
+                # or fail with 500.
+                response = _unreadable(e)
+                await response(scope, receive, send)
                 return
             response = await self.service.translate(request, receive)
         except ApiError as e:
@@ -570,6 +580,21 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+def _unreadable(e: ValueError | RecursionError) -> JSONResponse:
+    """422 for a body that JSON's syntax allows but no parser should read: not UTF-8, nested
+    too deeply, a number of thousands of digits."""
+    if isinstance(e, UnicodeDecodeError):
+        byte = e.object[e.start:e.start + 1].hex().upper()
+        reason = f"not UTF-8: byte 0x{byte} at offset {e.start}"
+    elif isinstance(e, RecursionError):
+        reason = "nested too deeply"
+    else:
+        reason = "a number too long to read" if "digits" in str(e) else str(e)
+    problem = f"the body is not valid JSON ({reason})"
+    return JSONResponse(_error_body(422, f"invalid request: {problem}",
+                                    details=[{"field": "", "problem": problem}]), 422)
 
 
 def _too_large(limit: int) -> dict[str, Any]:
