@@ -138,14 +138,18 @@ def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 
 
 @contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Uvicorn serving ``app`` in a thread on a free loopback port; its base URL."""
+def serving(app: Any, request_timeout_s: float = 30.0) -> Iterator[str]:
+    """Uvicorn serving ``app`` in a thread on a free loopback port, with the HTTP protocol
+    ``tfm serve`` uses; its base URL."""
     import uvicorn
+
+    from tfm.serve.protocol import protocol_with_deadline
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                           http=protocol_with_deadline(request_timeout_s),
                                            timeout_graceful_shutdown=5))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -861,6 +865,50 @@ def test_requests_waiting_together_are_decoded_as_one_batch(gated, reference):
     assert answers == [reference(1)[s]["translation"] for s in SENTENCES]
     assert metrics[("tfm_serve_batch_requests_bucket", (("le", "8.0"),))] == 1  # the first
     assert metrics[("tfm_serve_batch_requests_count", ())] == 2
+
+
+def closed_by_server(conn: socket.socket, within: float) -> bool:
+    conn.settimeout(within)
+    try:
+        return conn.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_clients_too_slow_to_send_a_request_are_disconnected(gated):
+    """Slowloris: connecting and sending nothing, or headers or a body a little at a time,
+    must not hold a connection for ever."""
+    from tfm.serve.app import create_app
+
+    gated.gate.set()  # decoding answers at once
+    app = create_app(gated, ServeConfig(max_wait_ms=0))
+    with serving(app, request_timeout_s=0.5) as url:
+        address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        silent, headers, body = (socket.create_connection(address) for _ in range(3))
+        headers.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\n")
+        body.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: 100\r\n\r\n{\"text\": ")
+        assert [closed_by_server(c, within=10) for c in (silent, headers, body)] == [True] * 3
+        with httpx.Client(base_url=url) as client:  # a client in time: two requests, one
+            for sentence in SENTENCES[:2]:            # keep-alive connection
+                time.sleep(0.2)
+                assert client.post("/v1/translate", json={"text": sentence}).status_code == 200
+        for c in (silent, headers, body):
+            c.close()
+
+
+def test_the_request_timeout_never_cuts_a_request_being_answered(gated):
+    from tfm.serve.app import create_app
+
+    app = create_app(gated, ServeConfig(max_wait_ms=0))
+    with serving(app, request_timeout_s=0.3) as url:
+        answer = _send_in_thread(url, {"text": SENTENCES[0], "beam": 1})
+        assert gated.entered.wait(30)
+        time.sleep(1.0)  # decoding held well past the deadline
+        gated.gate.set()
+        assert answer().status_code == 200
 
 
 def test_a_client_that_leaves_before_its_batch_costs_no_decoding(gated):

@@ -53,6 +53,10 @@ def serve(
         "(header 'Authorization: Bearer KEY' or 'X-API-Key: KEY') on /v1/* and /metrics. "
         "Prefer the environment variable: a command line is visible to other users.")
     ] = None,
+    request_timeout: Annotated[float, typer.Option(
+        "--request-timeout", help="Seconds a client has to send a whole request, from "
+        "connecting, from the request's first byte or from its previous answer; a slower "
+        "connection is closed.")] = _C.request_timeout_s,
     access_log: Annotated[bool, typer.Option(
         "--access-log", help="Log every request (one line each) on stderr.")] = False,
     device: DeviceOpt = "auto",
@@ -64,15 +68,18 @@ def serve(
     require("fastapi", "serve")
     uvicorn = require("uvicorn", "serve")
     require("prometheus_client", "serve")
+    require("httptools", "serve")
     from tfm.decoding.engines import load_translator
     from tfm.device import decoding_workers, resolve_device, share_cpu_threads
     from tfm.serve.app import create_app
+    from tfm.serve.protocol import protocol_with_deadline
 
     workers = decoding_workers(workers, resolve_device(device))
     config = ServeConfig(host=host, port=port, max_batch_tokens=max_batch_tokens,
                          max_wait_ms=max_wait_ms, workers=workers, max_queue=max_queue,
                          max_sentences=max_sentences, max_request_bytes=max_request_bytes,
-                         max_beam=max_beam, beam=beam, api_key=api_key)
+                         max_beam=max_beam, beam=beam, api_key=api_key,
+                         request_timeout_s=request_timeout)
     sock = _listen(host, port)  # before loading: a taken port fails fast
     try:
         # Decoding runs on the batcher's worker threads, each with its share of the CPU
@@ -90,6 +97,7 @@ def serve(
                       "who can reach this machine can use the model (set TFM_API_KEY)")
         server = uvicorn.Server(uvicorn.Config(
             application, log_level="info", access_log=access_log,
+            http=protocol_with_deadline(config.request_timeout_s),
             timeout_graceful_shutdown=int(config.drain_timeout_s), lifespan="on"))
         server.run(sockets=[sock])
     finally:

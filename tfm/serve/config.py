@@ -28,6 +28,9 @@ class ServeConfig:
     beam: int | None = None  # the server's default beam; None: the model's
     api_key: str | None = None  # when set, /v1/* and /metrics need it (401 without)
     drain_timeout_s: float = 30.0  # on SIGTERM: longest wait for the requests in flight
+    # A connection that has not sent a whole request this long after connecting, after the
+    # request's first byte or after its previous answer is closed (slow or stalled clients).
+    request_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("max_batch_tokens", "workers", "max_queue", "max_sentences",
@@ -35,6 +38,9 @@ class ServeConfig:
             if getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")
                 raise UsageError(f"{flag} must be at least 1, not {getattr(self, name)}")
+        if not self.request_timeout_s > 0:
+            raise UsageError(f"--request-timeout must be more than 0, not "
+                             f"{self.request_timeout_s}")
         if self.max_wait_ms < 0:
             raise UsageError(f"--max-wait-ms must be 0 or more, not {self.max_wait_ms}")
         if not 0 <= self.port <= 65535:
