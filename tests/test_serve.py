@@ -143,13 +143,13 @@ def serving(app: Any, request_timeout_s: float = 30.0) -> Iterator[str]:
     ``tfm serve`` uses; its base URL."""
     import uvicorn
 
-    from tfm.serve.protocol import protocol_with_deadline
+    from tfm.serve.protocol import http_protocol
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                           http=protocol_with_deadline(request_timeout_s),
+                                           http=http_protocol(request_timeout_s),
                                            timeout_graceful_shutdown=5))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -897,6 +897,26 @@ def test_clients_too_slow_to_send_a_request_are_disconnected(gated):
                 assert client.post("/v1/translate", json={"text": sentence}).status_code == 200
         for c in (silent, headers, body):
             c.close()
+
+
+def test_headers_over_the_limit_get_431_and_a_large_body_does_not_count_as_headers(gated):
+    from tfm.serve.app import create_app
+    from tfm.serve.protocol import MAX_HEADER_BYTES
+
+    gated.gate.set()
+    app = create_app(gated, ServeConfig(max_wait_ms=0))
+    with serving(app) as url:
+        address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        with socket.create_connection(address) as conn:
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * MAX_HEADER_BYTES)
+            conn.settimeout(10)
+            answer = b"".join(iter(lambda: conn.recv(65536), b""))  # until the server closes
+        assert answer.startswith(b"HTTP/1.1 431 ")
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["limit"] == "max_header_bytes"
+        big = {"text": "A dog runs . " + "x" * (3 * MAX_HEADER_BYTES), "split": False}
+        response = post(url, big, key=None)
+        assert response.status_code == 200, response.text
+        assert httpx.get(f"{url}/health").status_code == 200
 
 
 def test_the_request_timeout_never_cuts_a_request_being_answered(gated):

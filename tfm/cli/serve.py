@@ -72,7 +72,7 @@ def serve(
     from tfm.decoding.engines import load_translator
     from tfm.device import decoding_workers, resolve_device, share_cpu_threads
     from tfm.serve.app import create_app
-    from tfm.serve.protocol import protocol_with_deadline
+    from tfm.serve.protocol import http_protocol
 
     workers = decoding_workers(workers, resolve_device(device))
     config = ServeConfig(host=host, port=port, max_batch_tokens=max_batch_tokens,
@@ -97,7 +97,7 @@ def serve(
                       "who can reach this machine can use the model (set TFM_API_KEY)")
         server = uvicorn.Server(uvicorn.Config(
             application, log_level="info", access_log=access_log,
-            http=protocol_with_deadline(config.request_timeout_s),
+            http=http_protocol(config.request_timeout_s),
             timeout_graceful_shutdown=int(config.drain_timeout_s), lifespan="on"))
         server.run(sockets=[sock])
     finally:

@@ -1,5 +1,5 @@
 """The HTTP/1.1 protocol ``tfm serve`` speaks: uvicorn's (httptools), with a deadline for reading
-each request.
+each request and a limit on its headers.
 
 uvicorn times out only a keep-alive connection that sends nothing after an answer: a client that
 connects and sends nothing, or sends a request's headers or body a byte at a time (slowloris),
@@ -7,24 +7,32 @@ holds its connection, and a file descriptor, for ever. Here a connection is clos
 not sent a whole request within ``request_timeout_s`` of connecting, of the request's first
 byte, or of its previous answer, as nginx's client_header_timeout and client_body_timeout do. A
 request read in full is never cut: the deadline stops while the server answers it.
+
+Nor does uvicorn bound a request's headers: httptools gathers a header of any length in memory
+(a 130 MB one grew the server by 320 MB before the connection broke). Here headers past
+``MAX_HEADER_BYTES`` get 431 and the connection is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+# A request line and headers longer than this are refused (nginx takes 4 x 8 KiB by default).
+MAX_HEADER_BYTES = 64 * 1024
 
-def protocol_with_deadline(request_timeout_s: float) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol class, with this read deadline (for ``uvicorn.Config``'s
-    ``http``)."""
-    return type("DeadlineHttpToolsProtocol", (_DeadlineProtocol,),
+
+def http_protocol(request_timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol class with this read deadline and the header limit (for
+    ``uvicorn.Config``'s ``http``)."""
+    return type("TfmHttpProtocol", (_GuardedProtocol,),
                 {"request_timeout_s": request_timeout_s})
 
 
-class _DeadlineProtocol(HttpToolsProtocol):
+class _GuardedProtocol(HttpToolsProtocol):
     request_timeout_s = 30.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -32,10 +40,29 @@ class _DeadlineProtocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._reading = False  # between a request's first byte and its last
         self._unanswered = 0  # requests read in full and not answered yet
+        # Bytes read while a request's headers are incomplete (None once they are), and the
+        # count of headers and requests read in full.
+        self._header_bytes: int | None = 0
+        self._events = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        before = self._events
+        super().data_received(data)
+        # Counted after parsing, and only chunks in which no headers and no request ended: a
+        # chunk holding a body is never taken for headers.
+        if self._events == before and self._header_bytes is not None:
+            self._header_bytes += len(data)
+            if self._header_bytes > MAX_HEADER_BYTES and not self.transport.is_closing():
+                self._refuse_headers()
+
+    def on_headers_complete(self) -> None:
+        self._events += 1
+        self._header_bytes = None
+        super().on_headers_complete()
 
     def on_message_begin(self) -> None:
         self._reading = True
@@ -44,6 +71,8 @@ class _DeadlineProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._reading = False
+        self._events += 1
+        self._header_bytes = 0  # the next request's headers
         self._unanswered += 1
         self._disarm()
         super().on_message_complete()
@@ -74,3 +103,13 @@ class _DeadlineProtocol(HttpToolsProtocol):
         # deadline starts again when it has answered.
         if self._unanswered == 0 and not self.transport.is_closing():
             self.transport.close()
+
+    def _refuse_headers(self) -> None:
+        body = json.dumps({"error": f"the request's headers are over this server's limit of "
+                           f"{MAX_HEADER_BYTES} bytes", "status": 431,
+                           "limit": "max_header_bytes", "value": MAX_HEADER_BYTES}).encode()
+        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                             b"content-type: application/json\r\n"
+                             b"content-length: " + str(len(body)).encode() + b"\r\n"
+                             b"connection: close\r\n\r\n" + body)
+        self.transport.close()
