@@ -11,6 +11,7 @@ that the server answers what ``tfm translate`` answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import queue
@@ -916,6 +917,36 @@ def test_headers_over_the_limit_get_431_and_a_large_body_does_not_count_as_heade
         big = {"text": "A dog runs . " + "x" * (3 * MAX_HEADER_BYTES), "split": False}
         response = post(url, big, key=None)
         assert response.status_code == 200, response.text
+        assert httpx.get(f"{url}/health").status_code == 200
+
+
+class HugeAnswers(GatedTranslator):
+    """Answers every sentence with a translation of 64 million characters, at once: more than
+    the kernel's socket buffers hold, so a client that reads nothing fills them."""
+
+    def translate_prepared(self, sources: list[Source], options: SearchOptions
+                           ) -> list[Translation]:
+        return [Translation(s.sentence, [("x" * 64_000_000, 0.0)]) for s in sources]
+
+
+def test_a_client_that_stops_reading_its_answer_is_disconnected(translator):
+    from tfm.serve.app import create_app
+
+    app = create_app(HugeAnswers(translator), ServeConfig(max_wait_ms=0))
+    with serving(app, request_timeout_s=0.5) as url:
+        address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        with socket.create_connection(address) as conn:
+            body = json.dumps({"text": "A dog ."}).encode()
+            conn.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                         b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+                         + body)
+            time.sleep(3)  # reading nothing: the answer fills the buffers, the deadline passes
+            conn.settimeout(10)
+            received = 0
+            with contextlib.suppress(ConnectionResetError):
+                for chunk in iter(lambda: conn.recv(1 << 20), b""):
+                    received += len(chunk)
+        assert received < 64_000_000  # cut off: the answer was never all sent
         assert httpx.get(f"{url}/health").status_code == 200
 
 

@@ -55,8 +55,9 @@ def serve(
     ] = None,
     request_timeout: Annotated[float, typer.Option(
         "--request-timeout", help="Seconds a client has to send a whole request, from "
-        "connecting, from the request's first byte or from its previous answer; a slower "
-        "connection is closed.")] = _C.request_timeout_s,
+        "connecting, from the request's first byte or from its previous answer, and to read "
+        "some of its answer once the server's buffers are full; a slower connection is "
+        "closed.")] = _C.request_timeout_s,
     access_log: Annotated[bool, typer.Option(
         "--access-log", help="Log every request (one line each) on stderr.")] = False,
     device: DeviceOpt = "auto",

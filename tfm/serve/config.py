@@ -29,7 +29,8 @@ class ServeConfig:
     api_key: str | None = None  # when set, /v1/* and /metrics need it (401 without)
     drain_timeout_s: float = 30.0  # on SIGTERM: longest wait for the requests in flight
     # A connection that has not sent a whole request this long after connecting, after the
-    # request's first byte or after its previous answer is closed (slow or stalled clients).
+    # request's first byte or after its previous answer is closed, as is one that reads
+    # nothing of its answer this long (slow or stalled clients).
     request_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:

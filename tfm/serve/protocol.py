@@ -6,7 +6,9 @@ connects and sends nothing, or sends a request's headers or body a byte at a tim
 holds its connection, and a file descriptor, for ever. Here a connection is closed when it has
 not sent a whole request within ``request_timeout_s`` of connecting, of the request's first
 byte, or of its previous answer, as nginx's client_header_timeout and client_body_timeout do. A
-request read in full is never cut: the deadline stops while the server answers it.
+request read in full is never cut: the deadline stops while the server answers it. Reading
+the answer has the same deadline: a client that stops reading (its answer waits in the
+server's buffers) is disconnected once it has read nothing for ``request_timeout_s``.
 
 Nor does uvicorn bound a request's headers: httptools gathers a header of any length in memory
 (a 130 MB one grew the server by 320 MB before the connection broke). Here headers past
@@ -44,6 +46,8 @@ class _GuardedProtocol(HttpToolsProtocol):
         # count of headers and requests read in full.
         self._header_bytes: int | None = 0
         self._events = 0
+        self._stalled: asyncio.TimerHandle | None = None  # while the write buffer is full
+        self._unsent = 0  # bytes of answers not yet taken by the client, at the last deadline
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -86,7 +90,22 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._unstall()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()  # the client reads more slowly than the server writes
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(self.request_timeout_s, self.transport.abort)
+
+    def resume_writing(self) -> None:
+        self._unstall()
+        super().resume_writing()
+
+    def _unstall(self) -> None:
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
 
     def _arm(self) -> None:
         self._disarm()
@@ -101,8 +120,16 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._deadline = None
         # Never under a request the server is still answering (pipelined requests): the
         # deadline starts again when it has answered.
-        if self._unanswered == 0 and not self.transport.is_closing():
+        if self._unanswered or self.transport.is_closing():
+            return
+        unsent = self.transport.get_write_buffer_size()
+        if not unsent:
             self.transport.close()
+        elif unsent != self._unsent:  # the client is still reading its answer
+            self._unsent = unsent
+            self._arm()
+        else:
+            self.transport.abort()  # close() would wait for a client that reads nothing
 
     def _refuse_headers(self) -> None:
         body = json.dumps({"error": f"the request's headers are over this server's limit of "
