@@ -2,7 +2,7 @@
 and offline ``tfm translate`` of the same file; then an overload run.
 
     python bench/serve.py --model MODEL [--src ../shared/data/multi30k/test_2016_flickr.en.gz]
-        [--out serve.json] [--clients 1,8,32,128] [--workers 1,2] [--beam N] [--limit N]
+        [--out runs/serve.json] [--clients 1,8,32,128] [--workers 1,2] [--beam N] [--limit N]
         [--precision fp32]
 
 Measures, on this machine and in this run:
@@ -319,7 +319,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--src", type=Path, default=DEFAULT_SRC)
-    parser.add_argument("--out", type=Path, default=Path("serve.json"))
+    parser.add_argument("--out", type=Path, default=Path("runs/serve.json"))
     parser.add_argument("--clients", default="1,8,32,128")
     parser.add_argument("--workers", default="1,2", help="batched servers to run, by --workers")
     parser.add_argument("--beam", type=int, help="default: the model's")
@@ -366,6 +366,7 @@ def main() -> None:
             results["overload"] = row
         finally:
             server.stop()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print("\n".join(table(results) + [""] + summary(results)))
 
