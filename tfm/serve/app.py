@@ -300,7 +300,9 @@ def create_app(translator: Translator | Callable[[], Translator],
     return app
 
 
-def _error_body(status: int, message: str, **extra: Any) -> dict[str, Any]:
+def error_body(status: int, message: str, **extra: Any) -> dict[str, Any]:
+    """Every error the server answers, as JSON: ``error``, ``status``, and ``extra`` (such as
+    ``limit``) where not None."""
     return {"error": message, "status": status,
             **{k: v for k, v in extra.items() if v is not None}}
 
@@ -312,7 +314,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, e: HTTPException) -> JSONResponse:
-        return JSONResponse(_error_body(e.status_code, str(e.detail)), e.status_code,
+        return JSONResponse(error_body(e.status_code, str(e.detail)), e.status_code,
                             headers=e.headers)
 
     @app.exception_handler(Exception)
@@ -326,17 +328,17 @@ def _add_error_handlers(app: FastAPI) -> None:
         details = [_problem(error) for error in e.errors()]
         first = details[0] if details else {"field": "", "problem": "invalid"}
         where = f"{first['field']}: " if first["field"] else ""
-        return JSONResponse(_error_body(422, f"invalid request: {where}{first['problem']}",
+        return JSONResponse(error_body(422, f"invalid request: {where}{first['problem']}",
                                         details=details), 422)
 
 
 def _api_error(e: ApiError) -> JSONResponse:
-    return JSONResponse(_error_body(e.status_code, e.detail, limit=e.limit, value=e.value),
+    return JSONResponse(error_body(e.status_code, e.detail, limit=e.limit, value=e.value),
                         e.status_code, headers=e.headers)
 
 
 def _internal_error(e: Exception) -> JSONResponse:
-    return JSONResponse(_error_body(500, f"internal error: {type(e).__name__}: {e}"), 500)
+    return JSONResponse(error_body(500, f"internal error: {type(e).__name__}: {e}"), 500)
 
 
 def _problem(error: dict[str, Any]) -> dict[str, str]:
@@ -523,14 +525,14 @@ class _Guard:
             if auth[:7].lower() == b"bearer ":
                 given = auth[7:].strip()
             if given is None or not hmac.compare_digest(given, self.key):
-                return JSONResponse(_error_body(401, "missing or wrong API key: send it as "
+                return JSONResponse(error_body(401, "missing or wrong API key: send it as "
                                                 "'Authorization: Bearer KEY' or 'X-API-Key: "
                                                 "KEY'"), 401,
                                     headers={"WWW-Authenticate": "Bearer"})
         if scope["method"] == "POST" and path == "/v1/translate":
             kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if kind != b"application/json" and not kind.endswith(b"+json"):
-                return JSONResponse(_error_body(415, "send the body as JSON, with the header "
+                return JSONResponse(error_body(415, "send the body as JSON, with the header "
                                                 "'Content-Type: application/json'"), 415)
         length = headers.get(b"content-length")
         limit = self.service.config.max_request_bytes
@@ -593,10 +595,10 @@ def _unreadable(e: ValueError | RecursionError) -> JSONResponse:
     else:
         reason = "a number too long to read" if "digits" in str(e) else str(e)
     problem = f"the body is not valid JSON ({reason})"
-    return JSONResponse(_error_body(422, f"invalid request: {problem}",
+    return JSONResponse(error_body(422, f"invalid request: {problem}",
                                     details=[{"field": "", "problem": problem}]), 422)
 
 
 def _too_large(limit: int) -> dict[str, Any]:
-    return _error_body(413, f"the request body is over this server's limit of {limit} bytes: "
+    return error_body(413, f"the request body is over this server's limit of {limit} bytes: "
                        "send less at a time", limit="max_request_bytes", value=limit)

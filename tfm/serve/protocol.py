@@ -23,6 +23,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from tfm.serve.app import error_body
+
 # A request line and headers longer than this are refused (nginx takes 4 x 8 KiB by default).
 MAX_HEADER_BYTES = 64 * 1024
 
@@ -40,8 +42,6 @@ class _GuardedProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
-        self._reading = False  # between a request's first byte and its last
-        self._unanswered = 0  # requests read in full and not answered yet
         # Bytes read while a request's headers are incomplete (None once they are), and the
         # count of headers and requests read in full.
         self._header_bytes: int | None = 0
@@ -69,20 +69,15 @@ class _GuardedProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_message_begin(self) -> None:
-        self._reading = True
         self._arm()
         super().on_message_begin()
 
     def on_message_complete(self) -> None:
-        self._reading = False
         self._events += 1
         self._header_bytes = 0  # the next request's headers
-        self._unanswered += 1
-        self._disarm()
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        self._unanswered = max(0, self._unanswered - 1)
         super().on_response_complete()
         if not self.transport.is_closing():
             # The client's turn again: its next request (or the rest of one it is sending).
@@ -116,11 +111,18 @@ class _GuardedProtocol(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
 
+    def _answering(self) -> bool:
+        """Whether a request read in full waits for its answer (uvicorn's state: the current
+        request and those pipelined behind it)."""
+        cycle = self.cycle
+        return bool(self.pipeline) or (cycle is not None and not cycle.more_body
+                                       and not cycle.response_complete)
+
     def _expire(self) -> None:
         self._deadline = None
-        # Never under a request the server is still answering (pipelined requests): the
-        # deadline starts again when it has answered.
-        if self._unanswered or self.transport.is_closing():
+        # Never under a request the server is still answering: the deadline starts again
+        # when it has answered.
+        if self._answering() or self.transport.is_closing():
             return
         unsent = self.transport.get_write_buffer_size()
         if not unsent:
@@ -132,9 +134,9 @@ class _GuardedProtocol(HttpToolsProtocol):
             self.transport.abort()  # close() would wait for a client that reads nothing
 
     def _refuse_headers(self) -> None:
-        body = json.dumps({"error": f"the request's headers are over this server's limit of "
-                           f"{MAX_HEADER_BYTES} bytes", "status": 431,
-                           "limit": "max_header_bytes", "value": MAX_HEADER_BYTES}).encode()
+        body = json.dumps(error_body(431, f"the request's headers are over this server's "
+                                     f"limit of {MAX_HEADER_BYTES} bytes",
+                                     limit="max_header_bytes", value=MAX_HEADER_BYTES)).encode()
         self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
                              b"content-type: application/json\r\n"
                              b"content-length: " + str(len(body)).encode() + b"\r\n"
