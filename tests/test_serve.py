@@ -139,7 +139,8 @@ def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 
 
 @contextmanager
-def serving(app: Any, request_timeout_s: float = 30.0) -> Iterator[str]:
+def serving(app: Any, request_timeout_s: float = 30.0, max_connections: int | None = None
+            ) -> Iterator[str]:
     """Uvicorn serving ``app`` in a thread on a free loopback port, with the HTTP protocol
     ``tfm serve`` uses; its base URL."""
     import uvicorn
@@ -150,7 +151,8 @@ def serving(app: Any, request_timeout_s: float = 30.0) -> Iterator[str]:
     sock.bind(("127.0.0.1", 0))
     sock.listen()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                           http=http_protocol(request_timeout_s),
+                                           http=http_protocol(request_timeout_s,
+                                                              max_connections),
                                            timeout_graceful_shutdown=5))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -960,6 +962,48 @@ def test_the_request_timeout_never_cuts_a_request_being_answered(gated):
         time.sleep(1.0)  # decoding held well past the deadline
         gated.gate.set()
         assert answer().status_code == 200
+
+
+def test_past_max_connections_a_new_one_closes_the_one_idle_longest(gated):
+    """Idle connections cannot shut other clients out by taking every file descriptor."""
+    from tfm.serve.app import create_app
+
+    gated.gate.set()
+    app = create_app(gated, ServeConfig(max_wait_ms=0))
+    with serving(app, max_connections=3) as url:
+        address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        idle = []
+        for _ in range(3):
+            idle.append(socket.create_connection(address))
+            time.sleep(0.05)  # oldest first
+        with httpx.Client(base_url=url) as client:  # a fourth connection
+            assert client.get("/health").status_code == 200
+            assert client.post("/v1/translate", json={"text": SENTENCES[0]}).status_code == 200
+        assert closed_by_server(idle[0], within=5)
+        assert [closed_by_server(c, within=0.2) for c in idle[1:]] == [False, False]
+        for c in idle:
+            c.close()
+
+
+def test_when_every_connection_is_being_answered_a_new_one_gets_503(gated):
+    from tfm.serve.app import create_app
+
+    app = create_app(gated, ServeConfig(max_wait_ms=0))
+    with serving(app, max_connections=1) as url:
+        answer = _send_in_thread(url, {"text": SENTENCES[0], "beam": 1})
+        assert gated.entered.wait(30)  # the one connection has a request being decoded
+        refused = httpx.get(f"{url}/health")
+        assert refused.status_code == 503
+        assert refused.headers["Retry-After"] == "1"
+        assert refused.json()["limit"] == "max_connections"
+        gated.gate.set()
+        assert answer().status_code == 200
+        assert httpx.get(f"{url}/health").status_code == 200  # the answered one made room
+
+
+def test_max_connections_must_be_at_least_one():
+    with pytest.raises(UsageError, match="--max-connections"):
+        ServeConfig(max_connections=0)
 
 
 def test_a_client_that_leaves_before_its_batch_costs_no_decoding(gated):

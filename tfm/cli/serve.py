@@ -58,6 +58,11 @@ def serve(
         "connecting, from the request's first byte or from its previous answer, and to read "
         "some of its answer once the server's buffers are full; a slower connection is "
         "closed.")] = _C.request_timeout_s,
+    max_connections: Annotated[Optional[int], typer.Option(
+        "--max-connections", help="Most connections open at once; past it a new one closes "
+        "the one that has waited longest for its client's request, or gets 503 when every "
+        "one has a request being answered." + default("what the open-file limit allows, less "
+        "64 (tfm serve raises its soft limit to the hard one)"), show_default=False)] = None,
     access_log: Annotated[bool, typer.Option(
         "--access-log", help="Log every request (one line each) on stderr.")] = False,
     device: DeviceOpt = "auto",
@@ -80,7 +85,7 @@ def serve(
                          max_wait_ms=max_wait_ms, workers=workers, max_queue=max_queue,
                          max_sentences=max_sentences, max_request_bytes=max_request_bytes,
                          max_beam=max_beam, beam=beam, api_key=api_key,
-                         request_timeout_s=request_timeout)
+                         request_timeout_s=request_timeout, max_connections=max_connections)
     sock = _listen(host, port)  # before loading: a taken port fails fast
     try:
         # Decoding runs on the batcher's worker threads, each with its share of the CPU
@@ -98,11 +103,39 @@ def serve(
                       "who can reach this machine can use the model (set TFM_API_KEY)")
         server = uvicorn.Server(uvicorn.Config(
             application, log_level="info", access_log=access_log,
-            http=http_protocol(config.request_timeout_s),
+            http=http_protocol(config.request_timeout_s,
+                               _connection_limit(config.max_connections)),
             timeout_graceful_shutdown=int(config.drain_timeout_s), lifespan="on"))
         server.run(sockets=[sock])
     finally:
         sock.close()
+
+
+# File descriptors kept for what is not a client's connection (the model's files, the listening
+# socket, threads' pipes, logs) when max_connections is derived from the open-file limit.
+FILES_KEPT = 64
+
+
+def _connection_limit(max_connections: int | None) -> int:
+    """The most connections to keep open: ``max_connections``, or (None) what the process's
+    open-file limit leaves, after raising its soft limit as far as the hard one allows."""
+    if max_connections is not None:
+        return max_connections
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: no limit to read
+        return 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 1 << 16 if hard == resource.RLIM_INFINITY else min(hard, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 16
+    return max(1, soft - FILES_KEPT)
 
 
 def _listen(host: str, port: int) -> socket.socket:

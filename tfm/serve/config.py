@@ -32,6 +32,11 @@ class ServeConfig:
     # request's first byte or after its previous answer is closed, as is one that reads
     # nothing of its answer this long (slow or stalled clients).
     request_timeout_s: float = 30.0
+    # Connections open at once; past it a new one closes the one that has waited longest for
+    # its client (503 only when every one has a request being answered). None: as many as the
+    # process may open files, less 64 for everything else (tfm serve raises its soft limit on
+    # open files to the hard one first).
+    max_connections: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_batch_tokens", "workers", "max_queue", "max_sentences",
@@ -39,6 +44,9 @@ class ServeConfig:
             if getattr(self, name) < 1:
                 flag = "--" + name.replace("_", "-")
                 raise UsageError(f"{flag} must be at least 1, not {getattr(self, name)}")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise UsageError(f"--max-connections must be at least 1, not "
+                             f"{self.max_connections}")
         if not self.request_timeout_s > 0:
             raise UsageError(f"--request-timeout must be more than 0, not "
                              f"{self.request_timeout_s}")

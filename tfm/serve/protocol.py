@@ -13,6 +13,13 @@ server's buffers) is disconnected once it has read nothing for ``request_timeout
 Nor does uvicorn bound a request's headers: httptools gathers a header of any length in memory
 (a 130 MB one grew the server by 320 MB before the connection broke). Here headers past
 ``MAX_HEADER_BYTES`` get 431 and the connection is closed.
+
+Nor the number of connections: a client that opens idle connections until the process has no
+file descriptors left shuts every other client out (1,500 idle sockets against a limit of
+1,024 open files: /health was refused until they closed). Here at most ``max_connections``
+are open; a new one past it closes the connection that has waited longest for its client
+(idle, or sending a request it has not finished), and only when every open connection has a
+request being answered is the new one refused, with 503.
 """
 
 from __future__ import annotations
@@ -29,19 +36,25 @@ from tfm.serve.app import error_body
 MAX_HEADER_BYTES = 64 * 1024
 
 
-def http_protocol(request_timeout_s: float) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol class with this read deadline and the header limit (for
-    ``uvicorn.Config``'s ``http``)."""
+def http_protocol(request_timeout_s: float, max_connections: int | None = None
+                  ) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol class with this read deadline, the header limit and at most
+    ``max_connections`` open at once (None: no limit), for ``uvicorn.Config``'s ``http``. Each
+    call makes a class of its own, whose connections are counted together: one per server."""
     return type("TfmHttpProtocol", (_GuardedProtocol,),
-                {"request_timeout_s": request_timeout_s})
+                {"request_timeout_s": request_timeout_s, "max_connections": max_connections,
+                 "open_connections": set()})
 
 
 class _GuardedProtocol(HttpToolsProtocol):
     request_timeout_s = 30.0
+    max_connections: int | None = None
+    open_connections: set[_GuardedProtocol]  # of this server: http_protocol makes the set
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
+        self._waiting_since = 0.0  # loop time the client's turn began (it owes a request)
         # Bytes read while a request's headers are incomplete (None once they are), and the
         # count of headers and requests read in full.
         self._header_bytes: int | None = 0
@@ -51,7 +64,29 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if not self._make_room():
+            self._refuse(503, "Service Unavailable", "the server has as many connections open "
+                         f"as it takes ({self.max_connections}), each with a request being "
+                         "answered; retry shortly", limit="max_connections",
+                         value=self.max_connections, retry_after=1)
+            return
+        self.open_connections.add(self)
         self._arm()
+
+    def _make_room(self) -> bool:
+        """Whether this new connection may stay: under max_connections, or once the open
+        connection that has waited longest for its client's request is closed."""
+        others = self.open_connections
+        if self.max_connections is None or len(others) < self.max_connections:
+            return True
+        idle = [c for c in others if not c._answering() and not c.transport.is_closing()]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda c: c._waiting_since)
+        others.discard(oldest)
+        oldest._disarm()
+        oldest.transport.abort()  # at once: close() would wait for what it has not read
+        return True
 
     def data_received(self, data: bytes) -> None:
         before = self._events
@@ -84,6 +119,7 @@ class _GuardedProtocol(HttpToolsProtocol):
             self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.open_connections.discard(self)
         self._disarm()
         self._unstall()
         super().connection_lost(exc)
@@ -104,6 +140,7 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def _arm(self) -> None:
         self._disarm()
+        self._waiting_since = self.loop.time()
         self._deadline = self.loop.call_later(self.request_timeout_s, self._expire)
 
     def _disarm(self) -> None:
@@ -134,11 +171,16 @@ class _GuardedProtocol(HttpToolsProtocol):
             self.transport.abort()  # close() would wait for a client that reads nothing
 
     def _refuse_headers(self) -> None:
-        body = json.dumps(error_body(431, f"the request's headers are over this server's "
-                                     f"limit of {MAX_HEADER_BYTES} bytes",
-                                     limit="max_header_bytes", value=MAX_HEADER_BYTES)).encode()
-        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-                             b"content-type: application/json\r\n"
-                             b"content-length: " + str(len(body)).encode() + b"\r\n"
-                             b"connection: close\r\n\r\n" + body)
+        self._refuse(431, "Request Header Fields Too Large", "the request's headers are over "
+                     f"this server's limit of {MAX_HEADER_BYTES} bytes",
+                     limit="max_header_bytes", value=MAX_HEADER_BYTES)
+
+    def _refuse(self, status: int, reason: str, message: str, *, limit: str, value: int,
+                retry_after: int | None = None) -> None:
+        """Answer ``status`` with the server's JSON error body, whatever was asked, and close."""
+        body = json.dumps(error_body(status, message, limit=limit, value=value)).encode()
+        retry = b"retry-after: %d\r\n" % retry_after if retry_after is not None else b""
+        self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+                             b"content-length: %d\r\n%sconnection: close\r\n\r\n"
+                             % (status, reason.encode(), len(body), retry) + body)
         self.transport.close()
