@@ -1103,3 +1103,13 @@ def test_a_failing_batch_answers_500_in_json_and_the_server_goes_on(translator):
         assert "the engine broke" in failed.json()["error"]
         assert post(url, {"text": SENTENCES[0]}, key=None).status_code == 200
         assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_the_connection_limit_is_the_given_one_or_what_the_open_file_limit_leaves():
+    resource = pytest.importorskip("resource")
+    from tfm.cli.serve import FILES_KEPT, _connection_limit
+
+    assert _connection_limit(5) == 5
+    derived = _connection_limit(None)  # raises the soft limit as far as the hard one allows
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert derived == max(1, min(soft, 1 << 16) - FILES_KEPT)
