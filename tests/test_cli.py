@@ -82,6 +82,21 @@ def test_regularisation_options_reach_the_saved_configs(demo_model: Path) -> Non
     assert json.loads((demo_model / "train_config.json").read_text())["weight_decay"] == 1e-6
 
 
+def test_training_from_a_trained_model_keeps_its_architecture(demo_model: Path,
+                                                               tmp_path: Path) -> None:
+    data = demo_model.parent / "data"
+    result = tfm("train", "--data", str(data), "--output", str(tmp_path / "tuned"),
+                 "--init-from", str(demo_model), "--dropout", "0.2", "--max-steps", "2",
+                 "--valid-every", "2", "--precision", "fp32")
+    assert result.returncode == 0, result.stderr
+    theirs = json.loads((demo_model / "config.json").read_text())["model"]
+    mine = json.loads((tmp_path / "tuned" / "config.json").read_text())["model"]
+    assert mine == {**theirs, "dropout": 0.2}
+    refused = tfm("train", "--data", str(data), "--output", str(tmp_path / "other"),
+                  "--init-from", str(demo_model), "--d-model", "64", "--max-steps", "2")
+    assert_user_error(refused, "--d-model", "--init-from")
+
+
 def test_prepare_reports_kept_pairs(demo_model: Path) -> None:
     info = json.loads((demo_model.parent / "data" / "prepare.json").read_text())
     assert info["splits"]["train"]["read"] == 520

@@ -342,6 +342,66 @@ def test_patience_counts_validations_in_a_row_across_a_resume(
         "no lower validation loss in 2 validations", 5, 3)
 
 
+# --- starting from a trained model (--init-from) ----------------------------------------------
+
+
+def test_a_run_initialised_from_a_model_starts_from_its_weights_at_step_0(
+        dataset: Path, tmp_path: Path) -> None:
+    from tfm.training.state import initial_model_config
+
+    train(dataset, tmp_path / "trained", TINY, config(max_steps=6))
+    # A learning rate too small to move a weight: after one step the weights are the model's.
+    result = train(dataset, tmp_path / "tuned", initial_model_config(tmp_path / "trained"),
+                   config(max_steps=1, lr=1e-12, seed=9), init_from=tmp_path / "trained")
+    assert result.step == 1
+    trained = load_file(tmp_path / "trained" / "last.safetensors")
+    tuned = load_file(tmp_path / "tuned" / "last.safetensors")
+    assert trained.keys() == tuned.keys()
+    for name in trained:
+        assert torch.allclose(trained[name], tuned[name], atol=1e-9), name
+    # The same seed without --init-from starts elsewhere.
+    train(dataset, tmp_path / "fresh", TINY, config(max_steps=1, lr=1e-12, seed=9))
+    fresh = load_file(tmp_path / "fresh" / "last.safetensors")
+    assert not all(torch.allclose(trained[n], fresh[n], atol=1e-3) for n in trained)
+    info = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert info["provenance"]["init_from"] == str(tmp_path / "trained")
+
+
+def test_an_initialised_run_takes_the_models_architecture_and_the_dropout_given(
+        dataset: Path, tmp_path: Path) -> None:
+    from tfm.training.state import initial_model_config
+
+    train(dataset, tmp_path / "trained", TINY, config(max_steps=2))
+    kept = initial_model_config(tmp_path / "trained")
+    changed = initial_model_config(tmp_path / "trained", dropout=0.3, activation_dropout=0.1)
+    assert (kept.d_model, kept.encoder_layers, kept.d_ff, kept.dropout) == (32, 1, 64, 0.1)
+    assert dataclasses.replace(kept, dropout=0.3, activation_dropout=0.1) == changed
+
+
+def test_init_from_refuses_data_tokenized_otherwise(dataset: Path, tmp_path: Path) -> None:
+    from tfm.data.corpus import CorpusSpec
+    from tfm.data.prepare import prepare
+    from tfm.data.tokenizer import save_tokenizer, train_tokenizer
+    from tfm.training.state import initial_model_config
+
+    demo = Path(__file__).resolve().parent.parent / "data" / "demo"
+    texts = (demo / "train.en").read_text().splitlines()
+    save_tokenizer(train_tokenizer(texts, vocab_size=300), tmp_path / "other.json")
+    prepare(CorpusSpec((str(demo / "train"),), "en", "de"), tmp_path / "other.json",
+            tmp_path / "other")
+    train(dataset, tmp_path / "trained", TINY, config(max_steps=2))
+    with pytest.raises(UsageError, match="another tokenizer"):
+        train(tmp_path / "other", tmp_path / "tuned", initial_model_config(tmp_path / "trained"),
+              config(max_steps=2), init_from=tmp_path / "trained")
+
+
+def test_init_from_and_resume_are_refused_together(dataset: Path, tmp_path: Path) -> None:
+    train(dataset, tmp_path / "trained", TINY, config(max_steps=2))
+    with pytest.raises(UsageError, match="give one"):
+        train(dataset, tmp_path / "trained", None, config(max_steps=4), resume=True,
+              explicit={"max_steps"}, init_from=tmp_path / "trained")
+
+
 # --- resuming: options named as the command line spells them ---------------------------------
 
 

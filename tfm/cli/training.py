@@ -35,11 +35,16 @@ def train(
     output: Annotated[Path, typer.Option(
         "--output", "-o", help="Model directory to write (config, tokenizer, weights, "
         "training state, metrics).")] = Path("model"),
-    preset: Annotated[str, typer.Option(
-        "--preset", help="Model size: base (the paper's), big, small (Multi30k-sized), tiny.")
-    ] = "small",
+    preset: Annotated[Optional[str], typer.Option(
+        "--preset", help="Model size: base (the paper's), big, small (Multi30k-sized), tiny."
+        + default("small"))] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the run in --output where it stopped.")] = False,
+    init_from: Annotated[Optional[Path], typer.Option(
+        "--init-from", help="Start from the weights of this trained model directory "
+        "(fine-tuning, or more training on other data): its architecture and vocabulary "
+        "(prepare the data with its tokenizer.json), a fresh optimizer and learning-rate "
+        "schedule from step 0. The dropout options may change.")] = None,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Start afresh, deleting the run already in --output.")] = False,
     d_model: Annotated[Optional[int], typer.Option(
@@ -133,9 +138,24 @@ def train(
     explicit = {k for k, v in given.items() if v is not None}
     config = TrainConfig(**{k: v for k, v in given.items() if v is not None})
     model_config = None
-    if not resume:
+    architecture = {"--preset": preset, "--d-model": d_model, "--n-heads": n_heads,
+                    "--encoder-layers": encoder_layers, "--decoder-layers": decoder_layers,
+                    "--d-ff": d_ff, "--pre-norm/--post-norm": norm_first}
+    if init_from is not None:
+        from tfm.training.state import initial_model_config
+
+        given_architecture = [name for name, value in architecture.items() if value is not None]
+        if given_architecture:
+            raise UsageError(f"{', '.join(given_architecture)}: --init-from takes the "
+                             f"architecture of {init_from}; only the dropout options may "
+                             "change")
+        if not resume:
+            model_config = initial_model_config(
+                init_from, dropout=dropout, attention_dropout=attention_dropout,
+                activation_dropout=activation_dropout)
+    elif not resume:
         model_config = model_config_from_preset(
-            preset, d_model=d_model, n_heads=n_heads, encoder_layers=encoder_layers,
+            preset or "small", d_model=d_model, n_heads=n_heads, encoder_layers=encoder_layers,
             decoder_layers=decoder_layers, d_ff=d_ff, dropout=dropout,
             attention_dropout=attention_dropout, activation_dropout=activation_dropout,
             norm_first=norm_first)
@@ -144,7 +164,7 @@ def train(
     if resume and overwrite:
         raise UsageError("--resume and --overwrite contradict each other; give one")
     result = run_train(data, output, model_config, config, resume, explicit,
-                       RichTrainReporter(err), overwrite, tensorboard)
+                       RichTrainReporter(err), overwrite, tensorboard, init_from)
     if not result.is_main:  # another process of a torchrun job: rank 0 reports
         if result.stopped.startswith("interrupted"):
             raise typer.Exit(EXIT_INTERRUPTED)

@@ -35,6 +35,7 @@ import torch
 from tfm.atomic import atomic_write_bytes, remove_stale_temporaries
 from tfm.checkpoint import (
     ModelInfo,
+    load_weights,
     save_model_dir,
     save_model_info,
     save_train_state,
@@ -43,7 +44,7 @@ from tfm.checkpoint import (
 from tfm.config import ModelConfig, TrainConfig
 from tfm.data.batching import Batch, collate, make_batches, shard
 from tfm.data.dataset import load_split, read_prepare_info
-from tfm.data.tokenizer import load_vocabularies
+from tfm.data.tokenizer import Vocabularies, load_vocabularies
 from tfm.device import autocast, precision_name, resolve_device, resolve_precision
 from tfm.errors import ResourceError, TfmError, UsageError
 from tfm.layout import TOKENIZER_FILE, ModelDir
@@ -89,18 +90,25 @@ def train(
     reporter: TrainReporter | None = None,
     overwrite: bool = False,
     tensorboard: Path | None = None,
+    init_from: Path | None = None,
 ) -> TrainResult:
     """Train a model on a prepared dataset into the model directory ``output``.
 
     ``model_config`` None means: take it from ``output`` (resume). ``explicit`` names the
     TrainConfig fields the user set; on resume only those are compared with the saved run.
     ``tensorboard``: also log the metrics there (needs the tensorboard package).
+    ``init_from``: a trained model directory whose weights the new run starts from (its
+    architecture is ``model_config``'s, see tfm.training.state.initial_model_config); the
+    optimizer and the learning-rate schedule start afresh at step 0.
 
     Started by torchrun, each process trains on its shard of every epoch's batches with
     DistributedDataParallel (see tfm.distributed); rank 0 alone writes files and reports.
     """
     reporter = reporter or TrainReporter()
     data_dir, output = Path(data_dir), Path(output)
+    if resume and init_from is not None:
+        raise UsageError("--init-from starts a new run from a trained model and --resume "
+                         "continues the run in --output; give one")
     if tensorboard is not None:
         from tfm.training.reporting import require_tensorboard
 
@@ -123,12 +131,22 @@ def train(
         if dist.is_main and output.is_dir():
             remove_stale_temporaries(output)  # left by a process killed mid-write
         trainer = _Trainer(data_dir, output, model_config, config, run, saved, dist, device,
-                           reporter)
+                           reporter, init_from)
         stopped = trainer.train()
         distributed.barrier(dist)
     return TrainResult(str(output), run.step, run.epoch, stopped, run.best_bleu, run.best_step,
                        trainer.n_params, trainer.elapsed(), dist.world_size, dist.is_main,
                        run.best_loss)
+
+
+def _refuse_other_vocabularies(init_from: Path, vocabs: Vocabularies, data_dir: Path) -> None:
+    """--init-from needs the data tokenized as the model was: the same token ids."""
+    theirs = load_vocabularies(ModelDir(init_from).tokenizer)
+    if (theirs.joint, theirs.src.to_str(), theirs.tgt.to_str()) != (
+            vocabs.joint, vocabs.src.to_str(), vocabs.tgt.to_str()):
+        raise UsageError(f"{data_dir} was prepared with another tokenizer than the model in "
+                         f"{init_from}: prepare it with `tfm prepare --tokenizer "
+                         f"{ModelDir(init_from).tokenizer}`")
 
 
 class _Trainer:
@@ -138,7 +156,7 @@ class _Trainer:
     def __init__(self, data_dir: Path, output: Path, model_config: ModelConfig,
                  config: TrainConfig, run: RunState, saved: dict[str, Any] | None,
                  dist: distributed.Distributed, device: torch.device,
-                 reporter: TrainReporter) -> None:
+                 reporter: TrainReporter, init_from: Path | None = None) -> None:
         self.output, self.config, self.run, self.dist = output, config, run, dist
         self.files = ModelDir(output)
         self.device, self.reporter = device, reporter
@@ -163,6 +181,9 @@ class _Trainer:
                                 and self.valid_split.tgt_text is not None)
 
         self.model = Transformer(model_config).to(device)
+        if saved is None and init_from is not None:
+            _refuse_other_vocabularies(Path(init_from), self.vocabs, data_dir)
+            load_weights(self.model, ModelDir(init_from).weights)
         self.optimizer = torch.optim.Adam(
             self.model.parameters(), lr=config.lr, betas=config.adam_betas, eps=config.adam_eps,
             weight_decay=config.weight_decay)
@@ -187,9 +208,12 @@ class _Trainer:
             run.batch_in_epoch = min(position, len(self.epoch_updates(run.epoch)) - 1)
         run.world_size = dist.world_size
 
+        provenance: dict[str, Any] = {"data_fingerprint": prep["fingerprint"],
+                                      "seed": config.seed}
+        if init_from is not None:
+            provenance["init_from"] = str(init_from)
         self.info = ModelInfo(model_config, prep.get("src_lang"), prep.get("tgt_lang"),
-                              provenance={"data_fingerprint": prep["fingerprint"],
-                                          "seed": config.seed})
+                              provenance=provenance)
         if saved is None and dist.is_main:
             output.mkdir(parents=True, exist_ok=True)
             self.files.metrics.unlink(missing_ok=True)

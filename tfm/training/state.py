@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tfm.checkpoint import load_train_state
+from tfm.checkpoint import load_train_state, read_model_info
 from tfm.config import ModelConfig, TrainConfig, option_name, train_config_from_dict
 from tfm.errors import UsageError
 from tfm.layout import ModelDir
@@ -105,6 +105,21 @@ def start_or_resume(
         raise UsageError(f"nothing left to do: the run in {output} finished epoch "
                          f"{run.epoch} of {config.max_epochs}; raise --max-epochs to train on")
     return config, model_config, run, saved, remove_old
+
+
+# What --init-from may change in the trained model's configuration: regularisation only, which
+# changes no weight's shape.
+INIT_FROM_CHANGES = ("dropout", "attention_dropout", "activation_dropout")
+
+
+def initial_model_config(init_from: Path, **changes: float | None) -> ModelConfig:
+    """The architecture of the trained model in ``init_from`` (a model directory), for a new
+    run that starts from its weights; ``changes`` (None: keep the model's own) are the dropout
+    rates of INIT_FROM_CHANGES."""
+    unknown = set(changes) - set(INIT_FROM_CHANGES)
+    assert not unknown, unknown
+    model = read_model_info(init_from).model
+    return replace(model, **{k: v for k, v in changes.items() if v is not None})
 
 
 def _resumed_config(output: Path, given: TrainConfig, explicit: set[str]) -> TrainConfig:
