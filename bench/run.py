@@ -267,8 +267,8 @@ def write_report(results: dict, path: Path, commands: list[str]) -> None:
         f"The whole run took {results['seconds'] / 60:.1f} minutes, installs of the peers' "
         "environments included where they were not there yet.",
         "",
-        "All figures are CPU figures. The CUDA path (bf16 autocast, fused attention) has not been "
-        "measured: no GPU has been available to this project yet, so its speed is untested.",
+        "All figures in this section are CPU figures (GPU figures: docs/BENCHMARKS.md, "
+        "\"On a GPU\").",
         "",
         "The commands, in order, run from the repository root (`$WORK` is the work directory: "
         "`--work`, a temporary one by default):",

@@ -241,6 +241,22 @@ def test_fused_and_explicit_attention_agree(mask_kind):
     torch.testing.assert_close(fast, explicit, atol=1e-6, rtol=0)
 
 
+def test_attention_on_cuda_never_uses_cudnns_kernel_and_leaves_torchs_flags_as_they_were():
+    from tfm.model.attention import attention_kernels
+
+    flags = torch.backends.cuda
+    before = (flags.cudnn_sdp_enabled(), flags.flash_sdp_enabled(),
+              flags.mem_efficient_sdp_enabled(), flags.math_sdp_enabled())
+    with attention_kernels(torch.device("cuda")):
+        assert not flags.cudnn_sdp_enabled()
+        assert flags.flash_sdp_enabled() and flags.mem_efficient_sdp_enabled()
+        assert flags.math_sdp_enabled()
+    with attention_kernels(torch.device("cpu")):  # CPU: torch's own choice
+        assert flags.cudnn_sdp_enabled() == before[0]
+    assert (flags.cudnn_sdp_enabled(), flags.flash_sdp_enabled(),
+            flags.mem_efficient_sdp_enabled(), flags.math_sdp_enabled()) == before
+
+
 def test_model_logits_are_the_same_with_and_without_attention_weights():
     model = make_model(double=True)
     torch.manual_seed(6)

@@ -8,10 +8,26 @@ shape (B, H, T, S): B batch, H heads, T query positions, S key positions.
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# PyTorch's fused attention kernels for CUDA, all but cuDNN's. cuDNN's (chosen first for bf16 and
+# fp16 on recent GPUs) builds an execution plan for every new shape, and translation brings a
+# new shape with nearly every batch and decoding step: on an H100 (torch 2.11) the `small`
+# model decoded 3,000 sentences greedily in 37.5 s with it and 5.9 s without, and trained in bf16
+# at a third of the rate over its first 400 steps (docs/BENCHMARKS.md).
+CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def attention_kernels(device: torch.device) -> AbstractContextManager:
+    """Where the fused attention of ``device`` may run: CUDA_KERNELS on CUDA, torch's choice
+    elsewhere. (torch keeps the choice in process-wide flags; this sets them for the block and
+    puts them back after it.)"""
+    return sdpa_kernel(CUDA_KERNELS) if device.type == "cuda" else nullcontext()
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
@@ -56,7 +72,8 @@ def attention(
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
                                                  dropout_p=dropout)
             return out.to(q.dtype), None
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        with attention_kernels(q.device):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         return out, None
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, S)
     if mask is not None:
