@@ -92,9 +92,18 @@ def test_training_from_a_trained_model_keeps_its_architecture(demo_model: Path,
     theirs = json.loads((demo_model / "config.json").read_text())["model"]
     mine = json.loads((tmp_path / "tuned" / "config.json").read_text())["model"]
     assert mine == {**theirs, "dropout": 0.2}
+    # Architecture options may repeat the model's (a script's shared options), not change it.
+    same = tfm("train", "--data", str(data), "--output", str(tmp_path / "same"),
+               "--init-from", str(demo_model), "--preset", "tiny", "--d-model",
+               str(theirs["d_model"]), "--max-steps", "1", "--valid-every", "1",
+               "--precision", "fp32")
+    assert same.returncode == 0, same.stderr
     refused = tfm("train", "--data", str(data), "--output", str(tmp_path / "other"),
                   "--init-from", str(demo_model), "--d-model", "64", "--max-steps", "2")
-    assert_user_error(refused, "--d-model", "--init-from")
+    assert_user_error(refused, "--d-model 64 contradicts", "--init-from")
+    refused = tfm("train", "--data", str(data), "--output", str(tmp_path / "other"),
+                  "--init-from", str(demo_model), "--preset", "base", "--max-steps", "2")
+    assert_user_error(refused, "--preset base contradicts")
 
 
 def test_prepare_reports_kept_pairs(demo_model: Path) -> None:

@@ -402,6 +402,16 @@ def test_init_from_and_resume_are_refused_together(dataset: Path, tmp_path: Path
               explicit={"max_steps"}, init_from=tmp_path / "trained")
 
 
+def test_a_run_cannot_overwrite_the_model_it_starts_from(dataset: Path, tmp_path: Path) -> None:
+    from tfm.training.state import initial_model_config
+
+    train(dataset, tmp_path / "trained", TINY, config(max_steps=2))
+    with pytest.raises(UsageError, match="the same directory"):
+        train(dataset, tmp_path / "trained", initial_model_config(tmp_path / "trained"),
+              config(max_steps=2), overwrite=True, init_from=tmp_path / "trained")
+    assert (tmp_path / "trained" / "model.safetensors").exists()
+
+
 # --- resuming: options named as the command line spells them ---------------------------------
 
 

@@ -44,7 +44,8 @@ def train(
         "--init-from", help="Start from the weights of this trained model directory "
         "(fine-tuning, or more training on other data): its architecture and vocabulary "
         "(prepare the data with its tokenizer.json), a fresh optimizer and learning-rate "
-        "schedule from step 0. The dropout options may change.")] = None,
+        "schedule from step 0. Architecture options may only repeat the model's; the dropout "
+        "options may change.")] = None,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Start afresh, deleting the run already in --output.")] = False,
     d_model: Annotated[Optional[int], typer.Option(
@@ -138,21 +139,16 @@ def train(
     explicit = {k for k, v in given.items() if v is not None}
     config = TrainConfig(**{k: v for k, v in given.items() if v is not None})
     model_config = None
-    architecture = {"--preset": preset, "--d-model": d_model, "--n-heads": n_heads,
-                    "--encoder-layers": encoder_layers, "--decoder-layers": decoder_layers,
-                    "--d-ff": d_ff, "--pre-norm/--post-norm": norm_first}
-    if init_from is not None:
+    if init_from is not None and not resume:  # (with --resume: refused by train)
         from tfm.training.state import initial_model_config
 
-        given_architecture = [name for name, value in architecture.items() if value is not None]
-        if given_architecture:
-            raise UsageError(f"{', '.join(given_architecture)}: --init-from takes the "
-                             f"architecture of {init_from}; only the dropout options may "
-                             "change")
-        if not resume:
-            model_config = initial_model_config(
-                init_from, dropout=dropout, attention_dropout=attention_dropout,
-                activation_dropout=activation_dropout)
+        model_config = initial_model_config(
+            init_from, preset, {"d_model": d_model, "n_heads": n_heads,
+                                "encoder_layers": encoder_layers,
+                                "decoder_layers": decoder_layers, "d_ff": d_ff,
+                                "norm_first": norm_first},
+            dropout=dropout, attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout)
     elif not resume:
         model_config = model_config_from_preset(
             preset or "small", d_model=d_model, n_heads=n_heads, encoder_layers=encoder_layers,

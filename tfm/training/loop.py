@@ -109,6 +109,9 @@ def train(
     if resume and init_from is not None:
         raise UsageError("--init-from starts a new run from a trained model and --resume "
                          "continues the run in --output; give one")
+    if init_from is not None and Path(init_from).resolve() == output.resolve():
+        raise UsageError(f"--init-from and --output are the same directory ({output}): write "
+                         "the new run to another --output")
     if tensorboard is not None:
         from tfm.training.reporting import require_tensorboard
 

@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from tfm.checkpoint import load_train_state, read_model_info
-from tfm.config import ModelConfig, TrainConfig, option_name, train_config_from_dict
+from tfm.config import (
+    PRESETS,
+    ModelConfig,
+    TrainConfig,
+    model_config_from_preset,
+    option_name,
+    train_config_from_dict,
+)
 from tfm.errors import UsageError
 from tfm.layout import ModelDir
 from tfm.training.schedule import SCHEDULES
@@ -110,15 +117,35 @@ def start_or_resume(
 # What --init-from may change in the trained model's configuration: regularisation only, which
 # changes no weight's shape.
 INIT_FROM_CHANGES = ("dropout", "attention_dropout", "activation_dropout")
+# The architecture options of `tfm train`, as the command line spells them.
+ARCHITECTURE_OPTIONS = {"d_model": "--d-model", "n_heads": "--n-heads",
+                        "encoder_layers": "--encoder-layers", "decoder_layers": "--decoder-layers",
+                        "d_ff": "--d-ff", "norm_first": "--pre-norm/--post-norm"}
 
 
-def initial_model_config(init_from: Path, **changes: float | None) -> ModelConfig:
-    """The architecture of the trained model in ``init_from`` (a model directory), for a new
-    run that starts from its weights; ``changes`` (None: keep the model's own) are the dropout
-    rates of INIT_FROM_CHANGES."""
+def initial_model_config(init_from: Path, preset: str | None = None,
+                         architecture: dict[str, Any] | None = None,
+                         **changes: float | None) -> ModelConfig:
+    """The configuration of the trained model in ``init_from`` (a model directory), for a new
+    run that starts from its weights. ``preset`` and ``architecture`` (ARCHITECTURE_OPTIONS'
+    fields; None: not given) may only repeat the model's own; ``changes`` (None: keep the
+    model's own) are the dropout rates of INIT_FROM_CHANGES."""
     unknown = set(changes) - set(INIT_FROM_CHANGES)
     assert not unknown, unknown
     model = read_model_info(init_from).model
+    given = {k: v for k, v in (architecture or {}).items() if v is not None}
+    if preset is not None:
+        model_config_from_preset(preset)  # refuses an unknown one
+        shape = {k: v for k, v in PRESETS[preset].items() if k in ARCHITECTURE_OPTIONS}
+        if any(getattr(model, k) != v for k, v in shape.items()):
+            raise UsageError(f"--preset {preset} contradicts the model in {init_from}, whose "
+                             "architecture --init-from takes (only the dropout options may "
+                             "change)")
+    for name, value in given.items():
+        if getattr(model, name) != value:
+            raise UsageError(f"{ARCHITECTURE_OPTIONS[name]} {value} contradicts the model in "
+                             f"{init_from} ({getattr(model, name)}), whose architecture "
+                             "--init-from takes (only the dropout options may change)")
     return replace(model, **{k: v for k, v in changes.items() if v is not None})
 
 
