@@ -5,6 +5,7 @@ passes on): each writes its translations and prints its scores."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -55,7 +56,7 @@ def test_the_quick_recipe_trains_and_scores_val_and_test(multi30k_like, tmp_path
     assert result.stdout.count("BLEU = ") >= 2  # val and test
 
 
-def test_the_distillation_recipe_trains_teachers_then_students_on_their_translations(
+def test_the_distillation_recipe_trains_the_teachers_on_with_their_translations(
         multi30k_like, tmp_path):
     out = tmp_path / "distill"
     result = run_recipe("multi30k-distill.sh", str(multi30k_like), "en", "de", str(out), *TINY,
@@ -66,6 +67,13 @@ def test_the_distillation_recipe_trains_teachers_then_students_on_their_translat
     assert len(lines(out / "train.distilled.de")) == train  # every training source translated
     with gzip.open(out / "corpus" / "train.de.gz", "rt", encoding="utf-8") as f:
         assert len(f.read().splitlines()) == 2 * train  # the references, then the translations
+    for seed, teacher in ((3, "member1"), (4, "member2")):  # each student starts as a teacher
+        provenance = json.loads((out / f"student{seed}" / "config.json").read_text())[
+            "provenance"]
+        assert provenance["init_from"] == str(out / "teachers" / teacher)
     assert len(lines(out / "val.hyp")) == 8
     assert len(lines(out / "test_2016_flickr.hyp")) == 6
-    assert "the 2 students together" in result.stdout
+    # Both candidates scored on val, the better one decoding test.
+    assert "== val, the 2 students together" in result.stdout
+    assert "== val, the 2 students and the 2 teachers together" in result.stdout
+    assert "chosen on val" in result.stdout
