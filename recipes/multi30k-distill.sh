@@ -20,9 +20,10 @@
 #    models together (teachers too), beam 5 and --mbr bleu; the better of the two on val (lc-tok
 #    BLEU where sacremoses is installed; the students on a tie within 0.1, at half the
 #    decoding) then decodes test_2016_flickr: cased sacreBLEU, lc-tok BLEU, chrF2.
-# Measured (en→de, AMD EPYC, 2 cores, fp32, 2026-11-26, fresh students as step 3 trained
-# until then): test_2016_flickr 41.10 cased / 41.58 lc-tok (the two-model recipe: 40.02 /
-# 40.44), val 42.73 / 42.90 (docs/multi30k.md).
+# Measured (en→de, AMD EPYC, 2 cores, fp32, 2026-11-26): val 43.05 cased / 43.16 lc-tok for
+# all four models together, 42.93 / 43.03 for the students together; test_2016_flickr, all
+# four: 41.47 / 41.96 (the two-model recipe: 40.02 / 40.44; with fresh students as step 3 trained
+# until then, the students together: 41.10 / 41.58). docs/multi30k.md.
 set -euo pipefail
 data=${1:?usage: multi30k-distill.sh DATA_DIR SRC TGT [OUT_DIR] [train options...]}
 src=${2:?source language, e.g. en}
