@@ -15,7 +15,8 @@
 #    teachers were, for STUDENT_MINUTES (default 80, so that training and distilling take at
 #    most 3 hours), on the original pairs and the same sources with the teachers' translations
 #    (twice the pairs; seeds after the teachers', for the order of the batches). Fresh
-#    `small` students trained the same way scored about 1 point lower on val (docs/multi30k.md).
+#    `small` students trained the same way scored 0.4-0.7 lower each on val and 0.13 lower as
+#    a pair on the CPU (about 1 point in a step-matched GPU round; docs/multi30k.md).
 # 4. Scores: each student alone on val (beam 5); on val, the students together and all the
 #    models together (teachers too), beam 5 and --mbr bleu; the better of the two on val (lc-tok
 #    BLEU where sacremoses is installed; the students on a tie within 0.1, at half the
