@@ -200,6 +200,8 @@ class _Trainer:
                 self.scaler.load_state_dict(saved["scaler"])
             if dist.is_main:
                 torch.set_rng_state(saved["rng"])
+                if device.type == "cuda" and "cuda_rng" in saved:  # dropout draws on the GPU
+                    torch.cuda.set_rng_state(saved["cuda_rng"], device)
         if not dist.is_main:  # dropout: a stream of its own in each process
             torch.manual_seed(distributed.dropout_seed(config.seed, dist.rank, run.step))
         wrapped = distributed.wrap_model(self.model, dist)
@@ -435,6 +437,10 @@ class _Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),  # empty unless fp16
             "rng": torch.get_rng_state(),  # rank 0's: exact resume is for one process
+            # On a GPU dropout draws from the device's generator: without it a resumed run
+            # would drop other units than the run that was never stopped.
+            **({"cuda_rng": torch.cuda.get_rng_state(self.device)}
+               if self.device.type == "cuda" else {}),
             "model_config": asdict(self.model_config),
             "run": asdict(run),
         })

@@ -1,0 +1,124 @@
+"""On a CUDA GPU: training, resuming and decoding behave as on the CPU.
+
+Skipped where torch sees no CUDA device, as in CI; on a GPU machine run
+``pytest tests/test_cuda.py``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tfm.config import ModelConfig, TrainConfig
+from tfm.decoding.engines import load_translator
+from tfm.decoding.search import beam_search
+from tfm.device import resolve_precision
+from tfm.model import Transformer
+from tfm.training.loop import train
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+TINY = ModelConfig(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64,
+                   dropout=0.1)
+DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
+
+
+def config(**overrides) -> TrainConfig:
+    values = dict(max_tokens=2048, lr=1e-3, warmup_steps=5, valid_every=10**6,
+                  save_every=10**6, log_every=1, valid_bleu=False, precision="fp32", seed=3,
+                  keep_last=2, device="cuda")
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def sources(n: int = 20) -> list[str]:
+    return (DEMO / "valid.en").read_text(encoding="utf-8").splitlines()[:n]
+
+
+def test_a_model_trained_on_a_gpu_translates_the_same_on_the_cpu(dataset: Path,
+                                                                  tmp_path: Path) -> None:
+    train(dataset, tmp_path / "m", TINY, config(max_steps=40))
+    weights = load_file(tmp_path / "m" / "model.safetensors")
+    assert all(t.device.type == "cpu" and t.dtype == torch.float32 for t in weights.values())
+    gpu, cpu = load_translator(tmp_path / "m", "cuda"), load_translator(tmp_path / "m", "cpu")
+    assert next(gpu.model.parameters()).is_cuda
+    for beam in (1, 4):
+        options = gpu.default_options(beam=beam)
+        assert [t.text for t in gpu.translate(sources(), options)] == \
+            [t.text for t in cpu.translate(sources(), options)]
+
+
+def test_padding_is_masked_by_the_gpus_attention_kernels_in_fp32_and_bf16() -> None:
+    # A sentence's encoder output and next-token scores are the same alone and beside a longer
+    # sentence (padded keys get no attention), with the fused kernels tfm uses on CUDA.
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**{**TINY.__dict__, "src_vocab_size": 50,
+                                       "tgt_vocab_size": 50, "dropout": 0.0})).cuda().eval()
+    short = torch.tensor([[7, 8, 9, 2]], device="cuda")
+    batch = torch.tensor([[7, 8, 9, 2, 0, 0, 0, 0, 0], [5, 6, 7, 8, 9, 10, 11, 12, 2]],
+                         device="cuda")
+    tgt = torch.tensor([[1, 13, 14]], device="cuda")
+    for dtype, tolerance in ((torch.float32, 1e-5), (torch.bfloat16, 5e-2)):
+        m = model.to(dtype)
+        with torch.inference_mode():
+            alone, _ = m.encode(short)
+            together, _ = m.encode(batch)
+            torch.testing.assert_close(together[:1, :4], alone, atol=tolerance, rtol=tolerance)
+            logits_alone = m(short, tgt)
+            logits_together = m(batch, torch.cat([tgt, tgt]))[:1]
+            torch.testing.assert_close(logits_together, logits_alone, atol=tolerance,
+                                       rtol=tolerance)
+
+
+def test_beam_search_in_a_batch_finds_what_it_finds_one_sentence_at_a_time(
+        dataset: Path, tmp_path: Path) -> None:
+    train(dataset, tmp_path / "m", TINY, config(max_steps=40))
+    translator = load_translator(tmp_path / "m", "cuda")
+    ids = [source.ids for source in translator.prepare(sources(8))]
+    width = max(len(i) for i in ids)
+    batch = torch.tensor([i + [0] * (width - len(i)) for i in ids], device="cuda")
+    together = beam_search(translator.model, batch, beam=4)
+    for row, sentence in enumerate(ids):
+        alone = beam_search(translator.model, torch.tensor([sentence], device="cuda"), beam=4)
+        assert alone[0][0].tokens == together[row][0].tokens
+        assert alone[0][0].score == pytest.approx(together[row][0].score, abs=1e-4)
+
+
+def test_a_run_stopped_and_resumed_on_a_gpu_ends_where_the_straight_run_ends(
+        dataset: Path, tmp_path: Path) -> None:
+    # Dropout draws from the GPU's generator: the resumed run must continue its stream. (The
+    # GPU's kernels may sum in another order from run to run, hence a tolerance, far below
+    # what other dropout masks would change.)
+    straight = train(dataset, tmp_path / "straight", TINY, config(max_steps=14))
+    train(dataset, tmp_path / "resumed", TINY, config(max_steps=7))
+    resumed = train(dataset, tmp_path / "resumed", None, config(max_steps=14), resume=True,
+                    explicit={"max_steps"})
+    assert straight.step == resumed.step == 14
+    a = load_file(tmp_path / "straight" / "last.safetensors")
+    b = load_file(tmp_path / "resumed" / "last.safetensors")
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_auto_precision_trains_in_bf16_on_a_gpu_and_saves_fp32_weights(dataset: Path,
+                                                                       tmp_path: Path) -> None:
+    assert resolve_precision("auto", torch.device("cuda")) == (
+        torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+    train(dataset, tmp_path / "m", TINY, config(max_steps=20, precision="auto"))
+    weights = load_file(tmp_path / "m" / "model.safetensors")
+    assert all(t.dtype == torch.float32 and t.isfinite().all() for t in weights.values())
+
+
+def test_the_command_line_translates_on_a_gpu(dataset: Path, tmp_path: Path) -> None:
+    train(dataset, tmp_path / "m", TINY, config(max_steps=20))
+    done = subprocess.run(
+        [sys.executable, "-m", "tfm", "translate", "-m", str(tmp_path / "m"), "--device", "cuda",
+         "--precision", "auto", "--beam", "3"], input="\n".join(sources(5)) + "\n",
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 5
