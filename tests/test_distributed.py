@@ -41,7 +41,8 @@ def train_args(data: Path, output: Path, *extra: str) -> list[str]:
     return ["train", "--data", str(data), "--output", str(output), "--preset", "tiny",
             "--dropout", "0", "--max-tokens", str(MAX_TOKENS), "--seed", str(SEED),
             "--log-every", "1", "--valid-every", "100000", "--save-every", "100000",
-            "--warmup", "4", "--lr", "1e-3", "--precision", "fp32", "--threads", "1", *extra]
+            "--warmup", "4", "--lr", "1e-3", "--precision", "fp32", "--threads", "1",
+            "--device", "cpu", *extra]  # gloo on CPUs, also on a machine with a GPU
 
 
 def train_records(model: Path) -> list[dict]:
@@ -96,7 +97,7 @@ def test_two_processes_update_like_one_process_accumulating_all_their_batches(
     # (rank 1) at step k; one process with --update-freq 4 takes the same four.
     config = TrainConfig(max_tokens=MAX_TOKENS, update_freq=4, lr=1e-3, warmup_steps=4,
                          max_steps=4, log_every=1, valid_every=100000, save_every=100000,
-                         seed=SEED, precision="fp32", num_threads=1)
+                         seed=SEED, precision="fp32", num_threads=1, device="cpu")
     train(dataset, tmp_path / "one", model_config_from_preset("tiny", dropout=0.0), config)
     # The loss of step k is that of the weights after k-1 updates: equal but for the order of
     # float sums (the weights themselves are compared less well: Adam magnifies rounding in

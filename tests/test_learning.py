@@ -48,7 +48,7 @@ def reversal_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     # An epoch is about 19 steps: validate about once an epoch and keep the best model.
     train_config = TrainConfig(max_tokens=1024, lr=3e-3, warmup_steps=100, max_steps=1200,
                                valid_every=20, save_every=10**9, valid_bleu=True,
-                               precision="fp32", keep_last=0, seed=1)
+                               precision="fp32", keep_last=0, seed=1, device="cpu")
     result = train(root / "data", root / "model", model_config, train_config)
     assert result.step == 1200
     return root, root / "model"

@@ -29,7 +29,8 @@ TINY = ModelConfig(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_
 
 def config(**overrides) -> TrainConfig:
     values = dict(max_tokens=512, lr=1e-3, warmup_steps=5, valid_every=10**6, save_every=10**6,
-                  log_every=1, valid_bleu=False, precision="fp32", seed=3, keep_last=2)
+                  log_every=1, valid_bleu=False, precision="fp32", seed=3, keep_last=2,
+                  device="cpu")  # bit for bit: the CPU's behaviour (tests/test_cuda.py: a GPU's)
     values.update(overrides)
     return TrainConfig(**values)
 
