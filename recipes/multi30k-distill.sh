@@ -24,7 +24,9 @@
 # Measured (en→de, AMD EPYC, 2 cores, fp32, 2026-11-26): val 43.05 cased / 43.16 lc-tok for
 # all four models together, 42.93 / 43.03 for the students together; test_2016_flickr, all
 # four: 41.47 / 41.96 (the two-model recipe: 40.02 / 40.44; with fresh students as step 3 trained
-# until then, the students together: 41.10 / 41.58). docs/multi30k.md.
+# until then, the students together: 41.10 / 41.58). de→en, steps 3-4 on the de→en two-model
+# run: val 45.71 / 45.98, test_2016_flickr 44.37 / 44.67, all four models (the two-model
+# recipe: 43.33 / 43.62). docs/multi30k.md.
 set -euo pipefail
 data=${1:?usage: multi30k-distill.sh DATA_DIR SRC TGT [OUT_DIR] [train options...]}
 src=${2:?source language, e.g. en}
