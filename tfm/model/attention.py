@@ -17,9 +17,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # PyTorch's fused attention kernels for CUDA, all but cuDNN's. cuDNN's (chosen first for bf16 and
 # fp16 on recent GPUs) builds an execution plan for every new shape, and translation brings a
-# new shape with nearly every batch and decoding step: on an H100 (torch 2.11) the `small`
+# new shape with nearly every batch and decoding step: on one H100 (torch 2.11) the `small`
 # model decoded 3,000 sentences greedily in 37.5 s with it and 5.9 s without, and trained in bf16
-# at a third of the rate over its first 400 steps (docs/BENCHMARKS.md).
+# at a third of the rate over its first 400 steps; on another H100 it cost far less, and this
+# choice was still 7-19% faster than torch's in every decoding run (docs/BENCHMARKS.md).
 CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

@@ -135,9 +135,9 @@ def initial_model_config(init_from: Path, preset: str | None = None,
     model = read_model_info(init_from).model
     given = {k: v for k, v in (architecture or {}).items() if v is not None}
     if preset is not None:
-        model_config_from_preset(preset)  # refuses an unknown one
-        shape = {k: v for k, v in PRESETS[preset].items() if k in ARCHITECTURE_OPTIONS}
-        if any(getattr(model, k) != v for k, v in shape.items()):
+        of_preset = model_config_from_preset(preset)  # refuses an unknown one
+        if any(getattr(model, k) != getattr(of_preset, k)
+               for k in PRESETS[preset] if k in ARCHITECTURE_OPTIONS):
             raise UsageError(f"--preset {preset} contradicts the model in {init_from}, whose "
                              "architecture --init-from takes (only the dropout options may "
                              "change)")
