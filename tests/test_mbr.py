@@ -102,8 +102,12 @@ def test_the_translator_ranks_all_the_beams_hypotheses_and_keeps_n_best(
         assert texts == [t for t, _ in p.hypotheses]
         assert scores == pytest.approx([s for _, s in p.hypotheses])
         assert len(lengths) == 4 and all(n >= 1 for n in lengths) and utility == "chrf"
-        # ... and the translation keeps the first 2 of that ranking, with the model's scores.
-        assert c.hypotheses == [p.hypotheses[3], p.hypotheses[2]]
+        # ... and the translation keeps the first 2 of that ranking, with the model's scores
+        # (approximately: here the sentence is decoded alone, there in a batch, and fp32
+        # products can round differently with the number of rows, as on AVX2-only CPUs).
+        kept = [p.hypotheses[3], p.hypotheses[2]]
+        assert [t for t, _ in c.hypotheses] == [t for t, _ in kept]
+        assert [s for _, s in c.hypotheses] == pytest.approx([s for _, s in kept])
         assert c.text == p.hypotheses[3][0]
 
 
