@@ -76,10 +76,11 @@ def tiny_config(vocab: int):
                        encoder_layers=1, decoder_layers=1, d_ff=64, dropout=0.0)
 
 
-def random_model_dir(path: Path, tokenizer: Tokenizer, seed: int = 0, tgt: str = "de") -> Path:
+def random_model_dir(path: Path, tokenizer: Tokenizer, seed: int = 0, tgt: str = "de",
+                     src: str = "en") -> Path:
     """An untrained model of ``tiny_config`` (weights drawn from ``seed``) with ``tokenizer``,
-    saved as the model directory ``path`` (en -> ``tgt``): for decoding tests that need a real
-    model directory but no training."""
+    saved as the model directory ``path`` (``src`` -> ``tgt``): for decoding tests that need a
+    real model directory but no training."""
     import torch
 
     from tfm.checkpoint import ModelInfo, save_model_dir
@@ -87,7 +88,7 @@ def random_model_dir(path: Path, tokenizer: Tokenizer, seed: int = 0, tgt: str =
 
     torch.manual_seed(seed)
     config = tiny_config(tokenizer.get_vocab_size())
-    save_model_dir(path, Transformer(config), tokenizer, ModelInfo(config, "en", tgt))
+    save_model_dir(path, Transformer(config), tokenizer, ModelInfo(config, src, tgt))
     return path
 
 

@@ -153,6 +153,10 @@ class GenerationDefaults:
 MBR_UTILITIES = ("bleu", "chrf")  # sentence-level metrics --mbr can choose by (tfm.decoding.mbr)
 
 
+# --reverse-model's weight (tfm.decoding.rerank), chosen on Multi30k's validation set.
+REVERSE_WEIGHT = 0.25
+
+
 @dataclass
 class SearchOptions:
     """How one call of a Translator decodes; the model's GenerationDefaults fill what the user

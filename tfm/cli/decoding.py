@@ -23,10 +23,14 @@ from tfm.cli.options import (
     MbrOpt,
     ModelOpt,
     PrecisionOpt,
+    ReverseModelOpt,
+    ReverseWeightOpt,
     StopEarlyOpt,
     WorkersOpt,
+    rerank_with,
     search_options,
 )
+from tfm.config import REVERSE_WEIGHT
 from tfm.errors import UsageError
 
 
@@ -51,6 +55,8 @@ def translate(
         "--n-best", help="Hypotheses per sentence (jsonl shows them all).")] = 1,
     stop_early: StopEarlyOpt = True,
     mbr: MbrOpt = None,
+    reverse_model: ReverseModelOpt = None,
+    reverse_weight: ReverseWeightOpt = REVERSE_WEIGHT,
     fmt: Annotated[str, typer.Option(
         "--format", help="text: one translation a line; jsonl: scores and n-best too.")
     ] = "text",
@@ -87,6 +93,7 @@ def translate(
                               n_best, stop_early,
                               attention=alignments or show_attention or plot is not None,
                               mbr=mbr)
+    rerank_with(translator, options, reverse_model, reverse_weight, device, precision)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     try:
         if text:
@@ -186,6 +193,8 @@ def eval_cmd(
     max_len_b: MaxLenBOpt = None,
     stop_early: StopEarlyOpt = True,
     mbr: MbrOpt = None,
+    reverse_model: ReverseModelOpt = None,
+    reverse_weight: ReverseWeightOpt = REVERSE_WEIGHT,
     save_hyp: Annotated[Optional[Path], typer.Option(
         "--save-hyp", help="Also write the translations to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
@@ -203,8 +212,9 @@ def eval_cmd(
         raise UsageError("missing --ref: the reference translations to score against")
     if (src is None) == (hyp is None):
         raise UsageError("give --src (to translate with --model) or --hyp (to score), not both")
-    if ensemble and hyp is not None:
-        raise UsageError("--ensemble translates --src; --hyp is scored as it is")
+    if (ensemble or reverse_model) and hyp is not None:
+        raise UsageError("--ensemble and --reverse-model translate --src; --hyp is scored as "
+                         "it is")
     if tgt_lang is not None and not lc_tok:
         raise UsageError("--tgt-lang is only used by --lc-tok")
     if lc_tok:
@@ -229,15 +239,18 @@ def eval_cmd(
                                  "language: give --tgt-lang")
         options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, 0, 1,
                                   stop_early, mbr=mbr)
+        rerank_with(translator, options, reverse_model, reverse_weight, device, precision)
         if lowercases(translator.vocabs.tgt) and (bleu_flag or chrf or ter):
             err.print(f"[yellow]note:[/] {model} writes lowercased text (its tokenizer "
                       "lowercases): its cased scores compare that with the cased references; "
                       "--lc-tok scores it as the Multi30k papers do")
         start = time.monotonic()
-        how = f"beam {options.beam}" + (f", MBR by {options.mbr}" if options.mbr else "")
+        how = (f"beam {options.beam}" + (f", MBR by {options.mbr}" if options.mbr else "")
+               + (", reranked by the reverse model" if reverse_model else ""))
         with err.status(f"Translating {len(sources)} sentences ({how}) ..."):
             hypotheses = [t.text for t in translator.translate(sources, options)]
-        err.print(f"Translated {len(sources)} sentences in {time.monotonic() - start:.1f} s")
+        err.print(f"Translated {len(sources)} sentences ({how}) in "
+                  f"{time.monotonic() - start:.1f} s")
         if save_hyp:
             from tfm.atomic import atomic_write_bytes
 

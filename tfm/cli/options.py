@@ -39,6 +39,15 @@ def search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_l
                                       attention=attention, mbr=mbr)
 
 
+def rerank_with(translator, options, reverse_models, weight, device, precision) -> None:
+    """--reverse-model: the translator's beam hypotheses ranked anew by that model."""
+    if reverse_models:
+        from tfm.decoding.rerank import attach_reverse_model
+
+        attach_reverse_model(translator, reverse_models, weight, device, precision,
+                             options.beam)
+
+
 _G = GenerationDefaults  # the defaults a model directory starts with
 
 
@@ -75,6 +84,14 @@ MbrOpt = Annotated[Optional[str], typer.Option(
     "most (minimum Bayes risk, each weighted by its probability), by this sentence-level "
     "metric: bleu or chrf. Usually a little higher BLEU / chrF than the best-scoring "
     "hypothesis, at a larger beam (e.g. --beam 8).", show_default=False)]
+ReverseModelOpt = Annotated[Optional[list[Path]], typer.Option(
+    "--reverse-model", help="Beam search: rank each sentence's hypotheses anew with a tfm "
+    "model of the other direction (e.g. de->en for an en->de model): each scored by how well "
+    "it lets that model read the source back (see --reverse-weight). Repeat for an ensemble. "
+    "Most useful with --mbr.", show_default=False)]
+ReverseWeightOpt = Annotated[float, typer.Option(
+    "--reverse-weight", help="With --reverse-model: hypothesis score + this x the reverse "
+    "model's log-probability of the source per source token (chosen on Multi30k's val).")]
 StopEarlyOpt = Annotated[bool, typer.Option(
     "--stop-early/--no-stop-early", help="Beam search: end a sentence once its --n-best best "
     "hypotheses have ended (as OpenNMT-py and CTranslate2 do), or wait for --beam of them (as "

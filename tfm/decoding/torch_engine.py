@@ -10,6 +10,8 @@ import torch
 
 from tfm.checkpoint import load_model_dir
 from tfm.config import SearchOptions
+from tfm.data.text import normalize_text
+from tfm.data.tokenizer import encode_batch
 from tfm.decoding.search import Hypothesis, beam_search, greedy_search
 from tfm.decoding.translator import Translator
 from tfm.device import (
@@ -23,7 +25,7 @@ from tfm.errors import UsageError
 from tfm.layout import WEIGHTS_FILE
 from tfm.model import Transformer
 from tfm.model.ensemble import Ensemble
-from tfm.special_tokens import PAD_ID
+from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 
 class TorchTranslator(Translator):
@@ -82,14 +84,57 @@ class TorchTranslator(Translator):
             described["ensemble"] = len(self.model.members)
         return described
 
+    @torch.inference_mode()
+    def score(self, sources: Sequence[str], targets: Sequence[str], max_tokens: int = 4096
+              ) -> list[tuple[float, int]]:
+        """log P(target | source) of each pair of texts under the model (an ensemble: the log
+        of its members' mean probability at each position), and the target's length in
+        tokens, EOS included: forced decoding, all positions at once. Both sides are read as
+        ``prepare`` reads a source (normalised, truncated to what the model takes); pairs are
+        sorted by length into batches of about ``max_tokens`` source + target tokens."""
+        limit = self.max_source_tokens - 1  # room for EOS (the source's) or BOS (the target's)
+        src_ids = [x[:limit] + [EOS_ID] for x in encode_batch(
+            self.vocabs.src, [normalize_text(s) for s in sources])]
+        tgt_ids = [y[:limit] for y in encode_batch(
+            self.vocabs.tgt, [normalize_text(t) for t in targets])]
+        if len(src_ids) != len(tgt_ids):
+            raise ValueError(f"{len(src_ids)} sources but {len(tgt_ids)} targets")
+        order = sorted(range(len(src_ids)), key=lambda i: (len(src_ids[i]), len(tgt_ids[i])))
+        results: list[tuple[float, int]] = [(0.0, 0)] * len(order)
+        start = 0
+        while start < len(order):
+            end, width = start, 0
+            while end < len(order):  # at least one pair; then while the batch stays in budget
+                i = order[end]
+                pair = len(src_ids[i]) + len(tgt_ids[i]) + 1
+                if end > start and max(width, pair) * (end - start + 1) > max_tokens:
+                    break
+                width = max(width, pair)
+                end += 1
+            batch = order[start:end]
+            start = end
+            src = _padded([src_ids[i] for i in batch]).to(self.device)
+            tgt_in = _padded([[BOS_ID] + tgt_ids[i] for i in batch]).to(self.device)
+            tgt_out = _padded([tgt_ids[i] + [EOS_ID] for i in batch]).to(self.device)
+            log_probs = torch.log_softmax(self.model(src, tgt_in).float(), dim=-1)  # (B, T, V)
+            gold = log_probs.gather(-1, tgt_out[..., None])[..., 0]  # (B, T)
+            sums = gold.masked_fill(tgt_out == PAD_ID, 0.0).sum(dim=1).tolist()
+            for row, i in enumerate(batch):
+                results[i] = (sums[row], len(tgt_ids[i]) + 1)
+        return results
+
     def search(self, batch: list[list[int]], o: SearchOptions) -> list[list[Hypothesis]]:
-        width = max(len(x) for x in batch)
-        src = torch.full((len(batch), width), PAD_ID, dtype=torch.long)
-        for row, ids in enumerate(batch):
-            src[row, : len(ids)] = torch.tensor(ids)
-        src = src.to(self.device)
+        src = _padded(batch).to(self.device)
         if o.beam == 1:
             return greedy_search(self.model, src, o.max_len_a, o.max_len_b, o.min_len,
                                  o.attention)
         return beam_search(self.model, src, o.beam, o.length_penalty, o.max_len_a, o.max_len_b,
                            o.min_len, o.n_best, o.attention, o.stop_early)
+
+
+def _padded(rows: list[list[int]]) -> torch.Tensor:
+    """Token ids (B, longest), padded at the end."""
+    out = torch.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=torch.long)
+    for row, ids in enumerate(rows):
+        out[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return out

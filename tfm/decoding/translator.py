@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from tfm.checkpoint import ModelInfo
 from tfm.config import SearchOptions
@@ -29,7 +29,7 @@ from tfm.decoding.search import Hypothesis
 from tfm.errors import UsageError
 from tfm.special_tokens import EOS_ID
 
-__all__ = ["SearchOptions", "Source", "Translation", "Translator"]
+__all__ = ["Reranker", "SearchOptions", "Source", "Translation", "Translator"]
 
 # Characters that str.splitlines() and most tools treat as line breaks.
 _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029]")
@@ -74,6 +74,15 @@ class Translation:
         return self.hypotheses[0][0]
 
 
+class Reranker(Protocol):
+    """Scores by which a sentence's beam hypotheses are ranked anew (tfm.decoding.rerank)."""
+
+    def rescore(self, sources: list[str], hypotheses: list[list[str]],
+                scores: list[list[float]]) -> list[list[float]]:
+        """For each source sentence, a score for each of its hypotheses (texts), given the
+        search's scores of them (length-normalised log-probabilities): higher is better."""
+
+
 class Translator(ABC):
     """A loaded model, ready to translate. Subclasses set ``vocabs``, ``info``,
     ``max_source_tokens`` and implement ``search``."""
@@ -88,6 +97,8 @@ class Translator(ABC):
     workers: int = 1
     worker_init: Callable[[], None] | None = None
     _pool: ThreadPoolExecutor | None = None
+    # Ranks each sentence's beam hypotheses anew (tfm.decoding.rerank); None: by their scores.
+    reranker: Reranker | None = None
 
     @abstractmethod
     def search(self, batch: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
@@ -136,23 +147,17 @@ class Translator(ABC):
     def translate_prepared(self, sources: list[Source], options: SearchOptions
                            ) -> list[Translation]:
         """Translations of sources from ``prepare``, in the same order."""
-        ids = [source.ids for source in sources]
         results: list[Translation | None] = [None] * len(sources)
         for i, source in enumerate(sources):
             if not source.ids:  # nothing to translate: an empty line stays an empty line
                 results[i] = Translation(source.sentence, [("", 0.0)])
         pending = [i for i in range(len(sources)) if results[i] is None]
-        # MBR chooses among all the beam's hypotheses, then keeps the n_best it ranks first.
-        searched = replace(options, n_best=options.beam) if options.mbr else options
-        for batch, found in self._search_batches(list(_batches(ids, pending, options)), ids,
-                                                 searched):
-            for i, hyps in zip(batch, found):
-                texts = [_one_line(decode(self.vocabs.tgt, h.tokens)) for h in hyps]
-                if options.mbr:
-                    order = mbr_order(texts, [h.score for h in hyps],
-                                      [len(h.tokens) + 1 for h in hyps], options.mbr)
-                    order = order[:options.n_best]
-                    hyps, texts = [hyps[k] for k in order], [texts[k] for k in order]
+        ids = [source.ids for source in sources]
+        for batch, found in self._search_batches(list(_batches(ids, pending, options)),
+                                                 sources, options):
+            for i, (hyps, texts, ranks) in zip(batch, found):
+                order = self._order(hyps, texts, ranks, options)[:options.n_best]
+                hyps, texts = [hyps[k] for k in order], [texts[k] for k in order]
                 result = Translation(
                     sources[i].sentence, [(t, h.score) for t, h in zip(texts, hyps)],
                     sources[i].truncated, target_tokens=len(hyps[0].tokens))
@@ -161,26 +166,51 @@ class Translator(ABC):
                 results[i] = result
         return [r for r in results if r is not None]
 
-    def _search_batches(self, batches: list[list[int]], ids: list[list[int]],
+    def _order(self, hyps: list[Hypothesis], texts: list[str], ranks: list[float],
+               options: SearchOptions) -> list[int]:
+        """The order in which a sentence's hypotheses are returned: MBR's, with ``ranks`` as
+        the hypotheses' scores; else by ``ranks`` when a reranker gave them; else the
+        search's (best score first)."""
+        if options.mbr:
+            return mbr_order(texts, ranks, [len(h.tokens) + 1 for h in hyps], options.mbr)
+        if self.reranker is not None:
+            return sorted(range(len(hyps)), key=lambda k: (-ranks[k], k))
+        return list(range(len(hyps)))
+
+    def _search_texts(self, batch: list[int], sources: list[Source], options: SearchOptions
+                      ) -> list[tuple[list[Hypothesis], list[str], list[float]]]:
+        """For each source of ``batch`` (positions in ``sources``): its hypotheses, their
+        texts, and the scores they are ranked by (the reranker's where there is one). MBR and
+        reranking choose among all the beam's hypotheses, then keep the n_best first."""
+        if options.mbr or self.reranker is not None:
+            options = replace(options, n_best=options.beam)
+        found = self.search([sources[i].ids for i in batch], options)
+        texts = [[_one_line(decode(self.vocabs.tgt, h.tokens)) for h in hyps] for hyps in found]
+        ranks = [[h.score for h in hyps] for hyps in found]
+        if self.reranker is not None:
+            ranks = self.reranker.rescore([sources[i].sentence for i in batch], texts, ranks)
+        return list(zip(found, texts, ranks))
+
+    def _search_batches(self, batches: list[list[int]], sources: list[Source],
                         options: SearchOptions
-                        ) -> Iterator[tuple[list[int], list[list[Hypothesis]]]]:
-        """Each batch (positions in ``ids``) with its hypotheses. With several workers, the
-        batches are decoded side by side, the longest first (the last to start are the
-        shortest, so the workers end at about the same time), and each comes back as it
-        ends, so that a failure stops the batches not yet started. Each sentence's result is
-        the one it gets alone: the search is batch-invariant, and the batches are the same
-        whatever the number of workers."""
+                        ) -> Iterator[tuple[list[int], list[tuple[list[Hypothesis], list[str],
+                                                                   list[float]]]]]:
+        """Each batch (positions in ``sources``) with what ``_search_texts`` finds for it.
+        With several workers, the batches are decoded side by side, the longest first (the
+        last to start are the shortest, so the workers end at about the same time), and each
+        comes back as it ends, so that a failure stops the batches not yet started. Each
+        sentence's result is the one it gets alone: the search is batch-invariant, and the
+        batches are the same whatever the number of workers."""
         if self.workers == 1:
             for batch in batches:
-                yield batch, self.search([ids[i] for i in batch], options)
+                yield batch, self._search_texts(batch, sources, options)
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tfm-decode",
                                             initializer=self.worker_init)
         pool = self._pool
-        futures: dict[Future[list[list[Hypothesis]]], list[int]] = {
-            pool.submit(self.search, [ids[i] for i in batch], options): batch
-            for batch in reversed(batches)}
+        futures = {pool.submit(self._search_texts, batch, sources, options): batch
+                   for batch in reversed(batches)}
         try:
             for future in as_completed(futures):
                 yield futures[future], future.result()

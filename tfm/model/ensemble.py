@@ -47,6 +47,12 @@ class Ensemble(nn.Module):
         self.config: ModelConfig = replace(
             models[0].config, max_positions=min(m.config.max_positions for m in models))
 
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher forcing, as Transformer.forward: src (B, S), tgt_in (B, T) -> the log of the
+        members' mean next-token probability at every target position (B, T, V)."""
+        log_probs = [torch.log_softmax(m(src, tgt_in).float(), dim=-1) for m in self.members]
+        return torch.logsumexp(torch.stack(log_probs), dim=0) - math.log(len(self.members))
+
     def encode(self, src: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         """Each member's encoder output and source mask."""
         encoded = [m.encode(src) for m in self.members]
