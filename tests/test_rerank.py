@@ -67,6 +67,15 @@ def test_forced_decoding_scores_are_the_models_step_by_step_log_probabilities(
     assert translator.score([], []) == []
 
 
+def test_forced_decoding_takes_texts_longer_than_the_model(forward_dir: Path) -> None:
+    translator = TorchTranslator(forward_dir, "cpu")
+    longest = translator.max_source_tokens
+    long_text = " ".join(["garden"] * (2 * longest))
+    for source, target in ((long_text, "Der Hund."), ("The dog.", long_text)):
+        [(log_p, length)] = translator.score([source], [target])
+        assert log_p < 0 and length <= longest  # both sides cut to what the model takes
+
+
 def position(hypotheses: list[tuple[str, float]], hypothesis: tuple[str, float]) -> int:
     """Where ``hypothesis`` (text, score) is in ``hypotheses``, its score compared to 1e-5."""
     [k] = [k for k, (text, score) in enumerate(hypotheses)
