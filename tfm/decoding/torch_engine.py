@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,7 @@ class TorchTranslator(Translator):
         return described
 
     @torch.inference_mode()
-    def score(self, sources: Sequence[str], targets: Sequence[str], max_tokens: int = 4096
+    def score(self, sources: Sequence[str], targets: Sequence[str], max_tokens: int = 2048
               ) -> list[tuple[float, int]]:
         """log P(target | source) of each pair of texts under the model (an ensemble: the log
         of its members' mean probability at each position), and the target's length in
@@ -99,25 +99,15 @@ class TorchTranslator(Translator):
             self.vocabs.tgt, [normalize_text(t) for t in targets])]
         if len(src_ids) != len(tgt_ids):
             raise ValueError(f"{len(src_ids)} sources but {len(tgt_ids)} targets")
-        order = sorted(range(len(src_ids)), key=lambda i: (len(src_ids[i]), len(tgt_ids[i])))
-        results: list[tuple[float, int]] = [(0.0, 0)] * len(order)
-        start = 0
-        while start < len(order):
-            end, width = start, 0
-            while end < len(order):  # at least one pair; then while the batch stays in budget
-                i = order[end]
-                pair = len(src_ids[i]) + len(tgt_ids[i]) + 1
-                if end > start and max(width, pair) * (end - start + 1) > max_tokens:
-                    break
-                width = max(width, pair)
-                end += 1
-            batch = order[start:end]
-            start = end
+        results: list[tuple[float, int]] = [(0.0, 0)] * len(src_ids)
+        pair_tokens = [len(x) + len(y) + 1 for x, y in zip(src_ids, tgt_ids)]
+        for batch in _token_batches(pair_tokens, max_tokens):
             src = _padded([src_ids[i] for i in batch]).to(self.device)
             tgt_in = _padded([[BOS_ID] + tgt_ids[i] for i in batch]).to(self.device)
             tgt_out = _padded([tgt_ids[i] + [EOS_ID] for i in batch]).to(self.device)
-            log_probs = torch.log_softmax(self.model(src, tgt_in).float(), dim=-1)  # (B, T, V)
-            gold = log_probs.gather(-1, tgt_out[..., None])[..., 0]  # (B, T)
+            logits = self.model(src, tgt_in).float()  # (B, T, V)
+            # log_softmax at the gold tokens only, without a second (B, T, V) tensor.
+            gold = logits.gather(-1, tgt_out[..., None])[..., 0] - logits.logsumexp(dim=-1)
             sums = gold.masked_fill(tgt_out == PAD_ID, 0.0).sum(dim=1).tolist()
             for row, i in enumerate(batch):
                 results[i] = (sums[row], len(tgt_ids[i]) + 1)
@@ -130,6 +120,19 @@ class TorchTranslator(Translator):
                                  o.attention)
         return beam_search(self.model, src, o.beam, o.length_penalty, o.max_len_a, o.max_len_b,
                            o.min_len, o.n_best, o.attention, o.stop_early)
+
+
+def _token_batches(lengths: list[int], max_tokens: int) -> Iterator[list[int]]:
+    """Positions of ``lengths`` sorted by length and grouped so that rows x the longest row
+    stays within ``max_tokens`` (a longer row alone makes a batch of one)."""
+    batch: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if batch and lengths[i] * (len(batch) + 1) > max_tokens:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
 
 
 def _padded(rows: list[list[int]]) -> torch.Tensor:
