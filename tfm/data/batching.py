@@ -7,6 +7,7 @@ multi-process run takes its own shard of them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,14 +107,17 @@ class Batch:
 
 def collate(split: TokenizedSplit, indices: np.ndarray) -> Batch:
     """Rows ``indices`` of a split -> a padded Batch."""
-    src_len = split.src_lengths[indices]
-    tgt_len = split.tgt_lengths[indices] + 1
-    b = len(indices)
-    src = np.full((b, int(src_len.max())), PAD_ID, dtype=np.int64)
-    tgt_in = np.full((b, int(tgt_len.max())), PAD_ID, dtype=np.int64)
+    return pad_pairs([split.src(i) for i in indices], [split.tgt(i) for i in indices])
+
+
+def pad_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> Batch:
+    """Source ids (EOS included, as a split stores them) and target ids (no special tokens) ->
+    a padded Batch: ``tgt_in`` is BOS + target, ``tgt_out`` target + EOS."""
+    b = len(sources)
+    src = np.full((b, max(len(s) for s in sources)), PAD_ID, dtype=np.int64)
+    tgt_in = np.full((b, max(len(t) for t in targets) + 1), PAD_ID, dtype=np.int64)
     tgt_out = np.full_like(tgt_in, PAD_ID)
-    for row, i in enumerate(indices):
-        s, t = split.src(i), split.tgt(i)
+    for row, (s, t) in enumerate(zip(sources, targets)):
         src[row, : len(s)] = s
         tgt_in[row, 0] = BOS_ID
         tgt_in[row, 1 : len(t) + 1] = t

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +10,11 @@ import torch
 
 from tfm.checkpoint import load_model_dir
 from tfm.config import SearchOptions
+from tfm.data.batching import pad_pairs
 from tfm.data.text import normalize_text
 from tfm.data.tokenizer import encode_batch
 from tfm.decoding.search import Hypothesis, beam_search, greedy_search
-from tfm.decoding.translator import Translator
+from tfm.decoding.translator import Translator, length_batches
 from tfm.device import (
     decoding_workers,
     precision_name,
@@ -25,7 +26,7 @@ from tfm.errors import UsageError
 from tfm.layout import WEIGHTS_FILE
 from tfm.model import Transformer
 from tfm.model.ensemble import Ensemble
-from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from tfm.special_tokens import EOS_ID, PAD_ID
 
 
 class TorchTranslator(Translator):
@@ -101,14 +102,14 @@ class TorchTranslator(Translator):
             raise ValueError(f"{len(src_ids)} sources but {len(tgt_ids)} targets")
         results: list[tuple[float, int]] = [(0.0, 0)] * len(src_ids)
         pair_tokens = [len(x) + len(y) + 1 for x, y in zip(src_ids, tgt_ids)]
-        for batch in _token_batches(pair_tokens, max_tokens):
-            src = _padded([src_ids[i] for i in batch]).to(self.device)
-            tgt_in = _padded([[BOS_ID] + tgt_ids[i] for i in batch]).to(self.device)
-            tgt_out = _padded([tgt_ids[i] + [EOS_ID] for i in batch]).to(self.device)
-            logits = self.model(src, tgt_in).float()  # (B, T, V)
+        for batch in length_batches(pair_tokens, range(len(pair_tokens)), max_tokens):
+            pairs = pad_pairs([src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
+            pairs = pairs.to(self.device)
+            logits = self.model(pairs.src, pairs.tgt_in).float()  # (B, T, V)
             # log_softmax at the gold tokens only, without a second (B, T, V) tensor.
-            gold = logits.gather(-1, tgt_out[..., None])[..., 0] - logits.logsumexp(dim=-1)
-            sums = gold.masked_fill(tgt_out == PAD_ID, 0.0).sum(dim=1).tolist()
+            gold = (logits.gather(-1, pairs.tgt_out[..., None])[..., 0]
+                    - logits.logsumexp(dim=-1))
+            sums = gold.masked_fill(~pairs.tgt_mask, 0.0).sum(dim=1).tolist()
             for row, i in enumerate(batch):
                 results[i] = (sums[row], len(tgt_ids[i]) + 1)
         return results
@@ -120,19 +121,6 @@ class TorchTranslator(Translator):
                                  o.attention)
         return beam_search(self.model, src, o.beam, o.length_penalty, o.max_len_a, o.max_len_b,
                            o.min_len, o.n_best, o.attention, o.stop_early)
-
-
-def _token_batches(lengths: list[int], max_tokens: int) -> Iterator[list[int]]:
-    """Positions of ``lengths`` sorted by length and grouped so that rows x the longest row
-    stays within ``max_tokens`` (a longer row alone makes a batch of one)."""
-    batch: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        if batch and lengths[i] * (len(batch) + 1) > max_tokens:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
 
 
 def _padded(rows: list[list[int]]) -> torch.Tensor:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -242,10 +242,16 @@ class Translator(ABC):
 def _batches(ids: list[list[int]], positions: list[int], options: SearchOptions
              ) -> Iterator[list[int]]:
     """``positions`` grouped by length so that (rows x longest x beam) <= max_tokens."""
-    order = sorted(positions, key=lambda i: len(ids[i]))
+    return length_batches([len(x) * options.beam for x in ids], positions, options.max_tokens)
+
+
+def length_batches(lengths: Sequence[int], positions: Iterable[int], max_tokens: int
+                   ) -> Iterator[list[int]]:
+    """``positions`` (indices into ``lengths``) sorted by length and grouped so that rows x the
+    longest row stays within ``max_tokens`` (a longer row alone makes a batch of one)."""
     batch: list[int] = []
-    for i in order:
-        if batch and len(ids[i]) * (len(batch) + 1) * options.beam > options.max_tokens:
+    for i in sorted(positions, key=lambda i: lengths[i]):
+        if batch and lengths[i] * (len(batch) + 1) > max_tokens:
             yield batch
             batch = []
         batch.append(i)

@@ -50,8 +50,7 @@ class Ensemble(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher forcing, as Transformer.forward: src (B, S), tgt_in (B, T) -> the log of the
         members' mean next-token probability at every target position (B, T, V)."""
-        log_probs = [torch.log_softmax(m(src, tgt_in).float(), dim=-1) for m in self.members]
-        return torch.logsumexp(torch.stack(log_probs), dim=0) - math.log(len(self.members))
+        return _log_mean_probability([m(src, tgt_in) for m in self.members])
 
     def encode(self, src: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         """Each member's encoder output and source mask."""
@@ -67,14 +66,19 @@ class Ensemble(nn.Module):
                     ) -> tuple[Tensor, EnsembleState, Tensor | None]:
         """tokens (B,) -> log of the mean next-token probability (B, V), the extended state, and
         the members' mean cross-attention (B, 1, S), averaged over heads, when asked for."""
-        log_probs, states, weights = [], [], []
+        member_logits, states, weights = [], [], []
         for model, member_state in zip(self.members, state.members):
             logits, new_state, w = model.decode_step(tokens, member_state, need_weights)
-            log_probs.append(torch.log_softmax(logits.float(), dim=-1))
+            member_logits.append(logits)
             states.append(new_state)
             if w is not None:  # (B, H, S); members may differ in heads: mean over them first
                 weights.append(w.float().mean(dim=1, keepdim=True))
-        n = len(self.members)
-        mean = torch.logsumexp(torch.stack(log_probs), dim=0) - math.log(n)
+        mean = _log_mean_probability(member_logits)
         mean_weights = torch.stack(weights).mean(dim=0) if weights else None
         return mean, EnsembleState(states), mean_weights
+
+
+def _log_mean_probability(logits: list[Tensor]) -> Tensor:
+    """log(1/n sum_i softmax(logits_i)): the members' mean distribution, as log-probabilities."""
+    log_probs = torch.stack([torch.log_softmax(x.float(), dim=-1) for x in logits])
+    return torch.logsumexp(log_probs, dim=0) - math.log(len(logits))
