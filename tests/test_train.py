@@ -150,11 +150,16 @@ def test_a_run_stopped_and_resumed_ends_with_identical_weights(dataset: Path,
     assert losses(tmp_path / "straight") == losses(tmp_path / "resumed")
 
 
-def test_resume_refuses_when_nothing_is_left_to_do(dataset: Path, tmp_path: Path) -> None:
-    train(dataset, tmp_path / "m", TINY, config(max_steps=3))
+@pytest.mark.parametrize("budget", [{"max_steps": 3}, {"max_time": 1e-6}],
+                         ids=["steps", "minutes"])
+def test_resume_refuses_when_nothing_is_left_to_do(dataset: Path, tmp_path: Path,
+                                                   budget: dict) -> None:
+    # (A budget of 1e-6 minutes is spent by the first step.)
+    first = train(dataset, tmp_path / "m", TINY, config(**budget))
+    assert first.stopped.startswith("reached")
     with pytest.raises(UsageError, match="nothing left to do"):
-        train(dataset, tmp_path / "m", None, config(max_steps=3), resume=True,
-              explicit={"max_steps"})
+        train(dataset, tmp_path / "m", None, config(**budget), resume=True,
+              explicit=set(budget))
 
 
 def test_resume_refuses_options_that_contradict_the_run(dataset: Path, tmp_path: Path) -> None:
@@ -162,6 +167,29 @@ def test_resume_refuses_options_that_contradict_the_run(dataset: Path, tmp_path:
     with pytest.raises(UsageError, match="--lr"):
         train(dataset, tmp_path / "m", None, config(max_steps=6, lr=5e-3), resume=True,
               explicit={"max_steps", "lr"})
+
+
+@pytest.mark.parametrize(("preset", "options", "refused"), [
+    (None, {"dropout": 0.3}, "--dropout 0.3"),
+    (None, {"d_ff": 128}, "--d-ff 128"),
+    ("base", {}, "--preset base"),
+])
+def test_resume_refuses_model_options_that_contradict_the_run(
+        dataset: Path, tmp_path: Path, preset, options, refused) -> None:
+    train(dataset, tmp_path / "m", TINY, config(max_steps=3))
+    with pytest.raises(UsageError, match=refused):
+        train(dataset, tmp_path / "m", None, config(max_steps=6), resume=True,
+              explicit={"max_steps"}, preset=preset, model_options=options)
+
+
+def test_resume_accepts_the_model_options_that_started_the_run(dataset: Path,
+                                                               tmp_path: Path) -> None:
+    # What a script that resumes with its own command line gives: the run's own values.
+    train(dataset, tmp_path / "m", TINY, config(max_steps=3))
+    options = {name: getattr(TINY, name) for name in ("d_model", "n_heads", "d_ff", "dropout")}
+    result = train(dataset, tmp_path / "m", None, config(max_steps=6), resume=True,
+                   explicit={"max_steps"}, model_options={**options, "norm_first": None})
+    assert result.step == 6
 
 
 def test_a_new_run_does_not_silently_overwrite_an_old_one(dataset: Path, tmp_path: Path) -> None:

@@ -159,8 +159,14 @@ def train(
 
     if resume and overwrite:
         raise UsageError("--resume and --overwrite contradict each other; give one")
+    # On resume, the model options given may only repeat the run's own.
+    model_options = {"d_model": d_model, "n_heads": n_heads, "encoder_layers": encoder_layers,
+                     "decoder_layers": decoder_layers, "d_ff": d_ff, "norm_first": norm_first,
+                     "dropout": dropout, "attention_dropout": attention_dropout,
+                     "activation_dropout": activation_dropout}
     result = run_train(data, output, model_config, config, resume, explicit,
-                       RichTrainReporter(err), overwrite, tensorboard, init_from)
+                       RichTrainReporter(err), overwrite, tensorboard, init_from,
+                       preset if resume else None, model_options if resume else None)
     if not result.is_main:  # another process of a torchrun job: rank 0 reports
         if result.stopped.startswith("interrupted"):
             raise typer.Exit(EXIT_INTERRUPTED)

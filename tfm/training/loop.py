@@ -91,6 +91,8 @@ def train(
     overwrite: bool = False,
     tensorboard: Path | None = None,
     init_from: Path | None = None,
+    preset: str | None = None,
+    model_options: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train a model on a prepared dataset into the model directory ``output``.
 
@@ -100,6 +102,8 @@ def train(
     ``init_from``: a trained model directory whose weights the new run starts from (its
     architecture is ``model_config``'s, see tfm.training.state.initial_model_config); the
     optimizer and the learning-rate schedule start afresh at step 0.
+    ``preset``, ``model_options``: on resume, what the command line said of the model (see
+    tfm.training.state.start_or_resume); it may only repeat the run's own.
 
     Started by torchrun, each process trains on its shard of every epoch's batches with
     DistributedDataParallel (see tfm.distributed); rank 0 alone writes files and reports.
@@ -117,7 +121,8 @@ def train(
 
         require_tensorboard()  # before any work, in every process
     config, model_config, run, saved, remove_old = start_or_resume(
-        output, model_config, config, resume, explicit or set(), overwrite)
+        output, model_config, config, resume, explicit or set(), overwrite, preset,
+        model_options)
     if config.patience and "valid" not in read_prepare_info(data_dir)["splits"]:
         raise UsageError(f"--patience counts validations, but {data_dir} has no validation "
                          "split: prepare it with --valid, or stop with --max-steps, "

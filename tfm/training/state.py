@@ -74,11 +74,14 @@ class StopSignal:
 
 def start_or_resume(
     output: Path, model_config: ModelConfig | None, config: TrainConfig, resume: bool,
-    explicit: set[str], overwrite: bool,
+    explicit: set[str], overwrite: bool, preset: str | None = None,
+    model_options: dict[str, Any] | None = None,
 ) -> tuple[TrainConfig, ModelConfig, RunState, dict[str, Any] | None, bool]:
     """The run's configuration and state, new or read back from ``output``; refuses what
-    cannot be done. Returns (config, model config, run state, saved state or None, whether an
-    old run must be removed first)."""
+    cannot be done. On resume, ``preset`` and ``model_options`` (MODEL_OPTIONS' fields; None:
+    not given) are what the command line said of the model: they may only repeat the run's
+    own. Returns (config, model config, run state, saved state or None, whether an old run
+    must be removed first)."""
     state_path = ModelDir(output).train_state
     run = RunState()
     saved: dict[str, Any] | None = None
@@ -87,6 +90,7 @@ def start_or_resume(
         saved = load_train_state(state_path)
         config = _resumed_config(output, config, explicit)
         model_config = ModelConfig(**saved["model_config"])
+        _check_resumed_model(output, model_config, preset, model_options or {})
         run = RunState(**saved["run"])
     elif state_path.exists() and overwrite:
         remove_old = True
@@ -111,6 +115,10 @@ def start_or_resume(
     if config.max_epochs and run.epoch >= config.max_epochs:
         raise UsageError(f"nothing left to do: the run in {output} finished epoch "
                          f"{run.epoch} of {config.max_epochs}; raise --max-epochs to train on")
+    if config.max_time and run.elapsed >= config.max_time * 60:
+        raise UsageError(f"nothing left to do: the run in {output} trained "
+                         f"{run.elapsed / 60:.1f} of {config.max_time:g} minutes; raise "
+                         "--max-time to train on")
     return config, model_config, run, saved, remove_old
 
 
@@ -147,6 +155,36 @@ def initial_model_config(init_from: Path, preset: str | None = None,
                              f"{init_from} ({getattr(model, name)}), whose architecture "
                              "--init-from takes (only the dropout options may change)")
     return replace(model, **{k: v for k, v in changes.items() if v is not None})
+
+
+# The model options of `tfm train`: the architecture's, and the dropout rates.
+MODEL_OPTIONS = {**ARCHITECTURE_OPTIONS, "dropout": "--dropout",
+                 "attention_dropout": "--attention-dropout",
+                 "activation_dropout": "--activation-dropout"}
+
+
+def _check_resumed_model(output: Path, model: ModelConfig, preset: str | None,
+                         options: dict[str, Any]) -> None:
+    """Refuses a model option given with --resume that differs from the run's model, which
+    cannot change once it has weights (silently ignored, `--resume --dropout 0.3` would train
+    on with the old rate); the same values pass, so a script may resume with the command
+    line that started the run."""
+    given = {k: v for k, v in options.items() if v is not None}
+    if preset is not None:
+        of_preset = model_config_from_preset(preset)  # refuses an unknown one
+        for name in PRESETS[preset]:
+            if name not in given and getattr(model, name) != getattr(of_preset, name):
+                raise UsageError(
+                    f"--preset {preset} contradicts the run being resumed in {output} ({name} "
+                    f"{getattr(model, name)}, not {getattr(of_preset, name)}): a run's model "
+                    "cannot change; resume with the same options, or start a new --output "
+                    "from its weights with --init-from")
+    for name, value in given.items():
+        if getattr(model, name) != value:
+            raise UsageError(
+                f"{MODEL_OPTIONS[name]} {value} contradicts the run being resumed in {output} "
+                f"({getattr(model, name)}): a run's model cannot change; resume with the same "
+                "options, or start a new --output from its weights with --init-from")
 
 
 def _resumed_config(output: Path, given: TrainConfig, explicit: set[str]) -> TrainConfig:
