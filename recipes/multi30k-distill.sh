@@ -27,7 +27,11 @@
 # until then, the students together: 41.10 / 41.58). de→en, steps 3-4 on the de→en two-model
 # run: val 45.71 / 45.98, test_2016_flickr 44.37 / 44.67, all four models (the two-model
 # recipe: 43.33 / 43.62). docs/multi30k.md.
+# Run again with the same arguments after an interruption, it goes on where it stopped: the
+# models it finished are kept, a stopped training run resumes, the translations are kept once
+# complete (recipes/lib.sh).
 set -euo pipefail
+set -m  # each training run in a process group of its own (recipes/lib.sh)
 data=${1:?usage: multi30k-distill.sh DATA_DIR SRC TGT [OUT_DIR] [train options...]}
 src=${2:?source language, e.g. en}
 tgt=${3:?target language, e.g. de}
@@ -37,6 +41,7 @@ members=${MEMBERS:-2}
 cores=$(nproc)
 threads=$(( cores / members > 0 ? cores / members : 1 ))
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib.sh"
 
 echo "== 1. teachers"
 MEMBERS=$members MINUTES=${TEACHER_MINUTES:-90} \
@@ -47,33 +52,53 @@ for seed in $(seq 2 "$members"); do
 done
 
 echo "== 2. the training set translated by the teachers"
-tfm translate "${teachers[@]}" --input "$data/train.$src.gz" \
-    --output "$out/train.distilled.$tgt" --beam 5
+# (Written under another name first: a translation that was stopped is done again.)
+if [ -e "$out/train.distilled.$tgt" ]; then
+    echo "translated before: $out/train.distilled.$tgt"
+else
+    tfm translate "${teachers[@]}" --input "$data/train.$src.gz" \
+        --output "$out/train.distilled.$tgt.partial" --beam 5
+    mv "$out/train.distilled.$tgt.partial" "$out/train.distilled.$tgt"
+fi
 mkdir -p "$out/corpus"
-{ zcat -f "$data/train.$src.gz"; zcat -f "$data/train.$src.gz"; } | gzip > "$out/corpus/train.$src.gz"
-{ zcat -f "$data/train.$tgt.gz"; cat "$out/train.distilled.$tgt"; } | gzip > "$out/corpus/train.$tgt.gz"
+{ zcat -f "$data/train.$src.gz"; zcat -f "$data/train.$src.gz"; } | gzip -n > "$out/corpus/train.$src.gz"
+{ zcat -f "$data/train.$tgt.gz"; cat "$out/train.distilled.$tgt"; } | gzip -n > "$out/corpus/train.$tgt.gz"
 tfm prepare --train "$out/corpus/train" --valid "$data/val" -s "$src" -t "$tgt" \
     --tokenizer "$out/teachers/tokenizer.json" -o "$out/data"
 
 echo "== 3. students"
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true' INT TERM EXIT
+training=()
+trap 'stop_training "${pids[@]}"' INT TERM HUP EXIT
 students=()
 for i in $(seq 1 "$members"); do
     seed=$(( members + i ))
-    students+=("$out/student$seed")
-    tfm train --data "$out/data" --output "$out/student$seed" \
-        --init-from "$out/teachers/member$i" --max-tokens 1024 --lr 1.5e-3 --warmup 800 \
-        --lr-schedule linear \
+    student="$out/student$seed"
+    students+=("$student")
+    state=$(training_state "$student")
+    if [ "$state" = done ]; then
+        echo "student $seed: trained before ($student.done); kept"
+        continue
+    elif [ "$state" = stopped ]; then  # (it has its own weights: no --init-from)
+        start=(--resume)
+        echo "student $seed: resuming the stopped run (log: $student.log)"
+    else
+        start=(--init-from "$out/teachers/member$i")
+        : > "$student.log"
+        echo "student $seed: teacher $i trained on (log: $student.log)"
+    fi
+    tfm train --data "$out/data" --output "$student" "${start[@]}" --max-tokens 1024 \
+        --lr 1.5e-3 --warmup 800 --lr-schedule linear \
         --max-time "${STUDENT_MINUTES:-80}" --valid-every 1000 --save-every 500 --keep-last 40 \
-        --threads "$threads" --seed "$seed" "$@" > "$out/student$seed.log" 2>&1 &
+        --threads "$threads" --seed "$seed" "$@" >> "$student.log" 2>&1 &
     pids+=($!)
-    echo "student $seed: teacher $i trained on (log: $out/student$seed.log)"
+    training+=("$student")
 done
-for pid in "${pids[@]}"; do
-    wait "$pid"
+for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"
+    touch "${training[$i]}.done"
 done
-trap - INT TERM EXIT
+trap - INT TERM HUP EXIT
 
 echo "== 4. scores"
 lc_tok=$(python3 -c "import sacremoses" 2>/dev/null && echo --lc-tok || true)

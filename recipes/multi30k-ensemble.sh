@@ -16,8 +16,10 @@
 # sacremoses) the lowercased, Moses-tokenized BLEU of Multi30k papers. Measured (AMD EPYC,
 # 2 cores, 90 minutes, 2026-11-26), test_2016_flickr cased / lc-tok: en→de 40.02 / 40.44,
 # de→en 43.33 / 43.62; en→fr, with the settings before (2,048 positions, 1e-3 after 400
-# steps) and plain beam 5, 58.99 / 59.94 (docs/multi30k.md).
+# steps) and plain beam 5, 58.99 / 59.94 (docs/multi30k.md). Run again with the same arguments
+# after an interruption, it goes on where it stopped (recipes/lib.sh).
 set -euo pipefail
+set -m  # each training run in a process group of its own (recipes/lib.sh)
 data=${1:?usage: multi30k-ensemble.sh DATA_DIR SRC TGT [OUT_DIR] [train options...]}
 src=${2:?source language, e.g. en}
 tgt=${3:?target language, e.g. de}
@@ -28,27 +30,49 @@ minutes=${MINUTES:-90}
 cores=$(nproc)
 threads=$(( cores / members > 0 ? cores / members : 1 ))
 
+source "$(dirname "$0")/lib.sh"
+
 mkdir -p "$out"
-tfm train-tokenizer --train "$data/train" -s "$src" -t "$tgt" --vocab-size 8000 \
-    -o "$out/tokenizer.json"
+tokenizer_once "$data" "$src" "$tgt" "$out/tokenizer.json"
 tfm prepare --train "$data/train" --valid "$data/val" -s "$src" -t "$tgt" \
     --tokenizer "$out/tokenizer.json" -o "$out/data"
 
-# The members train at once; Ctrl-C (or any failure) stops them all.
+# The members train at once; Ctrl-C (or any failure) stops them all. Run again after an
+# interruption, the recipe keeps the members it finished and resumes the others.
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true' INT TERM EXIT
+training=()
+trap 'stop_training "${pids[@]}"' INT TERM HUP EXIT
 for seed in $(seq 1 "$members"); do
-    tfm train --data "$out/data" --output "$out/member$seed" --preset small \
+    member="$out/member$seed"
+    state=$(training_state "$member")
+    if [ "$state" = done ]; then
+        echo "member $seed: trained before ($member.done); kept"
+        continue
+    fi
+    resume=()
+    if [ "$state" = stopped ]; then
+        resume=(--resume)
+        echo "member $seed: resuming the stopped run (log: $member.log)"
+    else
+        : > "$member.log"
+        echo "member $seed: training (log: $member.log)"
+    fi
+    tfm train --data "$out/data" --output "$member" "${resume[@]}" --preset small \
         --max-tokens 1024 --lr 1.5e-3 --warmup 800 --lr-schedule linear --max-time "$minutes" \
         --valid-every 1000 --save-every 500 --keep-last 40 --threads "$threads" --seed "$seed" \
-        "$@" > "$out/member$seed.log" 2>&1 &
+        "$@" >> "$member.log" 2>&1 &
     pids+=($!)
-    echo "member $seed: training (log: $out/member$seed.log)"
+    training+=("$member")
 done
-for pid in "${pids[@]}"; do
-    wait "$pid"
+for i in "${!pids[@]}"; do
+    wait "${pids[$i]}"
+    touch "${training[$i]}.done"
 done
-trap - INT TERM EXIT
+trap - INT TERM HUP EXIT
+if [ ${#training[@]} -eq 0 ] && [ -e "$out/test_2016_flickr.hyp" ]; then
+    echo "scored before: $out/val.hyp, $out/test_2016_flickr.hyp"
+    exit 0
+fi
 
 lc_tok=$(python3 -c "import sacremoses" 2>/dev/null && echo --lc-tok || true)
 others=()

@@ -16,7 +16,8 @@
 # on 2 CPU cores (AMD EPYC, --precision fp32), cased / papers' scale: en-de 38.2 / 38.6, de-en
 # 42.9 / 43.1, en-fr 59.0 / 60.0; on an AVX2-only AMD EPYC, with no options (`auto` picks fp32
 # there; 5,500-6,000 steps): en-de 38.7 / 39.2, de-en 41.1 / 41.4, en-fr 58.2 / 59.2
-# (docs/multi30k.md).
+# (docs/multi30k.md). Run again with the same arguments after an interruption, it goes on
+# where it stopped (recipes/lib.sh).
 set -euo pipefail
 data=${1:?usage: multi30k.sh DATA_DIR SRC TGT [OUT_DIR] [train options...]}
 src=${2:?source language, e.g. en}
@@ -24,14 +25,24 @@ tgt=${3:?target language, e.g. de}
 out=${4:-runs/multi30k-$src-$tgt}
 shift $(( $# < 4 ? $# : 4 ))
 
+source "$(dirname "$0")/lib.sh"
+
 mkdir -p "$out"
-tfm train-tokenizer --train "$data/train" -s "$src" -t "$tgt" --vocab-size 8000 \
-    -o "$out/tokenizer.json"
+tokenizer_once "$data" "$src" "$tgt" "$out/tokenizer.json"
 tfm prepare --train "$data/train" --valid "$data/val" -s "$src" -t "$tgt" \
     --tokenizer "$out/tokenizer.json" -o "$out/data"
-tfm train --data "$out/data" --output "$out/model" --preset small \
-    --max-tokens 1024 --lr 1.5e-3 --warmup 800 --lr-schedule linear --max-time 45 \
-    --valid-every 1000 --save-every 500 --keep-last 40 "$@"
+# Run again after an interruption, the recipe resumes the training (recipes/lib.sh).
+state=$(training_state "$out/model")
+if [ "$state" = done ]; then
+    echo "model: trained before ($out/model.done); kept"
+else
+    resume=()
+    if [ "$state" = stopped ]; then resume=(--resume); fi
+    tfm train --data "$out/data" --output "$out/model" "${resume[@]}" --preset small \
+        --max-tokens 1024 --lr 1.5e-3 --warmup 800 --lr-schedule linear --max-time 45 \
+        --valid-every 1000 --save-every 500 --keep-last 40 "$@"
+    touch "$out/model.done"
+fi
 # With the moses extra (pip install "tfm[moses]"), also the lowercased, Moses-tokenized BLEU
 # that Multi30k papers report, from the same translations.
 lc_tok=$(python3 -c "import sacremoses" 2>/dev/null && echo --lc-tok || true)

@@ -77,3 +77,92 @@ def test_the_distillation_recipe_trains_the_teachers_on_with_their_translations(
     assert "== val, the 2 students together" in result.stdout
     assert "== val, the 2 students and the 2 teachers together" in result.stdout
     assert "chosen on val" in result.stdout
+    # Stopped in the students' training, run again: the teachers and the translations are
+    # kept, the student whose run did not finish goes on from its checkpoint, without
+    # --init-from (it has its own weights), to the longer budget given now.
+    (out / "student3.done").unlink()
+    teacher = (out / "teachers" / "member1" / "model.safetensors").read_bytes()
+    result = run_recipe("multi30k-distill.sh", str(multi30k_like), "en", "de", str(out),
+                        *TINY, "--max-steps", "9", TEACHER_MINUTES="5", STUDENT_MINUTES="5")
+    assert "member 1: trained before" in result.stdout
+    assert "translated before" in result.stdout
+    assert "student 3: resuming" in result.stdout and "student 4: trained before" in result.stdout
+    assert (out / "teachers" / "member1" / "model.safetensors").read_bytes() == teacher
+    assert logged_steps(out / "student3", "valid") == [3, 6, 9]
+    assert logged_steps(out / "student4", "valid") == [3, 6]
+    assert "chosen on val" in result.stdout
+
+
+def logged_steps(model_dir: Path, kind: str) -> list[int]:
+    """The steps at which a training run logged ``kind`` ("train", "valid"), in order."""
+    records = [json.loads(line) for line in lines(model_dir / "metrics.jsonl")]
+    return [r["step"] for r in records if r["kind"] == kind]
+
+
+def test_a_stopped_recipe_run_again_resumes_its_training_and_keeps_what_it_finished(
+        multi30k_like, tmp_path):
+    out = tmp_path / "quick"
+    # A run that stopped at step 3 of 6 before the recipe could mark it finished (as a
+    # machine that went away leaves it): its checkpoint and no model.done.
+    run_recipe("multi30k.sh", str(multi30k_like), "en", "de", str(out), *TINY,
+               "--max-steps", "3")
+    (out / "model.done").unlink()
+    result = run_recipe("multi30k.sh", str(multi30k_like), "en", "de", str(out), *TINY)
+    # Validated at its stop and at its end; trained from step 1 once: went on, not again.
+    assert logged_steps(out / "model", "valid") == [3, 6]
+    assert logged_steps(out / "model", "train").count(1) == 1
+    assert (out / "model.done").exists()
+    assert "BLEU = " in result.stdout
+    # Run again once finished: nothing is trained again, the scores are given again.
+    weights = (out / "model" / "model.safetensors").read_bytes()
+    result = run_recipe("multi30k.sh", str(multi30k_like), "en", "de", str(out), *TINY)
+    assert "trained before" in result.stdout
+    assert (out / "model" / "model.safetensors").read_bytes() == weights
+    assert logged_steps(out / "model", "valid") == [3, 6]
+    assert "BLEU = " in result.stdout
+
+
+def test_ctrl_c_stops_the_side_by_side_runs_with_a_checkpoint_each_and_a_rerun_resumes_them(
+        multi30k_like, tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "ens"
+    # Runs that would go on for long, saving only when stopped.
+    long = [*TINY, "--max-steps", "100000", "--save-every", "1000000", "--valid-every",
+            "1000000", "--log-every", "1"]
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    recipe = subprocess.Popen(
+        ["bash", str(ROOT / "recipes" / "multi30k-ensemble.sh"), str(multi30k_like), "en",
+         "de", str(out), *long], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env={**os.environ, "PATH": path}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not all((out / f"member{s}" / "metrics.jsonl").exists() for s in (1, 2)):
+            assert recipe.poll() is None, "the recipe ended before its runs started"
+            assert time.monotonic() < deadline, "the runs did not start in 5 minutes"
+            time.sleep(0.2)
+        # Ctrl-C in a terminal: SIGINT to the foreground process group, the recipe's.
+        os.killpg(recipe.pid, signal.SIGINT)
+        recipe.wait(timeout=120)
+    finally:
+        if recipe.poll() is None:
+            os.killpg(recipe.pid, signal.SIGKILL)
+    assert recipe.returncode != 0
+    stopped = {}
+    for seed in (1, 2):
+        log = (out / f"member{seed}.log").read_text()
+        assert "checkpoint saved" in log, log[-2000:]  # asked once: saved, then stopped
+        assert (out / f"member{seed}" / "train_state.pt").exists()
+        assert not (out / f"member{seed}.done").exists()
+        stopped[seed] = logged_steps(out / f"member{seed}", "train")[-1]
+    # Run again, with a budget that ends soon after: each goes on from its own step.
+    budget = max(stopped.values()) + 2
+    result = run_recipe("multi30k-ensemble.sh", str(multi30k_like), "en", "de", str(out),
+                        *TINY, "--max-steps", str(budget), "--valid-every", "1000000")
+    assert "member 1: resuming" in result.stdout and "member 2: resuming" in result.stdout
+    for seed in (1, 2):
+        steps = logged_steps(out / f"member{seed}", "valid")
+        assert steps == [budget]
+        assert (out / f"member{seed}.done").exists()
+    assert len(lines(out / "test_2016_flickr.hyp")) == 6
