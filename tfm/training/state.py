@@ -141,19 +141,11 @@ def initial_model_config(init_from: Path, preset: str | None = None,
     unknown = set(changes) - set(INIT_FROM_CHANGES)
     assert not unknown, unknown
     model = read_model_info(init_from).model
-    given = {k: v for k, v in (architecture or {}).items() if v is not None}
-    if preset is not None:
-        of_preset = model_config_from_preset(preset)  # refuses an unknown one
-        if any(getattr(model, k) != getattr(of_preset, k)
-               for k in PRESETS[preset] if k in ARCHITECTURE_OPTIONS):
-            raise UsageError(f"--preset {preset} contradicts the model in {init_from}, whose "
-                             "architecture --init-from takes (only the dropout options may "
-                             "change)")
-    for name, value in given.items():
-        if getattr(model, name) != value:
-            raise UsageError(f"{ARCHITECTURE_OPTIONS[name]} {value} contradicts the model in "
-                             f"{init_from} ({getattr(model, name)}), whose architecture "
-                             "--init-from takes (only the dropout options may change)")
+    other = _asked_otherwise(model, preset, architecture or {}, ARCHITECTURE_OPTIONS)
+    if other is not None:
+        asked, has = other
+        raise UsageError(f"{asked} contradicts the model in {init_from} ({has}), whose "
+                         "architecture --init-from takes (only the dropout options may change)")
     return replace(model, **{k: v for k, v in changes.items() if v is not None})
 
 
@@ -169,22 +161,33 @@ def _check_resumed_model(output: Path, model: ModelConfig, preset: str | None,
     cannot change once it has weights (silently ignored, `--resume --dropout 0.3` would train
     on with the old rate); the same values pass, so a script may resume with the command
     line that started the run."""
-    given = {k: v for k, v in options.items() if v is not None}
+    other = _asked_otherwise(model, preset, options, MODEL_OPTIONS)
+    if other is not None:
+        asked, has = other
+        raise UsageError(f"{asked} contradicts the run being resumed in {output} ({has}): a "
+                         "run's model cannot change; resume with the same options, or start a "
+                         "new --output from its weights with --init-from")
+
+
+def _asked_otherwise(model: ModelConfig, preset: str | None, given: dict[str, Any],
+                     options: dict[str, str]) -> tuple[str, str] | None:
+    """What a command line asks of ``model`` that it is not, among the fields of ``options``
+    (field -> option name): the option as its user wrote it ("--d-model 64", "--preset base")
+    and what the model has instead ("256", "d_model 256, not 512"; a preset's value counts for
+    the fields not given on their own); None where all agree. ``given`` maps fields to values
+    (None: not given)."""
+    given = {k: v for k, v in given.items() if v is not None and k in options}
+    for name, value in given.items():
+        if getattr(model, name) != value:
+            return f"{options[name]} {value}", f"{getattr(model, name)}"
     if preset is not None:
         of_preset = model_config_from_preset(preset)  # refuses an unknown one
         for name in PRESETS[preset]:
-            if name not in given and getattr(model, name) != getattr(of_preset, name):
-                raise UsageError(
-                    f"--preset {preset} contradicts the run being resumed in {output} ({name} "
-                    f"{getattr(model, name)}, not {getattr(of_preset, name)}): a run's model "
-                    "cannot change; resume with the same options, or start a new --output "
-                    "from its weights with --init-from")
-    for name, value in given.items():
-        if getattr(model, name) != value:
-            raise UsageError(
-                f"{MODEL_OPTIONS[name]} {value} contradicts the run being resumed in {output} "
-                f"({getattr(model, name)}): a run's model cannot change; resume with the same "
-                "options, or start a new --output from its weights with --init-from")
+            if name in options and name not in given \
+                    and getattr(model, name) != getattr(of_preset, name):
+                return (f"--preset {preset}",
+                        f"{name} {getattr(model, name)}, not {getattr(of_preset, name)}")
+    return None
 
 
 def _resumed_config(output: Path, given: TrainConfig, explicit: set[str]) -> TrainConfig:
