@@ -5,15 +5,26 @@
 # started goes on from its last checkpoint (`tfm train --resume`: the same schedule, the
 # minutes already trained counted), files it finished writing are not written again.
 
-# training_state DIR: "done" if the recipe finished training DIR before (it then touched
-# DIR.done), "stopped" if DIR holds a run that did not finish (one to resume), "new" otherwise.
-training_state() {
-    if [ -e "$1.done" ]; then
-        echo done
-    elif [ -e "$1/train_state.pt" ]; then
-        echo stopped
+# how_to_start DIR WHAT LOG NEW...: what the recipe does with the training run in DIR, said
+# in one line ("WHAT: ..."). If the recipe finished it before (it then touched DIR.done), it
+# returns 1: nothing to train. Otherwise it sets the array `start` to the options that begin
+# the run: --resume if DIR holds a run that did not finish, else NEW... (a new run; its log
+# LOG, if one is named, emptied). LOG is "-" where the run writes to the terminal.
+how_to_start() {
+    local dir=$1 what=$2 log=$3
+    shift 3
+    local where=""
+    if [ "$log" != - ]; then where=" (log: $log)"; fi
+    if [ -e "$dir.done" ]; then
+        echo "$what: trained before ($dir.done); kept"
+        return 1
+    elif [ -e "$dir/train_state.pt" ]; then
+        echo "$what: resuming the stopped run$where"
+        start=(--resume)
     else
-        echo new
+        echo "$what: training$where"
+        if [ "$log" != - ]; then : > "$log"; fi
+        start=("$@")
     fi
 }
 

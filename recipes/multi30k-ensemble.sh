@@ -44,20 +44,8 @@ training=()
 trap 'stop_training "${pids[@]}"' INT TERM HUP EXIT
 for seed in $(seq 1 "$members"); do
     member="$out/member$seed"
-    state=$(training_state "$member")
-    if [ "$state" = done ]; then
-        echo "member $seed: trained before ($member.done); kept"
-        continue
-    fi
-    resume=()
-    if [ "$state" = stopped ]; then
-        resume=(--resume)
-        echo "member $seed: resuming the stopped run (log: $member.log)"
-    else
-        : > "$member.log"
-        echo "member $seed: training (log: $member.log)"
-    fi
-    tfm train --data "$out/data" --output "$member" "${resume[@]}" --preset small \
+    how_to_start "$member" "member $seed" "$member.log" || continue
+    tfm train --data "$out/data" --output "$member" "${start[@]}" --preset small \
         --max-tokens 1024 --lr 1.5e-3 --warmup 800 --lr-schedule linear --max-time "$minutes" \
         --valid-every 1000 --save-every 500 --keep-last 40 --threads "$threads" --seed "$seed" \
         "$@" >> "$member.log" 2>&1 &

@@ -32,13 +32,9 @@ tokenizer_once "$data" "$src" "$tgt" "$out/tokenizer.json"
 tfm prepare --train "$data/train" --valid "$data/val" -s "$src" -t "$tgt" \
     --tokenizer "$out/tokenizer.json" -o "$out/data"
 # Run again after an interruption, the recipe resumes the training (recipes/lib.sh).
-state=$(training_state "$out/model")
-if [ "$state" = done ]; then
-    echo "model: trained before ($out/model.done); kept"
-else
-    resume=()
-    if [ "$state" = stopped ]; then resume=(--resume); fi
-    tfm train --data "$out/data" --output "$out/model" "${resume[@]}" --preset small \
+start=()
+if how_to_start "$out/model" model -; then
+    tfm train --data "$out/data" --output "$out/model" "${start[@]}" --preset small \
         --max-tokens 1024 --lr 1.5e-3 --warmup 800 --lr-schedule linear --max-time 45 \
         --valid-every 1000 --save-every 500 --keep-last 40 "$@"
     touch "$out/model.done"
