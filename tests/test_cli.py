@@ -50,6 +50,25 @@ def test_every_command_has_help(command: str) -> None:
     assert "--" in result.stdout and "Usage" in result.stdout
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_bracketed_text_as_written(command: str) -> None:
+    # --help is drawn by rich, which takes "[moses]" in "tfm[moses]" for a style and drops it
+    # unless the bracket is escaped.
+    import os
+    import re
+
+    import typer.main
+
+    from tfm.cli.app import app
+    click_command = typer.main.get_command(app).commands[command]
+    written = [click_command.help or "", *(param.help or "" for param in click_command.params)]
+    bracketed = {word.replace("\\[", "[") for text in written
+                 for word in re.findall(r"\S*\[[^\]\s]*\]\S*", text)}
+    shown = subprocess.run([sys.executable, "-m", "tfm", command, "--help"], text=True,
+                           capture_output=True, env={**os.environ, "COLUMNS": "1000"}).stdout
+    assert [word for word in bracketed if word not in shown] == []
+
+
 def train_demo_model(work: Path, tokenizer_options: tuple[str, ...] = (),
                      train_options: tuple[str, ...] = ()) -> Path:
     """The README's pipeline on the bundled corpus, trained only briefly (validated once, at

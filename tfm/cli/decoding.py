@@ -183,7 +183,7 @@ def eval_cmd(
     ter: Annotated[bool, typer.Option("--ter", help="Also report TER.")] = False,
     lc_tok: Annotated[bool, typer.Option(
         "--lc-tok", help="Also report BLEU as the Multi30k papers do: lowercased, "
-        "punctuation-normalised, Moses-tokenized text (needs tfm[moses]).")] = False,
+        "punctuation-normalised, Moses-tokenized text (needs tfm\\[moses]).")] = False,
     tgt_lang: Annotated[Optional[str], typer.Option(
         "--tgt-lang", help="Target language for --lc-tok's tokenizer (default: the "
         "model's).")] = None,
