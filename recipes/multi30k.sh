@@ -32,7 +32,6 @@ tokenizer_once "$data" "$src" "$tgt" "$out/tokenizer.json"
 tfm prepare --train "$data/train" --valid "$data/val" -s "$src" -t "$tgt" \
     --tokenizer "$out/tokenizer.json" -o "$out/data"
 # Run again after an interruption, the recipe resumes the training (recipes/lib.sh).
-start=()
 if how_to_start "$out/model" model -; then
     tfm train --data "$out/data" --output "$out/model" "${start[@]}" --preset small \
         --max-tokens 1024 --lr 1.5e-3 --warmup 800 --lr-schedule linear --max-time 45 \

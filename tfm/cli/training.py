@@ -138,32 +138,26 @@ def train(
     }
     explicit = {k for k, v in given.items() if v is not None}
     config = TrainConfig(**{k: v for k, v in given.items() if v is not None})
-    model_config = None
-    if init_from is not None and not resume:  # (with --resume: refused by train)
-        from tfm.training.state import initial_model_config
-
-        model_config = initial_model_config(
-            init_from, preset, {"d_model": d_model, "n_heads": n_heads,
-                                "encoder_layers": encoder_layers,
-                                "decoder_layers": decoder_layers, "d_ff": d_ff,
-                                "norm_first": norm_first},
-            dropout=dropout, attention_dropout=attention_dropout,
-            activation_dropout=activation_dropout)
-    elif not resume:
-        model_config = model_config_from_preset(
-            preset or "small", d_model=d_model, n_heads=n_heads, encoder_layers=encoder_layers,
-            decoder_layers=decoder_layers, d_ff=d_ff, dropout=dropout,
-            attention_dropout=attention_dropout, activation_dropout=activation_dropout,
-            norm_first=norm_first)
-    from tfm.training.reporting import RichTrainReporter
-
-    if resume and overwrite:
-        raise UsageError("--resume and --overwrite contradict each other; give one")
-    # On resume, the model options given may only repeat the run's own.
+    # What the command line says of the model (None: not given). On resume it may only
+    # repeat the run's own; from --init-from, the architecture's must be the model's.
     model_options = {"d_model": d_model, "n_heads": n_heads, "encoder_layers": encoder_layers,
                      "decoder_layers": decoder_layers, "d_ff": d_ff, "norm_first": norm_first,
                      "dropout": dropout, "attention_dropout": attention_dropout,
                      "activation_dropout": activation_dropout}
+    model_config = None
+    if init_from is not None and not resume:  # (with --resume: refused by train)
+        from tfm.training.state import INIT_FROM_CHANGES, initial_model_config
+
+        model_config = initial_model_config(
+            init_from, preset,
+            {k: v for k, v in model_options.items() if k not in INIT_FROM_CHANGES},
+            **{k: model_options[k] for k in INIT_FROM_CHANGES})
+    elif not resume:
+        model_config = model_config_from_preset(preset or "small", **model_options)
+    from tfm.training.reporting import RichTrainReporter
+
+    if resume and overwrite:
+        raise UsageError("--resume and --overwrite contradict each other; give one")
     result = run_train(data, output, model_config, config, resume, explicit,
                        RichTrainReporter(err), overwrite, tensorboard, init_from,
                        preset if resume else None, model_options if resume else None)
