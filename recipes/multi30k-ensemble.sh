@@ -28,7 +28,9 @@ shift $(( $# < 4 ? $# : 4 ))
 members=${MEMBERS:-2}
 minutes=${MINUTES:-90}
 cores=$(nproc)
-threads=$(( cores / members > 0 ? cores / members : 1 ))
+# THREADS: each member's threads (default: the cores shared out), for a caller that runs
+# something else beside this recipe (multi30k-distill.sh with BOTH_WAYS=1).
+threads=${THREADS:-$(( cores / members > 0 ? cores / members : 1 ))}
 
 source "$(dirname "$0")/lib.sh"
 

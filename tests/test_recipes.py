@@ -94,6 +94,39 @@ def test_the_distillation_recipe_trains_the_teachers_on_with_their_translations(
     assert "chosen on val" in result.stdout
 
 
+def test_the_distillation_recipe_both_ways_back_translates_and_ranks_with_the_reverse_teacher(
+        multi30k_like, tmp_path):
+    out = tmp_path / "both-ways"
+    result = run_recipe("multi30k-distill.sh", str(multi30k_like), "en", "de", str(out), *TINY,
+                        TEACHER_MINUTES="5", STUDENT_MINUTES="5", BOTH_WAYS="1")
+    for model in ("teachers/member1", "reverse/member1", "student3", "student4"):
+        assert (out / model / "model.safetensors").exists(), model
+    assert not (out / "teachers" / "member2").exists()  # one teacher each way
+    reverse = json.loads((out / "reverse" / "member1" / "config.json").read_text())
+    assert (reverse["src_lang"], reverse["tgt_lang"]) == ("de", "en")
+    train = len(PAIRS) * 3
+    assert len(lines(out / "train.distilled.de")) == train  # the sources translated
+    assert len(lines(out / "train.back.en")) == train  # the targets translated back
+    with gzip.open(out / "corpus" / "train.en.gz", "rt", encoding="utf-8") as f:
+        sources = f.read().splitlines()
+    with gzip.open(out / "corpus" / "train.de.gz", "rt", encoding="utf-8") as f:
+        targets = f.read().splitlines()
+    # The original pairs, the sources with their translations, the back-translations with
+    # the targets they were translated from: three times the pairs, aligned.
+    assert len(sources) == len(targets) == 3 * train
+    assert sources[2 * train:] == lines(out / "train.back.en")
+    assert targets[train:2 * train] == lines(out / "train.distilled.de")
+    assert targets[2 * train:] == targets[:train]
+    for seed in (3, 4):  # both students start as the one en→de teacher
+        provenance = json.loads((out / f"student{seed}" / "config.json").read_text())[
+            "provenance"]
+        assert provenance["init_from"] == str(out / "teachers" / "member1")
+    assert "== val, the 2 students together, the de→en teacher ranking their beam of 8" \
+        in result.stdout
+    assert "chosen on val" in result.stdout
+    assert len(lines(out / "test_2016_flickr.hyp")) == 6
+
+
 def logged_steps(model_dir: Path, kind: str) -> list[int]:
     """The steps at which a training run logged ``kind`` ("train", "valid"), in order."""
     records = [json.loads(line) for line in lines(model_dir / "metrics.jsonl")]
