@@ -121,7 +121,7 @@ def test_the_distillation_recipe_both_ways_back_translates_and_ranks_with_the_re
         provenance = json.loads((out / f"student{seed}" / "config.json").read_text())[
             "provenance"]
         assert provenance["init_from"] == str(out / "teachers" / "member1")
-    assert "== val, the 2 students together, the de→en teacher ranking their beam of 8" \
+    assert "== val, the 2 students together, the de→en teacher ranking their beam of 12" \
         in result.stdout
     assert "chosen on val" in result.stdout
     assert len(lines(out / "test_2016_flickr.hyp")) == 6
