@@ -27,7 +27,9 @@
 # diversification, Nguyen et al. 2020), three times the pairs; the MEMBERS students all start
 # from the SRC→TGT teacher; step 4's second candidate is the students together with the
 # reverse teacher ranking their beam (beam 12, --mbr bleu, --reverse-model: on val, beam 8 0.2
-# lower, beam 16 0.1 lower; docs/multi30k.md).
+# lower, beam 16 0.1 lower). Measured (en→de, AVX2-only AMD EPYC, 2026-11-27): val 43.53 /
+# 43.65, test_2016_flickr 41.24 / 41.62 (the default on the same machine: 42.15 / 42.30 and
+# 41.08 / 41.59): a val gain that test did not keep, so it is not the default (docs/multi30k.md).
 # Measured (en→de, AMD EPYC, 2 cores, fp32, 2026-11-26): val 43.05 cased / 43.16 lc-tok for
 # all four models together, 42.93 / 43.03 for the students together; test_2016_flickr, all
 # four: 41.47 / 41.96 (the two-model recipe: 40.02 / 40.44; with fresh students as step 3 trained
