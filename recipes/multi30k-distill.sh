@@ -157,13 +157,12 @@ for student in "${students[@]:1}"; do
     together+=(--ensemble "$student")
 done
 decode=(--beam 5 --mbr bleu)
+other=("${together[@]}")
 if [ "$both_ways" = 1 ]; then
-    other=("${together[@]}")
     other_decode=(--beam 12 --mbr bleu --reverse-model "$out/reverse/member1")
     other_name="the $members students together, the $tgt→$src teacher ranking their beam of 12"
     other_file=reranked
 else
-    other=("${together[@]}")
     for seed in $(seq 1 "$members"); do
         other+=(--ensemble "$out/teachers/member$seed")
     done
