@@ -74,8 +74,10 @@ for seed in $(seq 1 "$members"); do
     tfm eval --model "$out/member$seed" --src "$data/val.$src.gz" --ref "$data/val.$tgt.gz" \
         --beam 5 $lc_tok
 done
+together="the $members members together"
+[ "$members" -eq 1 ] && together="member 1, --mbr bleu"
 for split in val test_2016_flickr; do
-    echo "== $split, the $members members together"
+    echo "== $split, $together"
     tfm eval --model "$out/member1" "${others[@]}" --src "$data/$split.$src.gz" \
         --ref "$data/$split.$tgt.gz" --beam 5 --mbr bleu --chrf $lc_tok \
         --save-hyp "$out/$split.hyp"
