@@ -16,7 +16,8 @@
 # on 2 CPU cores (AMD EPYC, --precision fp32), cased / papers' scale: en-de 38.2 / 38.6, de-en
 # 42.9 / 43.1, en-fr 59.0 / 60.0; on an AVX2-only AMD EPYC, with no options (`auto` picks fp32
 # there; 5,500-6,000 steps): en-de 38.7 / 39.2, de-en 41.1 / 41.4, en-fr 58.2 / 59.2; on an
-# Intel Xeon with AMX, no options (6,759 steps): en-de 38.3 / 38.7 (docs/multi30k.md). Run again with the same arguments after an interruption, it goes on
+# Intel Xeon with AMX, no options (6,700-7,500 steps): en-de 38.3 / 38.7, de-en 41.8 / 42.1
+# (docs/multi30k.md). Run again with the same arguments after an interruption, it goes on
 # where it stopped (recipes/lib.sh).
 set -euo pipefail
 data=${1:?usage: multi30k.sh DATA_DIR SRC TGT [OUT_DIR] [train options...]}
