@@ -102,6 +102,9 @@ def test_the_distillation_recipe_both_ways_back_translates_and_ranks_with_the_re
     for model in ("teachers/member1", "reverse/member1", "student3", "student4"):
         assert (out / model / "model.safetensors").exists(), model
     assert not (out / "teachers" / "member2").exists()  # one teacher each way
+    teacher_log = (out / "teachers.log").read_text()
+    assert "== val, member 1, --mbr bleu" in teacher_log  # a lone member is named as one
+    assert "members together" not in teacher_log
     reverse = json.loads((out / "reverse" / "member1" / "config.json").read_text())
     assert (reverse["src_lang"], reverse["tgt_lang"]) == ("de", "en")
     train = len(PAIRS) * 3
