@@ -7,6 +7,7 @@ stderr and the exit code are what a user sees.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,6 @@ def test_help_shows_bracketed_text_as_written(command: str) -> None:
     # --help is drawn by rich, which takes "[moses]" in "tfm[moses]" for a style and drops it
     # unless the bracket is escaped.
     import os
-    import re
 
     import typer.main
 
@@ -147,6 +147,22 @@ def test_translate_from_arguments_file_and_stdin_agree(demo_model: Path, tmp_pat
     assert len(lines) == 2
     assert (tmp_path / "out.de").read_text().splitlines() == lines
     assert from_stdin.stdout.splitlines() == lines
+
+
+def test_translating_a_file_says_how_many_sentences_took_how_long(
+        demo_model: Path, tmp_path: Path) -> None:
+    # A file can take minutes: a bar on a terminal, and in any case one line at the end.
+    (tmp_path / "in.en").write_text("The dog sleeps.\n\nMy sister buys bread.\n")
+    result = tfm("translate", "-m", str(demo_model), "-b", "2", "--input",
+                 str(tmp_path / "in.en"), "--output", str(tmp_path / "out.de"))
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and re.fullmatch(
+        r"Translated 3 sentences \(beam 2\) in \d+\.\d s \([\d,.]+ sentences/s\)",
+        lines[0]), result.stderr
+    assert len((tmp_path / "out.de").read_text().splitlines()) == 3
+    from_args = tfm("translate", "-m", str(demo_model), "The dog sleeps.")
+    assert from_args.returncode == 0 and from_args.stderr == ""  # a few sentences: no report
 
 
 def test_translate_jsonl_carries_scores_and_n_best(demo_model: Path) -> None:

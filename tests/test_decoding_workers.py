@@ -61,6 +61,19 @@ def test_any_number_of_workers_gives_the_same_translations_and_scores(
         assert got[-2].text == ""  # an empty line stays empty
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_progress_counts_every_sentence_once_as_batches_end(model_dir: Path,
+                                                            workers: int) -> None:
+    options = SearchOptions(beam=2, max_len_a=0.0, max_len_b=10, max_tokens=64)
+    translator = load_translator(model_dir, "cpu", workers=workers)
+    done: list[int] = []
+    got = translator.translate(SENTENCES, options, progress=done.append)
+    assert sum(done) == len(SENTENCES)  # the empty line included
+    assert len(done) >= 8 and all(n > 0 for n in done)  # batch by batch, not once at the end
+    assert [t.hypotheses for t in got] == \
+        [t.hypotheses for t in translator.translate(SENTENCES, options)]
+
+
 def test_the_workers_decode_side_by_side_each_with_its_share_of_the_threads(
         model_dir: Path) -> None:
     torch.set_num_threads(4)

@@ -5,12 +5,25 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
+from rich.text import Text
 
 from tfm.cli.app import app, err, out
 from tfm.cli.options import (
@@ -30,7 +43,7 @@ from tfm.cli.options import (
     rerank_with,
     search_options,
 )
-from tfm.config import REVERSE_WEIGHT
+from tfm.config import REVERSE_WEIGHT, SearchOptions
 from tfm.errors import UsageError
 
 
@@ -99,7 +112,9 @@ def translate(
         if text:
             results = translator.translate(list(text), options)
         elif input is not None:
-            results = translator.translate(_read_lines(input, allow_empty=True), options)
+            lines = _read_lines(input, allow_empty=True)
+            with _translating(len(lines), _search_name(options, reverse_model)) as progress:
+                results = translator.translate(lines, options, progress)
         else:  # standard input: translate line by line as it arrives (pipes, interactive)
             results = translator.translate_stream(sys.stdin, options, chunk=1)
         for r in results:
@@ -244,13 +259,8 @@ def eval_cmd(
             err.print(f"[yellow]note:[/] {model} writes lowercased text (its tokenizer "
                       "lowercases): its cased scores compare that with the cased references; "
                       "--lc-tok scores it as the Multi30k papers do")
-        start = time.monotonic()
-        how = (f"beam {options.beam}" + (f", MBR by {options.mbr}" if options.mbr else "")
-               + (", reranked by the reverse model" if reverse_model else ""))
-        with err.status(f"Translating {len(sources)} sentences ({how}) ..."):
-            hypotheses = [t.text for t in translator.translate(sources, options)]
-        err.print(f"Translated {len(sources)} sentences ({how}) in "
-                  f"{time.monotonic() - start:.1f} s")
+        with _translating(len(sources), _search_name(options, reverse_model)) as progress:
+            hypotheses = [t.text for t in translator.translate(sources, options, progress)]
         if save_hyp:
             from tfm.atomic import atomic_write_bytes
 
@@ -267,3 +277,35 @@ def eval_cmd(
         for s in scores:  # one line each, never wrapped to the terminal's width
             out.print(s.text, highlight=False, soft_wrap=True)
             out.print(s.signature, highlight=False, soft_wrap=True)
+
+
+def _search_name(options: SearchOptions, reverse_model: Path | None) -> str:
+    """How the sentences are searched, as the summary line says it: 'beam 5, MBR by bleu'."""
+    return (f"beam {options.beam}" + (f", MBR by {options.mbr}" if options.mbr else "")
+            + (", reranked by the reverse model" if reverse_model else ""))
+
+
+class _SentenceRate(ProgressColumn):
+    """Sentences a second, once there is a rate to show."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if speed is None else f"{speed:,.1f} sentences/s")
+
+
+@contextmanager
+def _translating(total: int, how: str) -> Iterator[Callable[[int], None]]:
+    """Yields the ``progress`` callback of ``Translator.translate`` for ``total`` sentences.
+    On a terminal, stderr shows a bar meanwhile (done, rate, elapsed, ETA); at the end, one
+    line says how many sentences took how long (in a log too). Not printed on an error."""
+    start = time.monotonic()
+    bar = Progress(TextColumn("Translating"), MofNCompleteColumn(), BarColumn(bar_width=24),
+                   _SentenceRate(), TimeElapsedColumn(), TextColumn("ETA"),
+                   TimeRemainingColumn(), console=err, transient=True,
+                   disable=not err.is_terminal)
+    task = bar.add_task("translate", total=total)
+    with bar:
+        yield lambda done: bar.advance(task, done)
+    seconds = time.monotonic() - start
+    err.print(f"Translated {total} sentences ({how}) in {seconds:.1f} s "
+              f"({total / max(seconds, 1e-9):,.1f} sentences/s)", highlight=False)

@@ -140,18 +140,24 @@ class Translator(ABC):
         return [Source(sentence, x[:limit] + [EOS_ID] if text else [], len(x) > limit)
                 for sentence, text, x in zip(sentences, texts, ids)]
 
-    def translate(self, sentences: list[str], options: SearchOptions) -> list[Translation]:
-        """Translations of ``sentences``, in the same order."""
-        return self.translate_prepared(self.prepare(sentences), options)
+    def translate(self, sentences: list[str], options: SearchOptions,
+                  progress: Callable[[int], None] | None = None) -> list[Translation]:
+        """Translations of ``sentences``, in the same order. ``progress``, if given, is called
+        with the number of sentences each time a batch of them is done."""
+        return self.translate_prepared(self.prepare(sentences), options, progress)
 
-    def translate_prepared(self, sources: list[Source], options: SearchOptions
+    def translate_prepared(self, sources: list[Source], options: SearchOptions,
+                           progress: Callable[[int], None] | None = None
                            ) -> list[Translation]:
-        """Translations of sources from ``prepare``, in the same order."""
+        """Translations of sources from ``prepare``, in the same order (``progress``: as for
+        ``translate``; empty sources count as done at once)."""
         results: list[Translation | None] = [None] * len(sources)
         for i, source in enumerate(sources):
             if not source.ids:  # nothing to translate: an empty line stays an empty line
                 results[i] = Translation(source.sentence, [("", 0.0)])
         pending = [i for i in range(len(sources)) if results[i] is None]
+        if progress is not None and len(pending) < len(sources):
+            progress(len(sources) - len(pending))
         ids = [source.ids for source in sources]
         for batch, found in self._search_batches(list(_batches(ids, pending, options)),
                                                  sources, options):
@@ -164,6 +170,8 @@ class Translator(ABC):
                 if options.attention:
                     self._attach_attention(result, ids[i], hyps[0])
                 results[i] = result
+            if progress is not None:
+                progress(len(batch))
         return [r for r in results if r is not None]
 
     def _order(self, hyps: list[Hypothesis], texts: list[str], ranks: list[float],
