@@ -200,7 +200,7 @@ def targets(results: dict) -> list[str]:
 
 def decoding_lines(results: dict) -> list[str]:
     """How each toolkit batched and timed its decoding: the settings behind the figures."""
-    parts = [f"tfm: batches of {SearchOptions().max_tokens:,} source tokens x beam (its "
+    parts = [f"tfm: batches of {SearchOptions().batch_tokens:,} source tokens x beam (its "
              "default), time: in process around translation"]
     for key, peer in results.get("peers", {}).get("peers", {}).items():
         d = next(iter(peer.get("decode", {}).values()), None)

@@ -62,7 +62,7 @@ def worker(args: argparse.Namespace) -> None:
         from tfm.decoding.engines import load_translator
 
         translator = load_translator(Path(args.path), "cpu", args.precision)
-        options = translator.default_options(beam=args.beam, max_tokens=args.max_tokens)
+        options = translator.default_options(beam=args.beam, batch_tokens=args.batch_tokens)
 
         def decode(lines: list[str]) -> list[str]:
             return [t.text for t in translator.translate(lines, options)]
@@ -138,7 +138,7 @@ def run_worker(engine: str, path: Path, precision: str, beam: int, args: argpars
     command = [sys.executable, __file__, "--worker", "--engine", engine, "--path", str(path),
                "--precision", precision, "--beam", str(beam), "--src", args.src,
                "--threads", str(args.threads), "--limit", str(args.limit),
-               "--max-tokens", str(args.max_tokens), "--hf-batch", str(args.hf_batch)]
+               "--batch-tokens", str(args.batch_tokens), "--hf-batch", str(args.hf_batch)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -170,7 +170,7 @@ def main() -> None:
                         "(default: beside --out)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--limit", type=int, default=0, help="decode only the first N lines")
-    parser.add_argument("--max-tokens", type=int, default=4096,
+    parser.add_argument("--batch-tokens", type=int, default=4096,
                         help="tfm and CTranslate2 batches: source tokens x beam")
     parser.add_argument("--hf-batch", type=int, default=32,
                         help="Transformers batches: sentences")

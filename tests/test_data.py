@@ -176,7 +176,7 @@ def test_empty_pairs_are_dropped_and_counted(
     assert decoded(tokenizer, load_split(tmp_path / "data", "train")) == sentence_pairs[:6]
 
 
-def test_a_side_longer_than_max_tokens_is_dropped(
+def test_a_side_longer_than_max_length_is_dropped(
     tmp_path: Path, tokenizer_path: Path, tokenizer: Tokenizer, sentence_pairs: Pairs,
 ) -> None:
     limit = max(n_tokens(tokenizer, t) for pair in sentence_pairs for t in pair)
@@ -186,9 +186,9 @@ def test_a_side_longer_than_max_tokens_is_dropped(
     exact = max(sentence_pairs, key=lambda p: max(n_tokens(tokenizer, t) for t in p))
     pairs = [*sentence_pairs, (long_src, long_tgt), (long_src, exact[1] + " " + exact[1])]
     report = prepare(write_corpus(tmp_path / "c", pairs), tokenizer_path, tmp_path / "data",
-                     clean=CleanConfig(max_tokens=limit))
+                     clean=CleanConfig(max_length=limit))
     assert report.splits["train"].read == 42
-    assert report.splits["train"].kept == 40  # the longest pair (exactly max_tokens) is kept
+    assert report.splits["train"].kept == 40  # the longest pair (exactly max_length) is kept
     assert report.splits["train"].dropped == {**NO_DROPS, "too long": 2}
 
 
@@ -238,7 +238,7 @@ def test_all_cleaning_rules_together_give_exact_counts(
              messy, sentence_pairs[0], sentence_pairs[0]]
     valid = write_corpus(tmp_path / "c", [messy, ("x", "")], "valid")
     report = prepare(write_corpus(tmp_path / "c", pairs), tokenizer_path, tmp_path / "data",
-                     valid=valid, clean=CleanConfig(max_tokens=60, dedup=True))
+                     valid=valid, clean=CleanConfig(max_length=60, dedup=True))
     train = report.splits["train"]
     assert (train.read, train.kept) == (47, 40)
     assert train.dropped == {"empty": 2, "too long": 1, "length ratio": 1, "duplicate": 3}
@@ -264,7 +264,7 @@ def test_worker_processes_prepare_exactly_what_one_process_prepares(
              ("Type </s> or <pad> .", "Tippe </s> oder <pad> .")]
     corpus = write_corpus(tmp_path / "c", pairs)
     valid = write_corpus(tmp_path / "c", pairs[35:50], "valid")
-    clean = CleanConfig(max_tokens=60, max_ratio=2.0, dedup=dedup)
+    clean = CleanConfig(max_length=60, max_ratio=2.0, dedup=dedup)
     one = prepare(corpus, tokenizer_path, tmp_path / "one", valid=valid, clean=clean)
     two = prepare(corpus, tokenizer_path, tmp_path / "two", valid=valid, clean=clean,
                   num_proc=2)
@@ -288,7 +288,7 @@ def test_nothing_left_after_cleaning_is_a_data_error(
     files = write_corpus(tmp_path / "c", sentence_pairs)
     with pytest.raises(DataError, match=r"train\.en \+ train\.de: no pair is left after "
                                         r"cleaning \(40 read\).*--max-tokens"):
-        prepare(files, tokenizer_path, tmp_path / "data", clean=CleanConfig(max_tokens=2))
+        prepare(files, tokenizer_path, tmp_path / "data", clean=CleanConfig(max_length=2))
     empty = write_corpus(tmp_path / "e", [("", "a"), (" ", "")])
     with pytest.raises(DataError, match=r"no pair is left after cleaning \(2 read\)"):
         prepare(empty, tokenizer_path, tmp_path / "data")
@@ -342,11 +342,11 @@ def test_changing_an_option_or_the_tokenizer_prepares_again(
 ) -> None:
     out = tmp_path / "data"
     prepare(train, tokenizer_path, out)
-    report = prepare(train, tokenizer_path, out, clean=CleanConfig(max_tokens=100))
+    report = prepare(train, tokenizer_path, out, clean=CleanConfig(max_length=100))
     assert report.up_to_date is False
-    assert read_prepare_info(out)["clean"]["max_tokens"] == 100
+    assert read_prepare_info(out)["clean"]["max_length"] == 100
     assert prepare(train, tokenizer_path, out,
-                   clean=CleanConfig(max_tokens=100)).up_to_date is True
+                   clean=CleanConfig(max_length=100)).up_to_date is True
     assert prepare(train, tokenizer_path, out).up_to_date is False  # back to the default
 
     other = train_tokenizer([t for pair in sentence_pairs for t in pair], vocab_size=280)

@@ -19,7 +19,7 @@ from tfm.decoding.engines import load_translator
 from tfm.device import decoding_workers
 from tfm.errors import UsageError
 
-# Sentences of many lengths: with a small max_tokens they fill a dozen batches or more.
+# Sentences of many lengths: with a small batch_tokens they fill a dozen batches or more.
 SENTENCES = [" ".join(["a man rides a bike", "the dog sleeps", "two children play"][i % 3]
                       for _ in range(1 + i % 5)) for i in range(40)] + ["", "Ein Hund."]
 
@@ -50,7 +50,7 @@ def batch_count(translator, options: SearchOptions) -> int:
 def test_any_number_of_workers_gives_the_same_translations_and_scores(
         model_dir: Path, beam: int) -> None:
     options = SearchOptions(beam=beam, n_best=min(beam, 2), max_len_a=0.0, max_len_b=10,
-                            max_tokens=64)
+                            batch_tokens=64)
     one = load_translator(model_dir, "cpu", workers=1)
     assert batch_count(one, options) >= 8  # several batches each, to share
     expected = one.translate(SENTENCES, options)
@@ -64,7 +64,7 @@ def test_any_number_of_workers_gives_the_same_translations_and_scores(
 @pytest.mark.parametrize("workers", [1, 2])
 def test_progress_counts_every_sentence_once_as_batches_end(model_dir: Path,
                                                             workers: int) -> None:
-    options = SearchOptions(beam=2, max_len_a=0.0, max_len_b=10, max_tokens=64)
+    options = SearchOptions(beam=2, max_len_a=0.0, max_len_b=10, batch_tokens=64)
     translator = load_translator(model_dir, "cpu", workers=workers)
     done: list[int] = []
     got = translator.translate(SENTENCES, options, progress=done.append)
@@ -90,7 +90,7 @@ def test_the_workers_decode_side_by_side_each_with_its_share_of_the_threads(
         return search(batch, options)
 
     translator.search = recording_search
-    options = SearchOptions(beam=1, max_len_a=0.0, max_len_b=5, max_tokens=64)
+    options = SearchOptions(beam=1, max_len_a=0.0, max_len_b=5, batch_tokens=64)
     translator.translate(SENTENCES, options)
     assert len({name for name, _ in seen}) == 2
     assert all(name.startswith("tfm-decode") and threads == 2 for name, threads in seen)
@@ -98,7 +98,7 @@ def test_the_workers_decode_side_by_side_each_with_its_share_of_the_threads(
 
 def test_a_failing_batch_stops_the_batches_not_started(model_dir: Path) -> None:
     translator = load_translator(model_dir, "cpu", workers=2)
-    options = SearchOptions(beam=1, max_len_a=0.0, max_len_b=5, max_tokens=64)
+    options = SearchOptions(beam=1, max_len_a=0.0, max_len_b=5, batch_tokens=64)
     batches = batch_count(translator, options)
     calls = []
     search = translator.search

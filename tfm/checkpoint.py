@@ -28,7 +28,10 @@ from tfm.errors import ModelError, UsageError
 from tfm.layout import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, ModelDir
 from tfm.model import Transformer
 
-FORMAT_VERSION = 1
+# 2: ModelConfig.activation and output_bias (models imported from MarianMT). A model that
+# uses neither is still written as format 1, which tfm versions before 2 read.
+FORMAT_VERSION = 2
+_FORMAT_2_FIELDS = {"activation": "relu", "output_bias": False}  # with their format-1 values
 
 
 # --- weights ---------------------------------------------------------------------------------
@@ -100,10 +103,17 @@ class ModelInfo:
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
 
+        model = asdict(self.model)
+        version = 1
+        if any(model[k] != v for k, v in _FORMAT_2_FIELDS.items()):
+            version = 2
+        else:
+            for k in _FORMAT_2_FIELDS:
+                del model[k]
         return {
-            "format_version": FORMAT_VERSION,
+            "format_version": version,
             "tfm_version": __version__,
-            "model": asdict(self.model),
+            "model": model,
             "src_lang": self.src_lang,
             "tgt_lang": self.tgt_lang,
             "generation": asdict(self.generation),

@@ -35,6 +35,10 @@ class ModelConfig:
     norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
     share_embeddings: bool = True  # one embedding table for source and target (joint vocabulary)
     tie_output: bool = True  # output projection shares the target embedding matrix
+    # Set by `tfm import` for MarianMT models (format 2; a model of format 1 has the defaults):
+    # the FFN's activation (tfm.model.layers.ACTIVATIONS), and a constant bias on the logits.
+    activation: str = "relu"
+    output_bias: bool = False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -42,6 +46,9 @@ class ModelConfig:
                 f"d_model ({self.d_model}) must be divisible by the number of heads "
                 f"({self.n_heads})"
             )
+        if self.activation not in ("relu", "swish", "gelu"):
+            raise UsageError(f"unknown activation {self.activation!r}; tfm has relu, swish "
+                             "and gelu")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise UsageError(
                 "shared embeddings need one joint vocabulary, but the source has "

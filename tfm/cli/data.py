@@ -19,6 +19,7 @@ from tfm.cli.options import (
     TgtLangOpt,
     corpus_spec,
 )
+from tfm.cli.fields import Fields, derive
 from tfm.config import CleanConfig
 from tfm.data.tokenizer import train_tokenizer
 
@@ -75,6 +76,7 @@ def train_tokenizer_cmd(
 
 
 @app.command()
+@derive(clean=Fields(CleanConfig))
 def prepare(
     train: CorpusOpt = [],  # noqa: B006
     tokenizer: Annotated[Path, typer.Option(
@@ -86,14 +88,6 @@ def prepare(
         show_default=False)] = [],  # noqa: B006
     src_lang: SrcLangOpt = None,
     tgt_lang: TgtLangOpt = None,
-    max_tokens: Annotated[int, typer.Option(
-        "--max-tokens", help="Drop pairs with a side longer than this many BPE tokens.",
-        min=1)] = CleanConfig.max_tokens,
-    max_ratio: Annotated[float, typer.Option(
-        "--max-ratio", help="Drop pairs whose length ratio (tokens+1) exceeds this; 0: keep "
-        "all.", min=0)] = CleanConfig.max_ratio,
-    dedup: Annotated[bool, typer.Option(
-        "--dedup/--no-dedup", help="Drop repeated pairs.")] = CleanConfig.dedup,
     force: Annotated[bool, typer.Option(
         "--force", help="Prepare again even if the output is up to date.")] = False,
     num_proc: Annotated[int, typer.Option(
@@ -102,6 +96,8 @@ def prepare(
         "every core). The result is the same for any value.", min=1)] = 1,
     split: SplitOpt = "train",
     hf_config: HfConfigOpt = None,
+    *,
+    clean: CleanConfig,  # which pairs to keep: its options
 ) -> None:
     """Clean and tokenize a parallel corpus into a dataset for `tfm train`.
 
@@ -117,7 +113,7 @@ def prepare(
     start = time.monotonic()
     with err.status("Preparing ..."):
         report = run_prepare(train_spec, tokenizer, output, valid_spec,
-                             CleanConfig(max_tokens, max_ratio, dedup), force, num_proc)
+                             clean, force, num_proc)
     if report.up_to_date:
         err.print(f"{output} is up to date (same input, tokenizer and options); "
                   "use --force to prepare again")

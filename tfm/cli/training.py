@@ -3,31 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from tfm.cli.app import app, err
-from tfm.cli.options import default
-from tfm.config import TrainConfig, option_name
+from tfm.cli.fields import Fields, default_note, derive
+from tfm.config import ModelConfig, TrainConfig
 from tfm.errors import EXIT_INTERRUPTED, UsageError
 
 
-def _option(name: str, help: str) -> typer.models.OptionInfo:
-    """The `tfm train` option of TrainConfig field ``name``: spelled as ``option_name`` says,
-    its help ending with the field's default (the option itself defaults to None, so that a
-    resumed run can tell what the user set)."""
-    spelled = option_name(name)
-    assert spelled is not None, name
-    value = getattr(TrainConfig, name)
-    if isinstance(value, bool):  # a flag: --compile/--no-compile
-        flag = spelled.removeprefix("--")
-        return typer.Option(f"--{flag}/--no-{flag}",
-                            help=help + default(flag if value else f"no-{flag}"))
-    return typer.Option(spelled, help=help + default(value))
-
-
 @app.command()
+@derive(model=Fields(ModelConfig, given_only=True), options=Fields(TrainConfig, given_only=True))
 def train(
     data: Annotated[Path, typer.Option(
         "--data", "-d", help="Prepared dataset directory from `tfm prepare`.")] = Path(
@@ -37,7 +24,7 @@ def train(
         "training state, metrics).")] = Path("model"),
     preset: Annotated[Optional[str], typer.Option(
         "--preset", help="Model size: base (the paper's), big, small (Multi30k-sized), tiny."
-        + default("small"))] = None,
+        + default_note("small"))] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the run in --output where it stopped.")] = False,
     init_from: Annotated[Optional[Path], typer.Option(
@@ -48,72 +35,9 @@ def train(
         "options may change.")] = None,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Start afresh, deleting the run already in --output.")] = False,
-    d_model: Annotated[Optional[int], typer.Option(
-        help="Override the preset's model width.")] = None,
-    n_heads: Annotated[Optional[int], typer.Option(help="Override: attention heads.")] = None,
-    encoder_layers: Annotated[Optional[int], typer.Option(
-        help="Override: encoder layers.")] = None,
-    decoder_layers: Annotated[Optional[int], typer.Option(
-        help="Override: decoder layers.")] = None,
-    d_ff: Annotated[Optional[int], typer.Option(help="Override: feed-forward width.")] = None,
-    dropout: Annotated[Optional[float], typer.Option(
-        help="Override: dropout on the embeddings and every sub-layer's output.")] = None,
-    attention_dropout: Annotated[Optional[float], typer.Option(
-        help="Override: dropout on the attention weights (default 0).")] = None,
-    activation_dropout: Annotated[Optional[float], typer.Option(
-        help="Override: dropout inside the FFN, after the ReLU (default 0).")] = None,
-    norm_first: Annotated[Optional[bool], typer.Option(
-        "--pre-norm/--post-norm", help="LayerNorm before each sub-layer (pre-norm) or after "
-        "the residual add (post-norm, as in the paper). Default: the preset's (post-norm).")
-    ] = None,
-    max_tokens: Annotated[Optional[int], _option(
-        "max_tokens", "Batch size in padded token positions.")] = None,
-    update_freq: Annotated[Optional[int], _option(
-        "update_freq", "Batches per optimizer step (gradient accumulation).")] = None,
-    lr: Annotated[Optional[float], _option(
-        "lr", "Peak learning rate, reached after warmup.")] = None,
-    warmup_steps: Annotated[Optional[int], _option(
-        "warmup_steps", "Linear warmup steps, then the --lr-schedule decay.")] = None,
-    lr_schedule: Annotated[Optional[str], _option(
-        "lr_schedule", "After warmup: inverse-sqrt (the paper's), or linear / cosine decay to 0 "
-        "at the end of the budget (--max-steps, --max-epochs or --max-time, whichever runs out "
-        "first).")] = None,
-    label_smoothing: Annotated[Optional[float], _option(
-        "label_smoothing", "Label smoothing epsilon.")] = None,
-    weight_decay: Annotated[Optional[float], _option(
-        "weight_decay", "L2 penalty on the weights, added to the gradient by Adam.")] = None,
-    clip_norm: Annotated[Optional[float], _option(
-        "clip_norm", "Clip the gradient norm to this; 0 disables.")] = None,
-    max_steps: Annotated[Optional[int], _option(
-        "max_steps", "Stop after this many optimizer steps (0: no limit).")] = None,
-    max_epochs: Annotated[Optional[int], _option(
-        "max_epochs", "Stop after this many epochs (0: no limit).")] = None,
-    max_time: Annotated[Optional[float], _option(
-        "max_time", "Stop after this many minutes of training (0: no limit).")] = None,
-    valid_every: Annotated[Optional[int], _option(
-        "valid_every", "Validate every N steps, and once more at the end of training.")] = None,
-    patience: Annotated[Optional[int], _option(
-        "patience", "Stop after N validations in a row without a better BLEU (0: never). "
-        "Needs a validation split.")] = None,
-    save_every: Annotated[Optional[int], _option(
-        "save_every", "Save the training state every N steps.")] = None,
-    keep_last: Annotated[Optional[int], _option(
-        "keep_last", "Numbered checkpoints to keep.")] = None,
-    log_every: Annotated[Optional[int], _option(
-        "log_every", "Log training metrics every N steps.")] = None,
-    seed: Annotated[Optional[int], _option("seed", "Random seed.")] = None,
-    device: Annotated[Optional[str], _option(
-        "device", "auto (CUDA if available, else CPU), cpu or cuda.")] = None,
-    precision: Annotated[Optional[str], _option(
-        "precision", "auto, fp32, bf16 or fp16. auto: bf16 autocast on CUDA (fp16 where bf16 "
-        "is not supported), fp32 on CPUs (bf16 autocast is not reliably faster there: "
-        "--precision bf16 to try it). fp16 scales the loss to keep small gradients (a "
-        "step whose gradients overflow is skipped and the scale lowered).")] = None,
-    num_threads: Annotated[Optional[int], _option(
-        "num_threads", "CPU threads for torch (0: torch's default).")] = None,
-    compile_model: Annotated[Optional[bool], _option(
-        "compile", "Compile the model with torch.compile (slower start, often faster steps on "
-        "GPUs).")] = None,
+    *,
+    model: dict[str, Any],  # ModelConfig's options, those given
+    options: dict[str, Any],  # TrainConfig's options, those given
     tensorboard: Annotated[Optional[Path], typer.Option(
         "--tensorboard", help="Also log train/valid scalars as TensorBoard events in this "
         "directory (needs `pip install tensorboard`).")] = None,
@@ -126,24 +50,11 @@ def train(
     from tfm.config import model_config_from_preset
     from tfm.training.loop import train as run_train
 
-    given = {
-        "max_tokens": max_tokens, "update_freq": update_freq, "lr": lr,
-        "warmup_steps": warmup_steps, "lr_schedule": lr_schedule,
-        "label_smoothing": label_smoothing, "weight_decay": weight_decay,
-        "clip_norm": clip_norm,
-        "max_steps": max_steps, "max_epochs": max_epochs, "max_time": max_time,
-        "valid_every": valid_every, "patience": patience, "save_every": save_every,
-        "keep_last": keep_last, "log_every": log_every, "seed": seed, "device": device,
-        "precision": precision, "num_threads": num_threads, "compile": compile_model,
-    }
-    explicit = {k for k, v in given.items() if v is not None}
-    config = TrainConfig(**{k: v for k, v in given.items() if v is not None})
-    # What the command line says of the model (None: not given). On resume it may only
-    # repeat the run's own; from --init-from, the architecture's must be the model's.
-    model_options = {"d_model": d_model, "n_heads": n_heads, "encoder_layers": encoder_layers,
-                     "decoder_layers": decoder_layers, "d_ff": d_ff, "norm_first": norm_first,
-                     "dropout": dropout, "attention_dropout": attention_dropout,
-                     "activation_dropout": activation_dropout}
+    explicit = set(options)
+    config = TrainConfig(**options)
+    # What the command line says of the model. On resume it may only repeat the run's own;
+    # from --init-from, the architecture's must be the model's.
+    model_options = model
     model_config = None
     if init_from is not None and not resume:  # (with --resume: refused by train)
         from tfm.training.state import INIT_FROM_CHANGES, initial_model_config
@@ -151,7 +62,7 @@ def train(
         model_config = initial_model_config(
             init_from, preset,
             {k: v for k, v in model_options.items() if k not in INIT_FROM_CHANGES},
-            **{k: model_options[k] for k in INIT_FROM_CHANGES})
+            **{k: v for k, v in model_options.items() if k in INIT_FROM_CHANGES})
     elif not resume:
         model_config = model_config_from_preset(preset or "small", **model_options)
     from tfm.training.reporting import RichTrainReporter

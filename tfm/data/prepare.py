@@ -234,7 +234,7 @@ def _encode_chunk(raw: list[tuple[str, str]], vocabs: Vocabularies, clean: Clean
     status = [_EMPTY] * len(pairs)
     for i, src, tgt in zip(live, src_ids, tgt_ids):
         longest, shortest = max(len(src), len(tgt)), min(len(src), len(tgt))
-        if longest > clean.max_tokens:
+        if longest > clean.max_length:
             status[i] = _TOO_LONG
         elif clean.max_ratio and (longest + 1) / (shortest + 1) > clean.max_ratio:
             status[i] = _RATIO

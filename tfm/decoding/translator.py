@@ -104,7 +104,7 @@ class Translator(ABC):
     def search(self, batch: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
         """The hypotheses (best first, ``options.n_best`` of them) of each source in
         ``batch``: token ids ending with EOS, sorted by length, at most
-        ``options.max_tokens`` source tokens x beam in all."""
+        ``options.batch_tokens`` source tokens x beam in all."""
 
     def describe(self) -> dict[str, Any]:
         """What /v1/info and reports show of the engine."""
@@ -249,8 +249,8 @@ class Translator(ABC):
 
 def _batches(ids: list[list[int]], positions: list[int], options: SearchOptions
              ) -> Iterator[list[int]]:
-    """``positions`` grouped by length so that (rows x longest x beam) <= max_tokens."""
-    return length_batches([len(x) * options.beam for x in ids], positions, options.max_tokens)
+    """``positions`` grouped by length so that (rows x longest x beam) <= batch_tokens."""
+    return length_batches([len(x) * options.beam for x in ids], positions, options.batch_tokens)
 
 
 def length_batches(lengths: Sequence[int], positions: Iterable[int], max_tokens: int

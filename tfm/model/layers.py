@@ -56,17 +56,26 @@ class Embeddings(nn.Module):
         return self.dropout(x)
 
 
-class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position separately."""
+# The FFN's activation functions (ModelConfig.activation): the paper's ReLU, and those of
+# imported MarianMT models: swish (= SiLU, x * sigmoid(x)) and GELU (exact, with erf: what
+# transformers' "gelu" computes).
+ACTIVATIONS = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
 
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0) -> None:
+
+class FeedForward(nn.Module):
+    """FFN(x) = act(x W1 + b1) W2 + b2, applied to each position separately; act is ReLU
+    (max(0, x)) in the paper."""
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0,
+                 activation: str = "relu") -> None:
         super().__init__()
         self.fc1 = nn.Linear(d_model, d_ff)
         self.fc2 = nn.Linear(d_ff, d_model)
         self.activation_dropout = activation_dropout
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        h = F.relu(self.fc1(x))
+        h = self.activation(self.fc1(x))
         if self.activation_dropout > 0.0:
             h = dropout(h, self.activation_dropout, self.training)
         return self.fc2(h)
@@ -76,11 +85,12 @@ class EncoderLayer(nn.Module):
     """Self-attention, then the FFN; each in residual + LayerNorm."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float,
-                 attention_dropout: float, activation_dropout: float, norm_first: bool) -> None:
+                 attention_dropout: float, activation_dropout: float, norm_first: bool,
+                 activation: str = "relu") -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.self_attn_layer_norm = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, d_ff, activation_dropout)
+        self.ffn = FeedForward(d_model, d_ff, activation_dropout, activation)
         self.final_layer_norm = nn.LayerNorm(d_model)
         self.dropout = Dropout(dropout)
         self.norm_first = norm_first
@@ -125,13 +135,14 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder output, then the FFN."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float,
-                 attention_dropout: float, activation_dropout: float, norm_first: bool) -> None:
+                 attention_dropout: float, activation_dropout: float, norm_first: bool,
+                 activation: str = "relu") -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.self_attn_layer_norm = nn.LayerNorm(d_model)
         self.encoder_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.encoder_attn_layer_norm = nn.LayerNorm(d_model)
-        self.ffn = FeedForward(d_model, d_ff, activation_dropout)
+        self.ffn = FeedForward(d_model, d_ff, activation_dropout, activation)
         self.final_layer_norm = nn.LayerNorm(d_model)
         self.dropout = Dropout(dropout)
         self.norm_first = norm_first

@@ -62,7 +62,7 @@ class Transformer(nn.Module):
         self.src_embed = Embeddings(src_embed, c.max_positions, c.dropout)
         self.tgt_embed = Embeddings(tgt_embed, c.max_positions, c.dropout)
         layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.attention_dropout,
-                      c.activation_dropout, c.norm_first)
+                      c.activation_dropout, c.norm_first, c.activation)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args)
                                             for _ in range(c.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args)
@@ -71,9 +71,20 @@ class Transformer(nn.Module):
         self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.output_proj = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)
+        if c.output_bias:
+            # A constant added to the logits (MarianMT's final_logits_bias): a buffer, saved
+            # with the weights but not trained, as transformers keeps it.
+            self.register_buffer("output_bias", torch.zeros(c.tgt_vocab_size))
+        else:
+            self.output_bias = None
         self.reset_parameters()
         if c.tie_output:
             self.output_proj.weight = tgt_embed.weight
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """(..., D) decoder output -> (..., V) logits over the target vocabulary."""
+        out = self.output_proj(hidden)
+        return out if self.output_bias is None else out + self.output_bias.to(out.dtype)
 
     def reset_parameters(self) -> None:
         """Xavier-uniform matrices, zero biases, N(0, d^-1/2) embeddings with a zero pad row.
@@ -120,7 +131,7 @@ class Transformer(nn.Module):
         """tgt_in (B, T) ids -> logits (B, T, V), and the last layer's cross-attention weights
         (B, H, T, S) when asked."""
         hidden, weights = self.decode_hidden(tgt_in, memory, memory_mask, need_weights)
-        return self.output_proj(hidden), weights
+        return self.logits(hidden), weights
 
     def forward(self, src: Tensor, tgt_in: Tensor, score_mask: Tensor | None = None) -> Tensor:
         """Teacher forcing: src (B, S), tgt_in (B, T) = BOS + target -> logits (B, T, V).
@@ -132,7 +143,7 @@ class Transformer(nn.Module):
         hidden = self.decode_hidden(tgt_in, memory, memory_mask)[0]  # (B, T, D)
         if score_mask is not None:
             hidden = hidden[score_mask]  # (N, D)
-        return self.output_proj(hidden)
+        return self.logits(hidden)
 
     # --- decoder, one position at a time (search) ----------------------------------------------
 
@@ -160,7 +171,7 @@ class Transformer(nn.Module):
             x, new_cache, weights = layer(x, (cache.cross_k, cache.cross_v), None,
                                           state.memory_mask, cache, need_weights, state.group)
             new_layers.append(new_cache)
-        logits = self.output_proj(self.decoder_norm(x))[:, 0]  # (B, V)
+        logits = self.logits(self.decoder_norm(x))[:, 0]  # (B, V)
         new_state = DecoderState(state.memory_mask, new_layers, state.step + 1, state.group)
         return logits, new_state, None if weights is None else weights[:, :, 0]
 

@@ -207,7 +207,7 @@ class _Service:
                 max_len_b=request.max_length)
         except UsageError as e:
             raise ApiError(422, str(e)) from e
-        options.max_tokens = config.max_batch_tokens
+        options.batch_tokens = config.max_batch_tokens
         return options
 
     async def translate(self, body: TranslateRequest, receive: Receive) -> Response:

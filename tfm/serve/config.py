@@ -16,7 +16,7 @@ class ServeConfig:
     # Dynamic batching: the decoding worker takes the sentences waiting across all requests
     # (oldest first, those sharing the oldest one's decoding options) until their source tokens
     # x beam reach this, or until the oldest has waited max_wait_ms. Also the size of each
-    # search call, as SearchOptions.max_tokens is for `tfm translate`.
+    # search call, as SearchOptions.batch_tokens (--batch-tokens) is for `tfm translate`.
     max_batch_tokens: int = 4096
     max_wait_ms: float = 5.0
     # Batches decoded at once, each by a worker thread with its share of torch's CPU threads.
