@@ -17,28 +17,81 @@ from tfm.special_tokens import PAD_ID
 T = TypeVar("T")
 
 
+def option(default: Any, help: str, **metadata: Any) -> Any:
+    """A field and its command-line option, written once: the commands derive the option
+    (tfm.cli.fields) from the field's name, type, default and this metadata:
+
+    - ``help``: what --help says of it;
+    - ``option``: its spelling where it is not ``--field-name``; None: no option;
+    - ``short``: a one-letter alias ("-b");
+    - ``flag``: a bool's two spellings where they are not ``--name``/``--no-name``;
+    - ``min``: the smallest value allowed, checked by ``check_fields`` (a one-line error);
+    - ``shown_default``: the default as --help says it, where it is decided later (the
+      preset's, the model's);
+    - ``was``: an old spelling, refused with a one-line error naming the new one.
+    """
+    return field(default=default, metadata={"help": help, **metadata})
+
+
+def _cli(default: Any, option: str | None) -> Any:
+    """A field whose command-line option is not spelled ``--field-name``: ``option`` is how
+    ``tfm train`` spells it, None where it has none."""
+    return field(default=default, metadata={"option": option})
+
+
+def _arch(default: Any, help: str, **metadata: Any) -> Any:
+    """A ModelConfig field a preset sets: its option's default is the preset's."""
+    return option(default, help, shown_default="the preset's", **metadata)
+
+
+def option_spelling(cls: type, name: str) -> str | None:
+    """How the command line spells field ``name`` of dataclass ``cls`` (``--warmup`` for
+    TrainConfig.warmup_steps), or None for a field that has no option."""
+    for f in fields(cls):
+        if f.name == name:
+            if "flag" in f.metadata:
+                return "/".join(f.metadata["flag"])
+            return f.metadata.get("option", "--" + name.replace("_", "-"))
+    raise KeyError(name)
+
+
+def check_fields(config: Any) -> None:
+    """The checks a dataclass's fields declare (``min``), each failing as one line that names
+    the option."""
+    for f in fields(config):
+        low = f.metadata.get("min")
+        value = getattr(config, f.name)
+        if low is not None and value is not None and value < low:
+            spelled = option_spelling(type(config), f.name) or f.name
+            raise UsageError(f"{spelled} must be at least {low}, not {value}")
+
+
 @dataclass
 class ModelConfig:
     """The encoder-decoder Transformer of "Attention is all you need" (Vaswani et al., 2017)."""
 
-    src_vocab_size: int = 8000
-    tgt_vocab_size: int = 8000
-    d_model: int = 512
-    n_heads: int = 8
-    encoder_layers: int = 6
-    decoder_layers: int = 6
-    d_ff: int = 2048
-    dropout: float = 0.1  # on embeddings and on every sub-layer output, before the residual add
-    attention_dropout: float = 0.0  # on attention weights
-    activation_dropout: float = 0.0  # inside the FFN, after the ReLU
-    max_positions: int = 1024  # longest sequence (tokens, BOS/EOS included) the model accepts
-    norm_first: bool = False  # False: post-norm as in the paper; True: pre-norm
-    share_embeddings: bool = True  # one embedding table for source and target (joint vocabulary)
-    tie_output: bool = True  # output projection shares the target embedding matrix
+    src_vocab_size: int = _cli(8000, None)  # from the tokenizer
+    tgt_vocab_size: int = _cli(8000, None)
+    d_model: int = _arch(512, "Model width: embeddings and every sub-layer's output.")
+    n_heads: int = _arch(8, "Attention heads (d_model must be divisible by them).")
+    encoder_layers: int = _arch(6, "Encoder layers.")
+    decoder_layers: int = _arch(6, "Decoder layers.")
+    d_ff: int = _arch(2048, "Feed-forward width, inside each layer's FFN.")
+    dropout: float = _arch(0.1, "Dropout on the embeddings and on every sub-layer's output, "
+                           "before the residual add.")
+    attention_dropout: float = option(0.0, "Dropout on the attention weights.")
+    activation_dropout: float = option(0.0, "Dropout inside the FFN, after the ReLU.")
+    # longest sequence (tokens, BOS/EOS included) the model accepts
+    max_positions: int = _cli(1024, None)
+    norm_first: bool = _arch(False, "LayerNorm before each sub-layer (pre-norm) or after the "
+                             "residual add (post-norm, as in the paper).",
+                             flag=("--pre-norm", "--post-norm"))
+    share_embeddings: bool = _cli(True, None)  # one embedding table for both sides (joint vocab)
+    tie_output: bool = _cli(True, None)  # output projection shares the target embedding matrix
     # Set by `tfm import` for MarianMT models (format 2; a model of format 1 has the defaults):
     # the FFN's activation (tfm.model.layers.ACTIVATIONS), and a constant bias on the logits.
-    activation: str = "relu"
-    output_bias: bool = False
+    activation: str = _cli("relu", None)
+    output_bias: bool = _cli(False, None)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -86,65 +139,77 @@ def model_config_from_preset(preset: str, **overrides: Any) -> ModelConfig:
     return ModelConfig(**values)
 
 
-def _cli(default: Any, option: str | None) -> Any:
-    """A field whose command-line option is not spelled ``--field-name``: ``option`` is how
-    ``tfm train`` spells it, None where it has none."""
-    return field(default=default, metadata={"option": option})
-
-
 @dataclass
 class TrainConfig:
     """A training run: data, optimisation, stopping and checkpointing.
 
-    ``tfm train`` has an option for each field, spelled ``--field-name`` unless the field says
-    otherwise (see ``option_name``); its help shows these defaults."""
+    ``tfm train`` has an option for each field that has a help (see ``option``); its --help
+    shows these defaults."""
 
-    max_tokens: int = 4096  # padded positions per batch (max of source and target side)
-    update_freq: int = 1  # gradient accumulation: batches per optimizer step
-    lr: float = 7e-4  # peak learning rate, reached at the end of warmup
-    warmup_steps: int = _cli(4000, "--warmup")
-    # inverse-sqrt (the paper's), or linear / cosine decay to 0 at the end of the budget
-    # (--max-steps, --max-epochs or --max-time, whichever runs out first)
-    lr_schedule: str = "inverse-sqrt"
+    max_tokens: int = option(4096, "Batch size in padded token positions (the longer of "
+                             "source and target side, per sentence).", min=1)
+    update_freq: int = option(1, "Batches per optimizer step (gradient accumulation).", min=1)
+    lr: float = option(7e-4, "Peak learning rate, reached after warmup.")
+    warmup_steps: int = option(4000, "Linear warmup steps, then the --lr-schedule decay.",
+                               option="--warmup", min=0)
+    lr_schedule: str = option(
+        "inverse-sqrt", "After warmup: inverse-sqrt (the paper's), or linear / cosine decay to "
+        "0 at the end of the budget (--max-steps, --max-epochs or --max-time, whichever runs "
+        "out first).")
     adam_betas: tuple[float, float] = _cli((0.9, 0.98), None)
     adam_eps: float = _cli(1e-9, None)
-    weight_decay: float = 0.0  # L2 penalty (Adam's weight_decay, not AdamW's decoupled one)
-    clip_norm: float = 1.0  # 0 disables gradient clipping
-    label_smoothing: float = 0.1
-    max_steps: int = 0  # 0: no limit
-    max_epochs: int = 0  # 0: no limit
-    max_time: float = 0.0  # minutes; 0: no limit
-    valid_every: int = 1000  # steps between validations (and one at the end of the run)
+    label_smoothing: float = option(0.1, "Label smoothing epsilon.", min=0)
+    weight_decay: float = option(0.0, "L2 penalty on the weights, added to the gradient by "
+                                 "Adam (not AdamW's decoupled decay).", min=0)
+    clip_norm: float = option(1.0, "Clip the gradient norm to this; 0 disables.", min=0)
+    max_steps: int = option(0, "Stop after this many optimizer steps (0: no limit).", min=0)
+    max_epochs: int = option(0, "Stop after this many epochs (0: no limit).", min=0)
+    max_time: float = option(0.0, "Stop after this many minutes of training (0: no limit).",
+                             min=0)
+    valid_every: int = option(1000, "Validate every N steps, and once more at the end of "
+                              "training.", min=1)
     valid_bleu: bool = _cli(True, None)  # greedy BLEU on the validation set at each validation
-    # Stop after this many validations in a row without a better score: a higher BLEU, or a
-    # lower validation loss when valid_bleu is off; 0: never. Needs a validation split.
-    patience: int = 0
-    save_every: int = 1000  # steps between checkpoints of the training state
-    keep_last: int = 5  # numbered checkpoints kept for averaging
-    log_every: int = 50  # steps between metrics.jsonl lines
-    seed: int = 1
-    device: str = "auto"
-    precision: str = "auto"  # fp16 steps go through a gradient scaler (loss scaling)
-    compile: bool = False
-    num_threads: int = _cli(0, "--threads")  # 0: torch's default
+    # (without BLEU, a lower validation loss is the better score)
+    patience: int = option(0, "Stop after N validations in a row without a better BLEU "
+                           "(0: never). Needs a validation split.", min=0)
+    save_every: int = option(1000, "Save the training state every N steps.", min=1)
+    keep_last: int = option(5, "Numbered checkpoints to keep (for `tfm average`).", min=0)
+    log_every: int = option(50, "Log training metrics every N steps.", min=1)
+    seed: int = option(1, "Random seed.")
+    device: str = option("auto", "auto (CUDA if available, else CPU), cpu or cuda.")
+    precision: str = option(
+        "auto", "auto, fp32, bf16 or fp16. auto: bf16 autocast on CUDA (fp16 where bf16 is "
+        "not supported), fp32 on CPUs (bf16 autocast is not reliably faster there: "
+        "--precision bf16 to try it). fp16 scales the loss to keep small gradients (a step "
+        "whose gradients overflow is skipped and the scale lowered).")
+    compile: bool = option(False, "Compile the model with torch.compile (slower start, often "
+                           "faster steps on GPUs).")
+    num_threads: int = option(0, "CPU threads for torch (0: torch's default).",
+                              option="--threads", min=0)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def option_name(name: str) -> str | None:
     """How ``tfm train`` spells TrainConfig field ``name`` (``--warmup`` for warmup_steps), or
     None for a field it has no option for."""
-    for f in fields(TrainConfig):
-        if f.name == name:
-            return f.metadata.get("option", "--" + name.replace("_", "-"))
-    raise KeyError(name)
+    return option_spelling(TrainConfig, name)
 
 
 @dataclass
 class CleanConfig:
     """Which pairs ``tfm prepare`` keeps."""
 
-    max_tokens: int = 250  # per side, BPE tokens (the end-of-sentence token not counted)
-    max_ratio: float = 3.0  # longer side / shorter side in tokens, each +1; 0 disables
-    dedup: bool = False  # drop repeated (source, target) pairs
+    max_length: int = option(250, "Drop pairs with a side longer than this many BPE tokens "
+                             "(the end-of-sentence token not counted).",
+                             min=1, was="--max-tokens")
+    max_ratio: float = option(3.0, "Drop pairs whose length ratio (longer side / shorter "
+                              "side, in tokens + 1) exceeds this; 0: keep all.", min=0)
+    dedup: bool = option(False, "Drop repeated (source, target) pairs.")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass
@@ -157,6 +222,7 @@ class GenerationDefaults:
     max_len_b: int = 10
 
 
+_G = GenerationDefaults  # the defaults a model directory starts with
 MBR_UTILITIES = ("bleu", "chrf")  # sentence-level metrics --mbr can choose by (tfm.decoding.mbr)
 
 
@@ -167,24 +233,35 @@ REVERSE_WEIGHT = 0.25
 @dataclass
 class SearchOptions:
     """How one call of a Translator decodes; the model's GenerationDefaults fill what the user
-    leaves unset."""
+    leaves unset (``Translator.default_options``)."""
 
-    beam: int = GenerationDefaults.beam
-    length_penalty: float = GenerationDefaults.length_penalty
-    max_len_a: float = GenerationDefaults.max_len_a
-    max_len_b: int = GenerationDefaults.max_len_b
-    min_len: int = 0
-    n_best: int = 1
-    stop_early: bool = True  # end a sentence once its n_best best hypotheses have ended
-    max_tokens: int = 4096  # source tokens x beam per batch
-    attention: bool = False  # keep cross-attention and word alignments (slower)
-    # Return the beam hypothesis of least Bayes risk under this utility ("bleu", "chrf"),
-    # not the highest-scoring one (tfm.decoding.mbr); None: the highest-scoring one.
-    mbr: str | None = None
+    beam: int = option(GenerationDefaults.beam, "Beam size; 1 is greedy decoding.",
+                       short="-b", min=1, shown_default=f"the model's, {_G.beam}")
+    length_penalty: float = option(
+        GenerationDefaults.length_penalty, "Beam search: scores are divided by length ** this.",
+        shown_default=f"the model's, {_G.length_penalty}")
+    max_len_a: float = option(GenerationDefaults.max_len_a, "Maximum output length is a * "
+                              "source length + b.", shown_default=f"the model's, {_G.max_len_a}")
+    max_len_b: int = option(GenerationDefaults.max_len_b, "See --max-len-a.",
+                            shown_default=f"the model's, {_G.max_len_b}")
+    min_len: int = option(0, "Minimum output length in tokens.", min=0)
+    n_best: int = option(1, "Hypotheses per sentence (jsonl shows them all).")
+    stop_early: bool = option(
+        True, "Beam search: end a sentence once its --n-best best hypotheses have ended (as "
+        "OpenNMT-py and CTranslate2 do), or wait for --beam of them (as fairseq does: slower, "
+        "sometimes slightly higher BLEU).")
+    batch_tokens: int = option(4096, "Most source tokens x beam decoded in one batch (more: "
+                               "more memory, fewer batches). The output is the same whatever "
+                               "the number.", min=1)
+    attention: bool = _cli(False, None)  # keep cross-attention and word alignments (slower)
+    mbr: str | None = option(
+        None, "Beam search: output the hypothesis the beam's other hypotheses agree with most "
+        "(minimum Bayes risk, each weighted by its probability), by this sentence-level "
+        "metric: bleu or chrf (tfm.decoding.mbr). Usually a little higher BLEU / chrF than the "
+        "best-scoring hypothesis, at a larger beam (e.g. --beam 8).")
 
     def __post_init__(self) -> None:
-        if self.beam < 1:
-            raise UsageError(f"--beam must be at least 1, not {self.beam}")
+        check_fields(self)
         if self.mbr is not None:
             if self.mbr not in MBR_UTILITIES:
                 raise UsageError(f"--mbr {self.mbr}: choose {' or '.join(MBR_UTILITIES)}")
