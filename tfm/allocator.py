@@ -19,10 +19,9 @@ def keep_freed_memory() -> bool:
     the kernel; returns whether it applied (glibc only; ``TFM_DEFAULT_MALLOC=1`` opts out).
 
     glibc serves every allocation over 32 MB with a fresh mmap and unmaps it on free, so a
-    training step's large tensors (the (tokens, vocabulary) logits and their gradient: 150 MB
-    at 3,800 tokens and a 10k vocabulary) page-fault their memory in anew each time: a
-    log-softmax over such a tensor took 57 ms that way against 17 ms in reused memory, and a
-    small model's training step 1.33 s against 0.92 s (2 threads). With mmap off and a high
+    training step's large tensors (the (tokens, vocabulary) logits and their gradient) page-fault
+    their memory in anew each time, which made steps markedly slower (docs/BENCHMARKS.md,
+    "Training step before and after the CPU speed-ups"). With mmap off and a high
     trim threshold, freed blocks stay in the heap for the next step. The process keeps its
     peak memory until it exits, which a training or translation process does anyway. Called
     once by the ``tfm`` command before any work; library users may call it themselves."""

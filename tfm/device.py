@@ -28,7 +28,7 @@ def resolve_device(name: str) -> torch.device:
 
 def cpu_has_native_bf16() -> bool:
     """True when the CPU computes bf16 in hardware (AVX-512 BF16 or AMX): there bf16 matmul
-    runs several times faster than fp32; elsewhere it is emulated and far slower."""
+    runs faster than fp32; elsewhere it is emulated and far slower (docs/BENCHMARKS.md)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -81,10 +81,9 @@ def decoding_workers(requested: int | None, device: torch.device) -> int:
 
     ``None`` (auto): on CPU with two threads or more, 2; else 1. A decoding step of a batch of a
     few hundred sentences leaves one of two cores idle much of the time (small matrices, Python
-    between the operations); two single-threaded workers, each decoding its own batches,
-    translated test_2016_flickr 1.1-1.2x (greedy) and 1.3x (beam 5) as fast as one worker with
-    two threads on 2 cores (AMD EPYC, docs/BENCHMARKS.md). More workers were not measured; on
-    CUDA one worker keeps the GPU busy.
+    between the operations); two single-threaded workers, each decoding its own batches, keep
+    both busy, and were the faster on 2 cores (docs/BENCHMARKS.md, "Decoding workers"). More
+    workers were not measured; on CUDA one worker keeps the GPU busy.
     """
     if requested is not None:
         if requested < 1:
@@ -98,8 +97,8 @@ def share_cpu_threads(workers: int) -> Callable[[], None]:
     decoding threads: returns the function each of them calls once, first (a thread pool's
     initializer), to take its share. torch's CPU threads (OpenMP) are set up per calling
     thread, so this thread keeps one: had it kept all of them (loading the model, say), their
-    pool and the workers' would share the cores, and decoding ran 3x slower (measured, 2
-    cores). Call it before loading the model. A second call in the same thread finds one
+    pool and the workers' would share the cores, and contend for them (decoding was
+    several times slower). Call it before loading the model. A second call in the same thread finds one
     thread to share: to load another translator there, ``torch.set_num_threads`` first."""
     threads = max(1, torch.get_num_threads() // workers)
     torch.set_num_threads(1)

@@ -33,8 +33,8 @@ def serve(
         "oldest's arrival or the end of the last batch, whichever is later.")] = _C.max_wait_ms,
     workers: Annotated[Optional[int], typer.Option(
         "--workers", help="Batches decoded at once, each by a thread with its share of the "
-        "CPU threads. On 2 cores, 32 clients, beam 5: 96 sentences/s with 2, 74 with 1; "
-        "greedy about the same either way." + default("2 on a CPU with 2 threads or more, "
+        "CPU threads: on a CPU, two single-threaded workers keep the cores busier than one "
+        "with two threads (docs/BENCHMARKS.md)." + default("2 on a CPU with 2 threads or more, "
         "else 1"), show_default=False)] = None,
     max_queue: Annotated[int, typer.Option(
         "--max-queue", help="Most sentences waiting or decoding; beyond it requests get 503 "

@@ -37,8 +37,8 @@ def make_batches(
     Examples are sorted by their padded size (the longer of source and decoder input), then
     source and target length, with ties broken at random, so that a batch holds sentences of
     nearly one length on both sides (little padding) and the batches differ from epoch to
-    epoch; then the order of the batches is shuffled. On Multi30k at 4096 tokens this pads
-    4% of positions, where sorting by source length first padded 6.4% (bench/data.py).
+    epoch; then the order of the batches is shuffled. Sorting by the padded size first pads
+    less than sorting by source length first (bench/data.py; docs/BENCHMARKS.md).
     """
     n = len(src_lengths)
     rng = np.random.default_rng([seed, epoch])

@@ -40,9 +40,8 @@ class TorchTranslator(Translator):
                  workers: int | None = 1) -> None:
         """``weights_file``: another weights file of the directory, e.g. a numbered
         checkpoint ``checkpoints/step_00001000.safetensors``. ``precision``: fp32, or bf16 /
-        fp16 weights (``auto``: bf16 on CUDA and on CPUs with native bf16, else fp32). On a CPU
-        with native bf16, bf16 weights decoded Multi30k 1.3x (beam 5) to 2.2x (greedy) faster
-        than fp32 with the same BLEU to 0.02. ``ensemble``: more model directories, with the
+        fp16 weights (``auto``: bf16 on CUDA and on CPUs with native bf16, where they decode
+        faster than fp32 with the same BLEU: docs/BENCHMARKS.md, else fp32). ``ensemble``: more model directories, with the
         same tokenizer, decoded together with the first (their probabilities averaged); the
         first gives the languages and decoding defaults. ``workers``: batches decoded at once
         (None: tfm.device.decoding_workers decides); with more than one, this thread keeps one

@@ -17,10 +17,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # PyTorch's fused attention kernels for CUDA, all but cuDNN's. cuDNN's (chosen first for bf16 and
 # fp16 on recent GPUs) builds an execution plan for every new shape, and translation brings a
-# new shape with nearly every batch and decoding step: on one H100 (torch 2.11) the `small`
-# model decoded 3,000 sentences greedily in 37.5 s with it and 5.9 s without, and trained in bf16
-# at a third of the rate over its first 400 steps; on another H100 it cost far less, and this
-# choice was still 7-19% faster than torch's in every decoding run (docs/BENCHMARKS.md).
+# new shape with nearly every batch and decoding step, which made decoding and bf16 training
+# on an H100 much slower with it than without; leaving it out was as fast or faster than
+# torch's own choice in every run measured (docs/BENCHMARKS.md, "On a GPU").
 CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -67,9 +66,9 @@ def attention(
     """
     if not need_weights:
         if q.device.type == "cpu" and q.dtype == torch.bfloat16:
-            # PyTorch's fused CPU kernel is ~3x slower in bf16 than in fp32 (forward + backward,
-            # measured at Multi30k shapes); attention is a small share of the FLOPs, so it runs
-            # in fp32 and only the projections around it in bf16.
+            # PyTorch's fused CPU kernel is slower in bf16 than in fp32 (docs/BENCHMARKS.md);
+            # attention is a small share of the FLOPs, so it runs in fp32 and only the
+            # projections around it in bf16.
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask,
                                                  dropout_p=dropout)
             return out.to(q.dtype), None

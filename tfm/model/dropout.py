@@ -1,10 +1,10 @@
 """Dropout that costs half of torch's on CPU.
 
-torch draws a CPU dropout mask with ``bernoulli_``, one float draw per element (11 ms forward
-and backward for a 4096 x 256 activation on 2 threads); thresholding 31-bit random integers
-draws the same mask distribution in 5.6 ms. With dropout on the embeddings, every sub-layer
-and the FFN activations, that was 6% of a small model's training step. On other devices
-torch's fused kernel is used as it is.
+torch draws a CPU dropout mask with ``bernoulli_``, one float draw per element; thresholding
+31-bit random integers draws the same mask distribution in about half the time. Dropout on the
+embeddings, every sub-layer and the FFN activations makes that a visible share of a small
+model's training step (docs/BENCHMARKS.md). On other devices torch's fused kernel is used as
+it is.
 """
 
 from __future__ import annotations

@@ -5,10 +5,9 @@ A worker (an asyncio task with a decoding thread of its own) gathers what waits,
 and hands it as one batch to its thread, so the event loop keeps answering (health checks, new
 requests, metrics) while the model runs. With several workers, the sentences waiting are shared
 among the workers free to take them (each takes its share, the oldest first), so that they
-decode side by side. A batch of a few dozen sentences leaves CPU threads idle: on 2 cores, one
-thread decoded batches of 32 as fast as two (133 and 135 sentences/s), and two single-threaded
-workers 1.7-1.8x as fast, offline. Behind HTTP on the same 2 cores, with 32 clients there too,
-two workers served beam 5 1.3x as fast as one, greedy no faster (docs/BENCHMARKS.md).
+decode side by side. A batch of a few dozen sentences leaves CPU threads idle (a second thread
+on the same batch buys little), so two single-threaded workers, each on its own batch, use the
+cores better (docs/BENCHMARKS.md, "tfm serve under concurrent clients").
 
 Gathering is greedy: a worker goes as soon as the waiting sentences fill ``max_batch_tokens``
 (source tokens x beam), or ``max_wait`` after the oldest sentence arrived or the worker became
