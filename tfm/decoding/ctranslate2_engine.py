@@ -57,6 +57,7 @@ import torch
 from tfm.checkpoint import ModelInfo
 from tfm.config import GenerationDefaults, SearchOptions, model_config_from_dict
 from tfm.data.tokenizer import load_vocabularies
+from tfm.decoding.constraints import TargetConstraints
 from tfm.decoding.search import Hypothesis, length_limits
 from tfm.decoding.translator import Translator
 from tfm.device import PRECISIONS, cpu_has_native_bf16
@@ -121,10 +122,22 @@ class CTranslate2Translator(Translator):
 
     # --- search -------------------------------------------------------------------------------
 
-    def search(self, batch: list[list[int]], o: SearchOptions) -> list[list[Hypothesis]]:
+    def search(self, batch: list[list[int]], o: SearchOptions,
+               constraints: list[TargetConstraints | None] | None = None
+               ) -> list[list[Hypothesis]]:
         limits = length_limits(torch.tensor([len(ids) for ids in batch]), o.max_len_a,
                                o.max_len_b, self.info.model.max_positions).tolist()
         sources = [[self._src_tokens[i] for i in ids] for ids in batch]
+        prefixes = None
+        if constraints is not None:
+            if any(c is not None and c.phrases for c in constraints):
+                raise UsageError("the ctranslate2 engine cannot make a translation contain "
+                                 "given phrases (CTranslate2 has no constrained search): use "
+                                 "the tfm model directory; a prefix alone works")
+            prefixes = [[self._tgt_tokens[i] for i in c.prefix] if c is not None else []
+                        for c in constraints]
+            if not any(prefixes):
+                prefixes = None
         # One call for the whole batch with its largest limit: CTranslate2 pays a fixed cost
         # per decoding step and call, so many small calls are several times slower than one.
         # A sentence whose search ended before its own limit found what a search with that
@@ -132,38 +145,41 @@ class CTranslate2Translator(Translator):
         if o.attention:
             # CTranslate2's attention rows of a padded source are not tfm's: with attention,
             # each call holds sources of one length (and so one limit).
-            return self._search_by_length(sources, limits, o)
+            return self._search_by_length(sources, limits, o, prefixes)
         top = max(limits)
-        outcomes = self._search_group(sources, top, o)
+        outcomes = self._search_group(sources, top, o, prefixes)
         groups: dict[int, list[int]] = defaultdict(list)
         for row, (limit, outcome) in enumerate(zip(limits, outcomes)):
             if limit < top and outcome.longest >= limit:
                 groups[limit].append(row)
         for limit, rows in groups.items():
             for row, outcome in zip(rows, self._search_group([sources[r] for r in rows],
-                                                             limit, o)):
+                                                             limit, o, _pick(prefixes, rows))):
                 outcomes[row] = outcome
         return [outcome.hyps[: o.n_best] for outcome in outcomes]
 
     def _search_by_length(self, sources: list[list[str]], limits: list[int],
-                          o: SearchOptions) -> list[list[Hypothesis]]:
+                          o: SearchOptions, prefixes: list[list[str]] | None = None
+                          ) -> list[list[Hypothesis]]:
         groups: dict[int, list[int]] = defaultdict(list)
         for row, source in enumerate(sources):
             groups[len(source)].append(row)
         results: list[list[Hypothesis]] = [[] for _ in sources]
         for rows in groups.values():
-            outcomes = self._search_group([sources[r] for r in rows], limits[rows[0]], o)
+            outcomes = self._search_group([sources[r] for r in rows], limits[rows[0]], o,
+                                          _pick(prefixes, rows))
             for row, outcome in zip(rows, outcomes):
                 results[row] = outcome.hyps[: o.n_best]
         return results
 
-    def _search_group(self, sources: list[list[str]], limit: int, o: SearchOptions
-                      ) -> list[_Outcome]:
-        """The search of sentences that share the length limit ``limit`` (EOS included)."""
+    def _search_group(self, sources: list[list[str]], limit: int, o: SearchOptions,
+                      prefixes: list[list[str]] | None = None) -> list[_Outcome]:
+        """The search of sentences that share the length limit ``limit`` (EOS included),
+        starting with ``prefixes`` (target tokens, one list per sentence) if given."""
         if limit == 1:  # tfm forces EOS at once: the empty translation
             return [_Outcome([h], _Pass(), longest=1)
                     for h in self._rescored(sources, [[] for _ in sources], o)]
-        outcomes = self._translate(sources, limit, o, _Pass())
+        outcomes = self._translate(sources, limit, o, _Pass(), prefixes)
         # Sentences whose first pass is not tfm's answer yet are decoded again: with the
         # never-emitted tokens disabled, or keeping every hypothesis at the length limit. The
         # flags only accumulate, so this ends after at most two more passes.
@@ -174,13 +190,17 @@ class CTranslate2Translator(Translator):
                     redo[outcome.again].append(i)
             for flags, rows in redo.items():
                 for i, outcome in zip(rows, self._translate([sources[i] for i in rows],
-                                                            limit, o, flags)):
+                                                            limit, o, flags,
+                                                            _pick(prefixes, rows))):
                     outcomes[i] = outcome
         return outcomes
 
     def _translate(self, sources: list[list[str]], limit: int, o: SearchOptions,
-                   flags: _Pass) -> list[_Outcome]:
-        """One CTranslate2 call for sentences with the length limit ``limit``."""
+                   flags: _Pass, prefixes: list[list[str]] | None = None) -> list[_Outcome]:
+        """One CTranslate2 call for sentences with the length limit ``limit``. With
+        ``prefixes``, CTranslate2 starts each translation with its prefix (``target_prefix``);
+        those hypotheses are rescored by teacher forcing, so their scores are tfm's: the
+        log-probability of the whole output, prefix included."""
         greedy = o.beam == 1
         length_penalty = 0.0 if greedy else o.length_penalty  # greedy: raw sums, scored below
         if greedy:
@@ -199,6 +219,8 @@ class CTranslate2Translator(Translator):
         if flags.suppress:
             options = {"disable_unk": True,
                        "suppress_sequences": [[t] for t in _NEVER_EMITTED if t != UNK]}
+        if prefixes is not None:
+            options["target_prefix"] = prefixes
         max_len = limit - 1  # CTranslate2 counts tokens without EOS; tfm's limit counts EOS
         results = self.translator.translate_batch(
             sources, beam_size=o.beam, patience=patience, num_hypotheses=wanted,
@@ -231,7 +253,7 @@ class CTranslate2Translator(Translator):
                 outcome.hyps.append(hyp)
                 # tfm's log P differs where EOS was forced (cut here) or disabled (min_len),
                 # or where disabling renormalised the softmax (suppress).
-                if not ended or o.min_len > 0 or flags.suppress:
+                if not ended or o.min_len > 0 or flags.suppress or (prefixes and prefixes[i]):
                     to_rescore.append((i, hyp))
             outcomes.append(outcome)
         if to_rescore:
@@ -269,6 +291,11 @@ class CTranslate2Translator(Translator):
             [[self._src_tokens[i] for i in s] for s in sources],
             [[self._tgt_tokens[i] for i in t] for t in targets], max_input_length=0)
         return [list(r.log_probs) for r in results]
+
+
+def _pick(prefixes: list[list[str]] | None, rows: list[int]) -> list[list[str]] | None:
+    """The prefixes of ``rows``, or None when there are none."""
+    return None if prefixes is None else [prefixes[r] for r in rows]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from tfm.config import SearchOptions
 from tfm.data.batching import pad_pairs
 from tfm.data.text import normalize_text
 from tfm.data.tokenizer import encode_batch
+from tfm.decoding.constraints import TargetConstraints
 from tfm.decoding.search import Hypothesis, beam_search, greedy_search
 from tfm.decoding.translator import Translator, length_batches
 from tfm.device import (
@@ -113,13 +114,15 @@ class TorchTranslator(Translator):
                 results[i] = (sums[row], len(tgt_ids[i]) + 1)
         return results
 
-    def search(self, batch: list[list[int]], o: SearchOptions) -> list[list[Hypothesis]]:
+    def search(self, batch: list[list[int]], o: SearchOptions,
+               constraints: list[TargetConstraints | None] | None = None
+               ) -> list[list[Hypothesis]]:
         src = _padded(batch).to(self.device)
         if o.beam == 1:
             return greedy_search(self.model, src, o.max_len_a, o.max_len_b, o.min_len,
-                                 o.attention)
+                                 o.attention, constraints)
         return beam_search(self.model, src, o.beam, o.length_penalty, o.max_len_a, o.max_len_b,
-                           o.min_len, o.n_best, o.attention, o.stop_early)
+                           o.min_len, o.n_best, o.attention, o.stop_early, constraints)
 
 
 def _padded(rows: list[list[int]]) -> torch.Tensor:

@@ -19,13 +19,21 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import torch
+
 from tfm.checkpoint import ModelInfo
 from tfm.config import SearchOptions
 from tfm.data.text import normalize_text
 from tfm.data.tokenizer import Vocabularies, decode, encode_batch
 from tfm.decoding.alignment import align_words
+from tfm.decoding.constraints import (
+    ConstraintError,
+    ConstraintSpec,
+    TargetConstraints,
+    compile_constraints,
+)
 from tfm.decoding.mbr import mbr_order
-from tfm.decoding.search import Hypothesis
+from tfm.decoding.search import Hypothesis, length_limits
 from tfm.errors import UsageError
 from tfm.special_tokens import EOS_ID
 
@@ -48,6 +56,7 @@ class Source:
     sentence: str  # as given
     ids: list[int]  # token ids ending with EOS; empty when there is nothing to translate
     truncated: bool = False  # longer than the model takes, and cut
+    constraints: TargetConstraints | None = None  # phrases and prefix its translation must have
 
     @property
     def tokens(self) -> int:
@@ -68,6 +77,16 @@ class Translation:
     attention: list[list[float]] | None = None
     alignment: list[tuple[int, int]] | None = None
     target_tokens: int = 0  # BPE tokens of the best hypothesis (EOS not counted)
+    # With constraint phrases: for each, (phrase, whether the translation contains it, the
+    # glossary source term that asked for it or None); and for each hypothesis, whether it
+    # contains them all.
+    constraints: list[tuple[str, bool, str | None]] | None = None
+    hypotheses_met: list[bool] | None = None
+
+    @property
+    def constraints_met(self) -> bool | None:
+        """Whether the translation contains every constraint phrase (None: it had none)."""
+        return None if self.constraints is None else all(m for _, m, _ in self.constraints)
 
     @property
     def text(self) -> str:
@@ -101,10 +120,14 @@ class Translator(ABC):
     reranker: Reranker | None = None
 
     @abstractmethod
-    def search(self, batch: list[list[int]], options: SearchOptions) -> list[list[Hypothesis]]:
+    def search(self, batch: list[list[int]], options: SearchOptions,
+               constraints: list[TargetConstraints | None] | None = None
+               ) -> list[list[Hypothesis]]:
         """The hypotheses (best first, ``options.n_best`` of them) of each source in
         ``batch``: token ids ending with EOS, sorted by length, at most
-        ``options.batch_tokens`` source tokens x beam in all."""
+        ``options.batch_tokens`` source tokens x beam in all. ``constraints``: one per source
+        (None: none), given only when some source has any; an engine that cannot honour
+        them raises UsageError."""
 
     def describe(self) -> dict[str, Any]:
         """What /v1/info and reports show of the engine."""
@@ -129,22 +152,54 @@ class Translator(ABC):
                              "directory")
         return options
 
-    def prepare(self, sentences: list[str]) -> list[Source]:
+    def prepare(self, sentences: list[str],
+                constraints: Sequence[ConstraintSpec | None] | None = None,
+                options: SearchOptions | None = None) -> list[Source]:
         """Each sentence as the model will read it: normalised, tokenized, truncated to what
         the model takes, ending with EOS. ``translate`` is ``translate_prepared(prepare(...))``;
         the server prepares in its request handlers (it needs each sentence's length to fill
-        batches) and decodes the prepared sources, so no sentence is tokenized twice."""
+        batches) and decodes the prepared sources, so no sentence is tokenized twice.
+        ``constraints``: one per sentence (None: none), compiled and checked against the
+        length limits of ``options`` (ConstraintError, with the sentence's position)."""
         limit = self.max_source_tokens - 1  # room for EOS
         texts = [normalize_text(s) for s in sentences]
         ids = encode_batch(self.vocabs.src, texts) if texts else []
-        return [Source(sentence, x[:limit] + [EOS_ID] if text else [], len(x) > limit)
-                for sentence, text, x in zip(sentences, texts, ids)]
+        sources = [Source(sentence, x[:limit] + [EOS_ID] if text else [], len(x) > limit)
+                   for sentence, text, x in zip(sentences, texts, ids)]
+        if constraints is not None:
+            self._constrain(sources, constraints, options or self.default_options())
+        return sources
+
+    def _constrain(self, sources: list[Source], specs: Sequence[ConstraintSpec | None],
+                   options: SearchOptions) -> None:
+        if len(specs) != len(sources):
+            raise ValueError(f"{len(specs)} constraint specs for {len(sources)} sentences")
+        for i, (source, spec) in enumerate(zip(sources, specs)):
+            if not spec:
+                continue
+            if options.beam == 1 and (spec.phrases or spec.glossary_hits):
+                error = ConstraintError("constraints", "constraint phrases need beam search: "
+                                        "give a beam of 2 or more (a prefix alone works with "
+                                        "greedy search)")
+                error.sentence = i
+                raise error
+            longest = length_limits(torch.tensor([max(1, source.tokens)]), options.max_len_a,
+                                    options.max_len_b, self.max_source_tokens).item()
+            try:
+                source.constraints = compile_constraints(self.vocabs.tgt, spec, longest - 1)
+            except ConstraintError as e:
+                e.sentence = i
+                raise
 
     def translate(self, sentences: list[str], options: SearchOptions,
-                  progress: Callable[[int], None] | None = None) -> list[Translation]:
+                  progress: Callable[[int], None] | None = None,
+                  constraints: Sequence[ConstraintSpec | None] | None = None
+                  ) -> list[Translation]:
         """Translations of ``sentences``, in the same order. ``progress``, if given, is called
-        with the number of sentences each time a batch of them is done."""
-        return self.translate_prepared(self.prepare(sentences), options, progress)
+        with the number of sentences each time a batch of them is done. ``constraints``: one
+        per sentence, or None (tfm.decoding.constraints)."""
+        return self.translate_prepared(self.prepare(sentences, constraints, options), options,
+                                       progress)
 
     def translate_prepared(self, sources: list[Source], options: SearchOptions,
                            progress: Callable[[int], None] | None = None
@@ -155,6 +210,7 @@ class Translator(ABC):
         for i, source in enumerate(sources):
             if not source.ids:  # nothing to translate: an empty line stays an empty line
                 results[i] = Translation(source.sentence, [("", 0.0)])
+                _report_constraints(results[i], source.constraints, [[]])
         pending = [i for i in range(len(sources)) if results[i] is None]
         if progress is not None and len(pending) < len(sources):
             progress(len(sources) - len(pending))
@@ -167,6 +223,7 @@ class Translator(ABC):
                 result = Translation(
                     sources[i].sentence, [(t, h.score) for t, h in zip(texts, hyps)],
                     sources[i].truncated, target_tokens=len(hyps[0].tokens))
+                _report_constraints(result, sources[i].constraints, [h.tokens for h in hyps])
                 if options.attention:
                     self._attach_attention(result, ids[i], hyps[0])
                 results[i] = result
@@ -192,7 +249,11 @@ class Translator(ABC):
         reranking choose among all the beam's hypotheses, then keep the n_best first."""
         if options.mbr or self.reranker is not None:
             options = replace(options, n_best=options.beam)
-        found = self.search([sources[i].ids for i in batch], options)
+        constraints = [sources[i].constraints for i in batch]
+        if any(c is not None for c in constraints):
+            found = self.search([sources[i].ids for i in batch], options, constraints)
+        else:
+            found = self.search([sources[i].ids for i in batch], options)
         texts = [[_one_line(decode(self.vocabs.tgt, h.tokens)) for h in hyps] for hyps in found]
         ranks = [[h.score for h in hyps] for hyps in found]
         if self.reranker is not None:
@@ -227,16 +288,24 @@ class Translator(ABC):
                 future.cancel()
 
     def translate_stream(self, lines: Iterable[str], options: SearchOptions,
-                         chunk: int = 1) -> Iterator[Translation]:
-        """Translate lines as they come, ``chunk`` at a time (1 for interactive use)."""
+                         chunk: int = 1,
+                         constrain: Callable[[str], ConstraintSpec | None] | None = None
+                         ) -> Iterator[Translation]:
+        """Translate lines as they come, ``chunk`` at a time (1 for interactive use);
+        ``constrain``, if given, says what each line's translation must contain."""
         buffer: list[str] = []
+
+        def done() -> list[Translation]:
+            specs = [constrain(line) for line in buffer] if constrain is not None else None
+            return self.translate(buffer, options, constraints=specs)
+
         for line in lines:
             buffer.append(line.rstrip("\r\n"))
             if len(buffer) >= chunk:
-                yield from self.translate(buffer, options)
+                yield from done()
                 buffer = []
         if buffer:
-            yield from self.translate(buffer, options)
+            yield from done()
 
     def _attach_attention(self, result: Translation, src_ids: list[int],
                           best: Hypothesis) -> None:
@@ -245,6 +314,17 @@ class Translator(ABC):
         result.attention = [row[: len(src_ids)] for row in best.attention or []]
         result.alignment = align_words(result.attention, result.source_symbols[:-1],
                                        result.target_symbols)
+
+
+def _report_constraints(result: Translation, constraints: TargetConstraints | None,
+                        outputs: list[list[int]]) -> None:
+    """Which phrases the translation (its first hypothesis) and each hypothesis contain."""
+    if constraints is None or not constraints.phrases:
+        return
+    met = [constraints.met(tokens) for tokens in outputs]
+    result.constraints = [(p.text, m, p.source_term)
+                          for p, m in zip(constraints.phrases, met[0])]
+    result.hypotheses_met = [all(m) for m in met]
 
 
 def _batches(ids: list[list[int]], positions: list[int], options: SearchOptions
