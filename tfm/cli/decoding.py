@@ -30,6 +30,7 @@ from tfm.cli.options import (
     BeamOpt,
     DeviceOpt,
     EnsembleOpt,
+    GlossaryOpt,
     LenPenOpt,
     MaxLenAOpt,
     MaxLenBOpt,
@@ -55,7 +56,19 @@ def translate(
     model: ModelOpt = Path("model"),
     ensemble: EnsembleOpt = None,
     input: Annotated[Optional[Path], typer.Option(
-        "--input", "-i", help="File to translate, one sentence a line.")] = None,
+        "--input", "-i", help="File to translate, one sentence a line; a .jsonl file (or "
+        "--input-format jsonl): one request a line, {\"src\": ..., \"constraints\": "
+        "[...], \"prefix\": ...} (docs/CONSTRAINTS.md).")] = None,
+    input_format: Annotated[str, typer.Option(
+        "--input-format", help="auto (jsonl for a .jsonl or .jsonl.gz file, else text), text "
+        "or jsonl.")] = "auto",
+    glossary: GlossaryOpt = None,
+    prefix: Annotated[Optional[str], typer.Option(
+        "--prefix", help="Each translation starts with this text (a jsonl line's own "
+        "\"prefix\" wins).", show_default=False)] = None,
+    constraint: Annotated[Optional[list[str]], typer.Option(
+        "--constraint", help="A phrase each translation must contain (repeat for more; added "
+        "to a jsonl line's own). Needs beam search.", show_default=False)] = None,
     output: Annotated[Optional[Path], typer.Option(
         "--output", help="Write translations here instead of standard output.")] = None,
     beam: BeamOpt = None,
@@ -100,6 +113,12 @@ def translate(
         raise UsageError("give sentences as arguments or --input, not both")
     if input is not None and not input.is_file():
         raise UsageError(f"--input {input}: no such file")
+    jsonl = _input_is_jsonl(input, input_format)
+    terms = None
+    if glossary is not None:
+        from tfm.decoding.glossary import load_glossary
+
+        terms = load_glossary(glossary)
     translator = load_translator(model, device, precision, ensemble=ensemble or (),
                                  workers=workers)
     options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len,
@@ -107,17 +126,36 @@ def translate(
                               attention=alignments or show_attention or plot is not None,
                               mbr=mbr)
     rerank_with(translator, options, reverse_model, reverse_weight, device, precision)
+    # Everything read and checked before the output is opened: bad input writes nothing.
+    constrained = jsonl or terms is not None or prefix is not None or bool(constraint)
+    if text or input is not None:
+        if text:
+            sentences, own = list(text), [None] * len(text)
+        elif jsonl:
+            from tfm.decoding.constraints import read_requests
+
+            sentences, own = read_requests(input)
+        else:
+            sentences = _read_lines(input, allow_empty=True)
+            own = [None] * len(sentences)
+        specs = ([_spec(s, o, constraint, prefix, terms) for s, o in zip(sentences, own)]
+                 if constrained else None)
+        sources = _prepared(translator, sentences, specs, options, input)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    unmet = 0
     try:
         if text:
-            results = translator.translate(list(text), options)
+            results = translator.translate_prepared(sources, options)
         elif input is not None:
-            lines = _read_lines(input, allow_empty=True)
-            with _translating(len(lines), _search_name(options, reverse_model)) as progress:
-                results = translator.translate(lines, options, progress)
+            with _translating(len(sources), _search_name(options, reverse_model)) as progress:
+                results = translator.translate_prepared(sources, options, progress)
         else:  # standard input: translate line by line as it arrives (pipes, interactive)
-            results = translator.translate_stream(sys.stdin, options, chunk=1)
+            constrain = ((lambda line: _spec(line, None, constraint, prefix, terms))
+                         if constrained else None)
+            results = translator.translate_stream(sys.stdin, options, chunk=1,
+                                                  constrain=constrain)
         for r in results:
+            unmet += r.constraints_met is False
             if r.truncated:
                 err.print("[yellow]warning[/]: a sentence longer than the model's maximum "
                           "length was truncated")
@@ -127,6 +165,8 @@ def translate(
                 record = {"source": r.source, "translation": r.text,
                           "score": r.hypotheses[0][1],
                           "n_best": [{"translation": t, "score": s} for t, s in r.hypotheses]}
+                if r.constraints is not None:
+                    _add_constraints(record, r)
                 if alignments and r.alignment is not None:
                     from tfm.decoding.alignment import pharaoh
 
@@ -144,6 +184,57 @@ def translate(
     finally:
         if output:
             sink.close()
+    if unmet:
+        err.print(f"[yellow]warning[/]: {unmet} translation{'s' if unmet > 1 else ''} miss a "
+                  "constraint: the phrases do not all fit the length limit (--max-len-a/b); "
+                  "--format jsonl says which", highlight=False)
+
+
+def _input_is_jsonl(path: Path | None, input_format: str) -> bool:
+    """Whether --input holds JSONL requests (``auto``: by its extension)."""
+    if input_format not in ("auto", "text", "jsonl"):
+        raise UsageError(f"--input-format {input_format}: choose auto, text or jsonl")
+    if path is None:
+        if input_format == "jsonl":
+            raise UsageError("--input-format jsonl needs --input FILE")
+        return False
+    if input_format == "auto":
+        return path.name.endswith((".jsonl", ".jsonl.gz"))
+    return input_format == "jsonl"
+
+
+def _spec(sentence: str, own, phrases: list[str] | None, prefix: str | None, glossary):
+    """What one sentence's translation must have: its own request's (a jsonl line's), the
+    command line's --constraint and --prefix, and the --glossary terms found in it."""
+    from tfm.decoding.glossary import sentence_constraints
+
+    mine = own.phrases if own is not None else []
+    if own is not None and own.prefix is not None:
+        prefix = own.prefix
+    return sentence_constraints(sentence, [*mine, *(phrases or [])], prefix, glossary)
+
+
+def _prepared(translator, sentences: list[str], specs, options, input: Path | None):
+    """The sentences prepared with their constraints; a bad one is one line naming it."""
+    from tfm.decoding.constraints import ConstraintError
+
+    try:
+        return translator.prepare(sentences, specs, options)
+    except ConstraintError as e:
+        where = (f"{input}, line {e.sentence + 1}" if input is not None
+                 else f"sentence {e.sentence + 1}")
+        raise UsageError(f"{where}: {e}") from None
+
+
+def _add_constraints(record: dict, result) -> None:
+    """A jsonl record's report of the constraint phrases: each with whether the translation
+    contains it (and the glossary term that asked for it), and a flag for all of them."""
+    record["constraints"] = [
+        {"phrase": phrase, "met": met, **({"source_term": term} if term else {})}
+        for phrase, met, term in result.constraints]
+    record["constraints_met"] = result.constraints_met
+    for entry, met in zip(record["n_best"], result.hypotheses_met or []):
+        entry["constraints_met"] = met
 
 
 def _readable(symbols: list[str] | None) -> list[str]:

@@ -92,6 +92,11 @@ ReverseModelOpt = Annotated[Optional[list[Path]], typer.Option(
 ReverseWeightOpt = Annotated[float, typer.Option(
     "--reverse-weight", help="With --reverse-model: hypothesis score + this x the reverse "
     "model's log-probability of the source per source token (chosen on Multi30k's val).")]
+GlossaryOpt = Annotated[Optional[Path], typer.Option(
+    "--glossary", help="A TSV file of terms (source term, a tab, target term): in each "
+    "sentence, every source term found (whole words; a lowercase term in any case) makes its "
+    "target term a constraint of the translation (docs/CONSTRAINTS.md). Needs beam search.",
+    show_default=False)]
 StopEarlyOpt = Annotated[bool, typer.Option(
     "--stop-early/--no-stop-early", help="Beam search: end a sentence once its --n-best best "
     "hypotheses have ended (as OpenNMT-py and CTranslate2 do), or wait for --beam of them (as "

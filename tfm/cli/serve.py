@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from tfm.cli.app import app, err
-from tfm.cli.options import BeamOpt, DeviceOpt, ModelOpt, PrecisionOpt, default
+from tfm.cli.options import BeamOpt, DeviceOpt, GlossaryOpt, ModelOpt, PrecisionOpt, default
 from tfm.errors import UsageError
 from tfm.serve.config import ServeConfig
 
@@ -48,6 +48,7 @@ def serve(
     max_beam: Annotated[int, typer.Option(
         "--max-beam", help="Largest beam a request may ask for (422 beyond).")] = _C.max_beam,
     beam: BeamOpt = None,
+    glossary: GlossaryOpt = None,
     api_key: Annotated[Optional[str], typer.Option(
         "--api-key", envvar="TFM_API_KEY", show_envvar=True, help="Require this key "
         "(header 'Authorization: Bearer KEY' or 'X-API-Key: KEY') on /v1/* and /metrics. "
@@ -86,13 +87,22 @@ def serve(
                          max_sentences=max_sentences, max_request_bytes=max_request_bytes,
                          max_beam=max_beam, beam=beam, api_key=api_key,
                          request_timeout_s=request_timeout, max_connections=max_connections)
+    terms = None
+    if glossary is not None:  # loaded once, before anything else: a bad file fails fast
+        from tfm.decoding.glossary import load_glossary
+
+        if beam == 1:
+            raise UsageError("--glossary makes constraints, which need beam search: give "
+                             "--beam 2 or more")
+        terms = load_glossary(glossary)
     sock = _listen(host, port)  # before loading: a taken port fails fast
     try:
         # Decoding runs on the batcher's worker threads, each with its share of the CPU
         # threads; this thread keeps one (tfm.device.share_cpu_threads says why).
         worker_init = share_cpu_threads(config.workers)
         translator = load_translator(model, device, precision)
-        application = create_app(translator, config, worker_init=worker_init)
+        application = create_app(translator, config, worker_init=worker_init,
+                                 glossary=terms)
         info = translator.info
         url = _url(host, sock.getsockname()[1])
         err.print(f"Serving {info.src_lang or '?'}→{info.tgt_lang or '?'} ({translator.engine}"

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict
 from importlib import resources
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -32,6 +32,8 @@ from starlette.exceptions import HTTPException
 from tfm import __version__
 from tfm.config import SearchOptions
 from tfm.data.text import replace_surrogates
+from tfm.decoding.constraints import MAX_CONSTRAINTS, ConstraintError, ConstraintSpec
+from tfm.decoding.glossary import Glossary, sentence_constraints
 from tfm.decoding.translator import Source, Translation, Translator
 from tfm.errors import UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
@@ -90,6 +92,29 @@ class TranslateRequest(BaseModel):
                          "under 'sentences'.")
     split: bool = Field(True, description="Split texts into sentences; false: translate "
                         "each text as one sentence, as `tfm translate` does each line.")
+    constraints: Optional[list[Any]] = Field(
+        None, description="Phrases the translation must contain (beam search): a list of "
+        "strings for a text, or one such list per text for a list of texts. A text with "
+        "constraints or a prefix is translated as one sentence.")
+    prefix: Union[str, list[Optional[str]], None] = Field(
+        None, description="Text the translation must start with: a string for a text, or one "
+        "(or null) per text for a list of texts.")
+    glossary: bool = Field(True, description="Apply the server's glossary (tfm serve "
+                           "--glossary), if it has one: the target term of each of its source "
+                           "terms found in a sentence becomes a constraint.")
+
+    @field_validator("constraints", mode="before")
+    @classmethod
+    def _phrases(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if not isinstance(value, list):
+            raise ValueError("give a list of phrases, or one list of phrases per text")
+        if all(isinstance(v, str) for v in value):
+            return [replace_surrogates(v) for v in value]
+        if all(isinstance(v, list) and all(isinstance(p, str) for p in v) for v in value):
+            return [[replace_surrogates(p) for p in v] for v in value]
+        raise ValueError("give a list of phrases (strings), or one such list per text")
 
     @field_validator("text", mode="before")
     @classmethod
@@ -120,10 +145,22 @@ class SentenceResult(BaseModel):
     n_best: list[ScoredTranslation] | None = None
 
 
+class ConstraintResult(BaseModel):
+    phrase: str
+    met: bool = Field(description="The translation contains the phrase.")
+    source_term: str | None = Field(None, description="The glossary's source term that "
+                                    "asked for it.")
+
+
 class TextResult(BaseModel):
     text: str
     truncated: bool = Field(description="A sentence was longer than the model accepts and "
                             "was cut.")
+    constraints: list[ConstraintResult] | None = Field(None, description="With constraints "
+                                                       "(given or from the glossary): each "
+                                                       "phrase and whether it is met.")
+    constraints_met: bool | None = Field(None, description="Every phrase is met (false: some "
+                                         "did not fit the length limit).")
     sentences: list[SentenceResult] | None = None
 
 
@@ -135,9 +172,11 @@ class _Service:
     """What the endpoints share: the translator once loaded, its batcher, the metrics."""
 
     def __init__(self, config: ServeConfig,
-                 worker_init: Callable[[], None] | None = None) -> None:
+                 worker_init: Callable[[], None] | None = None,
+                 glossary: Glossary | None = None) -> None:
         self.config = config
         self.worker_init = worker_init
+        self.glossary = glossary
         self.metrics = ServeMetrics()
         self.translator: Translator | None = None
         self.batcher: Batcher | None = None
@@ -218,14 +257,29 @@ class _Service:
         options = self.options(body)
         config = self.config
         texts = [body.text] if isinstance(body.text, str) else body.text
-        passages = [split_sentences(t) if body.split else Passage.whole(t) for t in texts]
+        phrases, prefixes = _per_text(body, len(texts))
+        passages = [split_sentences(t) if body.split and not phrases[i] and not prefixes[i]
+                    else Passage.whole(t) for i, t in enumerate(texts)]
         sentences = [s for p in passages for s in p.sentences]
         if len(sentences) > config.max_sentences:
             raise ApiError(413, f"{len(sentences)} sentences are more than this server takes "
                            f"in one request ({config.max_sentences}): send fewer at a time",
                            "max_sentences", config.max_sentences)
+        glossary = self.glossary if body.glossary else None
+        owner = [i for i, p in enumerate(passages) for _ in p.sentences]  # text of each
+        specs: list[ConstraintSpec | None] | None = [
+            sentence_constraints(s, phrases[t], prefixes[t], glossary)
+            for s, t in zip(sentences, owner)]
+        if not any(specs):
+            specs = None
         try:
-            job = batcher.enqueue(self.translator.prepare(sentences), options)
+            sources = self.translator.prepare(sentences, specs, options)
+        except ConstraintError as e:
+            raise ApiError(422, "invalid request: " + _field(e, owner[e.sentence or 0],
+                                                             isinstance(body.text, list))
+                           ) from e
+        try:
+            job = batcher.enqueue(sources, options)
         except QueueFull as e:
             raise ApiError(503, str(e), "max_queue", config.max_queue,
                            headers={"Retry-After": str(e.retry_after)}) from e
@@ -259,24 +313,28 @@ class _Service:
             "max_queue": c.max_queue, "max_sentences": c.max_sentences,
             "max_request_bytes": c.max_request_bytes, "max_beam": c.max_beam,
             "max_length": translator.max_source_tokens if translator else None,
+            "max_constraints": MAX_CONSTRAINTS,
         }
+        body["glossary_terms"] = len(self.glossary) if self.glossary is not None else 0
         return body
 
 
 def create_app(translator: Translator | Callable[[], Translator],
                config: ServeConfig | None = None,
-               worker_init: Callable[[], None] | None = None) -> FastAPI:
+               worker_init: Callable[[], None] | None = None,
+               glossary: Glossary | None = None) -> FastAPI:
     """The server's ASGI app. ``translator``: a loaded Translator, or a function that loads one
     (called in a thread at startup; /health answers 503 until it returns). ``worker_init``:
     called once in the decoding thread before its first batch (tfm serve sets torch's threads
-    there: see tfm.cli.serve)."""
+    there: see tfm.cli.serve). ``glossary``: applied to every request that does not turn it
+    off (tfm.decoding.glossary)."""
     config = config or ServeConfig()
     if isinstance(translator, Translator):
         beam = config.beam or translator.info.generation.beam
         if beam > config.max_beam:
             raise UsageError(f"the model's default beam ({beam}) is over --max-beam "
                              f"({config.max_beam}): give --beam, or a larger --max-beam")
-    service = _Service(config, worker_init)
+    service = _Service(config, worker_init, glossary)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -435,6 +493,10 @@ def _results(passages: list[Passage], results: list[Translation], request: Trans
         position += len(passage.sentences)
         answer: dict[str, Any] = {"text": passage.join([r.text for r in mine]),
                                   "truncated": any(r.truncated for r in mine)}
+        reported = [c for r in mine for c in r.constraints or []]
+        if reported:
+            answer["constraints"] = [_constraint(c) for c in reported]
+            answer["constraints_met"] = all(met for _, met, _ in reported)
         if details:
             answer["sentences"] = [_sentence(r, options.n_best) for r in mine]
         answers.append(answer)
@@ -447,7 +509,61 @@ def _sentence(result: Translation, n_best: int) -> dict[str, Any]:
                               "score": result.hypotheses[0][1], "truncated": result.truncated}
     if n_best > 1:
         record["n_best"] = [{"translation": t, "score": s} for t, s in result.hypotheses]
+    if result.constraints is not None:
+        record["constraints"] = [_constraint(c) for c in result.constraints]
+        record["constraints_met"] = result.constraints_met
     return record
+
+
+def _constraint(report: tuple[str, bool, str | None]) -> dict[str, Any]:
+    phrase, met, term = report
+    return {"phrase": phrase, "met": met, **({"source_term": term} if term else {})}
+
+
+def _per_text(body: TranslateRequest, texts: int
+              ) -> tuple[list[list[str]], list[str | None]]:
+    """The request's constraints and prefix of each text, or a 422 naming the field whose
+    shape does not match ``text``'s."""
+    one = isinstance(body.text, str)
+    phrases: list[list[str]] = [[] for _ in range(texts)]
+    if body.constraints is not None:
+        nested = bool(body.constraints) and isinstance(body.constraints[0], list)
+        if one and nested:
+            raise ApiError(422, "invalid request: constraints: for one text, give a list of "
+                           "phrases (strings)")
+        if not one and body.constraints and not nested:
+            raise ApiError(422, "invalid request: constraints: for a list of texts, give one "
+                           "list of phrases per text")
+        if one:
+            phrases = [list(body.constraints)]
+        elif len(body.constraints) != texts:
+            raise ApiError(422, f"invalid request: constraints: {len(body.constraints)} lists "
+                           f"for {texts} texts; give one per text")
+        else:
+            phrases = [list(p) for p in body.constraints]
+    prefixes: list[str | None] = [None] * texts
+    if body.prefix is not None:
+        if one != isinstance(body.prefix, str):
+            raise ApiError(422, "invalid request: prefix: give a string for one text, a list "
+                           "(a string or null per text) for a list of texts")
+        if one:
+            prefixes = [body.prefix]  # type: ignore[list-item]
+        elif len(body.prefix) != texts:
+            raise ApiError(422, f"invalid request: prefix: {len(body.prefix)} prefixes for "
+                           f"{texts} texts; give one (or null) per text")
+        else:
+            prefixes = list(body.prefix)
+    return phrases, prefixes
+
+
+def _field(e: ConstraintError, text: int, listed: bool) -> str:
+    """A constraint error in the request's own terms: ``constraints[2][0]: ...`` (the text's
+    position first, for a list of texts), or the glossary term and the text it was found in."""
+    if e.field.startswith("glossary term"):
+        return f"text{f'[{text}]' if listed else ''}: {e.field}: {e.problem}"
+    name, _, rest = e.field.partition("[")
+    where = f"{name}[{text}]" if listed else name
+    return f"{where}{'[' + rest if rest else ''}: {e.problem}"
 
 
 class _Guard:
