@@ -46,7 +46,7 @@ def teacher_forced_attention(model: Transformer, src: torch.Tensor, tokens: list
     """The last layer's cross-attention, mean over heads, for each output token."""
     memory, mask = model.encode(src)
     tgt_in = torch.tensor([[BOS_ID] + tokens])
-    _, weights = model.decode(tgt_in, memory, mask, need_weights=True)
+    _, weights = model.decode_hidden(tgt_in, memory, mask, need_weights=True)
     return weights.mean(dim=1)[0, : len(tokens)]  # (T, S)
 
 

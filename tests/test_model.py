@@ -52,6 +52,15 @@ def target_in(length: int) -> torch.Tensor:
     return torch.cat([torch.tensor([BOS_ID]), random_tokens(length - 1)])
 
 
+def teacher_forced(model: Transformer, tgt_in: torch.Tensor, memory: torch.Tensor,
+                   memory_mask: torch.Tensor, need_weights: bool = False):
+    """Logits (B, T, V) at every target position at once, as training computes them, and the
+    last layer's cross-attention (B, H, T, S) when asked: what incremental decoding must
+    reproduce."""
+    hidden, weights = model.decode_hidden(tgt_in, memory, memory_mask, need_weights)
+    return model.logits(hidden), weights
+
+
 def pad_stack(rows: list[torch.Tensor], length: int | None = None) -> torch.Tensor:
     length = length or max(r.numel() for r in rows)
     out = torch.full((len(rows), length), PAD_ID, dtype=torch.long)
@@ -213,7 +222,7 @@ def test_cross_attention_weights_of_the_model_skip_padded_source_positions():
     src_pad = (src == PAD_ID)[:, None, None, :]  # (B, 1, 1, S)
     with torch.no_grad():
         memory, memory_mask = model.encode(src)
-        _, weights = model.decode(tgt, memory, memory_mask, need_weights=True)
+        _, weights = model.decode_hidden(tgt, memory, memory_mask, need_weights=True)
         assert weights.shape == (2, model.config.n_heads, 5, 9)
         assert torch.all(weights.masked_select(src_pad.expand_as(weights)) == 0)
         torch.testing.assert_close(weights.sum(-1), torch.ones(2, model.config.n_heads, 5))
@@ -264,8 +273,8 @@ def test_model_logits_are_the_same_with_and_without_attention_weights():
     tgt = pad_stack([target_in(6), target_in(2)])
     with torch.no_grad():
         memory, memory_mask = model.encode(src)
-        fast, _ = model.decode(tgt, memory, memory_mask)
-        explicit, _ = model.decode(tgt, memory, memory_mask, need_weights=True)
+        fast, _ = teacher_forced(model, tgt, memory, memory_mask)
+        explicit, _ = teacher_forced(model, tgt, memory, memory_mask, need_weights=True)
     torch.testing.assert_close(fast, explicit, atol=1e-6, rtol=0)
 
 
@@ -382,8 +391,8 @@ def test_beams_sharing_a_sentence_decode_like_copies_of_it(need_weights):
         for t in range(prefix_len, total):
             logits, state, step_weights = model.decode_step(new_tgt[:, t], state, need_weights)
             out.append(logits)
-        full, full_weights = model.decode(new_tgt, *model.encode(repeated[index]),
-                                          need_weights=need_weights)
+        full, full_weights = teacher_forced(model, new_tgt, *model.encode(repeated[index]),
+                                            need_weights=need_weights)
         before = model(repeated, tgt)
     torch.testing.assert_close(torch.stack(out[:prefix_len], 1), before, atol=1e-10, rtol=0)
     torch.testing.assert_close(torch.stack(out[prefix_len:], 1), full[:, prefix_len:],

@@ -126,13 +126,6 @@ class Transformer(nn.Module):
             x, _, weights = layer(x, cross_kv, self_mask, memory_mask, None, need_weights)
         return self.decoder_norm(x), weights
 
-    def decode(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor,
-               need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """tgt_in (B, T) ids -> logits (B, T, V), and the last layer's cross-attention weights
-        (B, H, T, S) when asked."""
-        hidden, weights = self.decode_hidden(tgt_in, memory, memory_mask, need_weights)
-        return self.logits(hidden), weights
-
     def forward(self, src: Tensor, tgt_in: Tensor, score_mask: Tensor | None = None) -> Tensor:
         """Teacher forcing: src (B, S), tgt_in (B, T) = BOS + target -> logits (B, T, V).
 
