@@ -480,3 +480,26 @@ def test_serve_refuses_bad_constraints_with_422_naming_the_field(client, body, s
     response = client.post("/v1/translate", json=body)
     assert response.status_code == 422, response.text
     assert says in response.json()["error"]
+
+
+# --- CTranslate2 --------------------------------------------------------------------------------
+
+def test_ctranslate2_forces_prefixes_as_tfm_does_and_refuses_phrases(model_dir, translator,
+                                                                     tmp_path):
+    pytest.importorskip("ctranslate2")
+    from tfm.decoding.ctranslate2_engine import CTranslate2Translator
+    from tfm.interop.ctranslate2 import export_ctranslate2
+
+    ct2 = CTranslate2Translator(export_ctranslate2(model_dir, tmp_path / "ct2"), "cpu", "fp32")
+    specs = [spec(prefix="Zwei Frauen"), None, spec(prefix="Der")]
+    for beam in (1, 4):
+        options = translator.default_options(beam=beam)
+        ours = translator.translate(SOURCES[:3], options, constraints=specs)
+        theirs = ct2.translate(SOURCES[:3], options, constraints=specs)
+        assert theirs[0].text.startswith("Zwei Frauen") and theirs[2].text.startswith("Der")
+        if beam == 1:  # greedy search is the same search: the same outputs and scores
+            assert [t.text for t in theirs] == [t.text for t in ours]
+            assert [t.hypotheses[0][1] for t in theirs] == pytest.approx(
+                [t.hypotheses[0][1] for t in ours], abs=1e-4)
+    with pytest.raises(UsageError, match="cannot make a translation contain"):
+        ct2.translate(SOURCES[:1], translator.default_options(), constraints=[spec("Hund")])
