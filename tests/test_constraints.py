@@ -503,3 +503,6 @@ def test_ctranslate2_forces_prefixes_as_tfm_does_and_refuses_phrases(model_dir, 
                 [t.hypotheses[0][1] for t in ours], abs=1e-4)
     with pytest.raises(UsageError, match="cannot make a translation contain"):
         ct2.translate(SOURCES[:1], translator.default_options(), constraints=[spec("Hund")])
+    with pytest.raises(UsageError, match="cannot make a translation contain"):  # searched
+        ct2.search([[5, EOS_ID]], translator.default_options(),
+                   [TargetConstraints([Phrase("a", ((5,),))])])

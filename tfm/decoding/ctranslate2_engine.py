@@ -88,6 +88,7 @@ class CTranslate2Translator(Translator):
 
     engine = "ctranslate2"
     supports_attention = True
+    supports_phrases = False  # CTranslate2 has no constrained search; prefixes it takes
 
     def __init__(self, path: Path, device: str = "auto", precision: str = "fp32") -> None:
         ct2 = require("ctranslate2", "export")

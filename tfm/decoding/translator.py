@@ -108,6 +108,7 @@ class Translator(ABC):
 
     engine: str = ""  # a short name for reports: "tfm", "ctranslate2"
     supports_attention: bool = False  # whether search can return cross-attention
+    supports_phrases: bool = True  # whether search can honour constraint phrases (not prefixes)
     vocabs: Vocabularies
     info: ModelInfo
     max_source_tokens: int  # longest source the model takes, EOS included
@@ -177,12 +178,19 @@ class Translator(ABC):
         for i, (source, spec) in enumerate(zip(sources, specs)):
             if not spec:
                 continue
-            if options.beam == 1 and (spec.phrases or spec.glossary_hits):
-                error = ConstraintError("constraints", "constraint phrases need beam search: "
-                                        "give a beam of 2 or more (a prefix alone works with "
-                                        "greedy search)")
-                error.sentence = i
-                raise error
+            if spec.phrases or spec.glossary_hits:
+                problem = None
+                if not self.supports_phrases:
+                    problem = (f"the {self.engine} engine cannot make a translation contain "
+                               "given phrases: use a tfm model directory (a prefix alone "
+                               "works)")
+                elif options.beam == 1:
+                    problem = ("constraint phrases need beam search: give a beam of 2 or more "
+                               "(a prefix alone works with greedy search)")
+                if problem is not None:
+                    error = ConstraintError("constraints", problem)
+                    error.sentence = i
+                    raise error
             longest = length_limits(torch.tensor([max(1, source.tokens)]), options.max_len_a,
                                     options.max_len_b, self.max_source_tokens).item()
             try:
@@ -235,12 +243,16 @@ class Translator(ABC):
                options: SearchOptions) -> list[int]:
         """The order in which a sentence's hypotheses are returned: MBR's, with ``ranks`` as
         the hypotheses' scores; else by ``ranks`` when a reranker gave them; else the
-        search's (best score first)."""
+        search's (best score first, those that meet their constraints before those that do
+        not)."""
         if options.mbr:
-            return mbr_order(texts, ranks, [len(h.tokens) + 1 for h in hyps], options.mbr)
-        if self.reranker is not None:
-            return sorted(range(len(hyps)), key=lambda k: (-ranks[k], k))
-        return list(range(len(hyps)))
+            order = mbr_order(texts, ranks, [len(h.tokens) + 1 for h in hyps], options.mbr)
+        elif self.reranker is not None:
+            order = sorted(range(len(hyps)), key=lambda k: (-ranks[k], k))
+        else:
+            return list(range(len(hyps)))
+        # Hypotheses that miss a constraint phrase (cut by the length limit) come last.
+        return sorted(order, key=lambda k: not hyps[k].complete)
 
     def _search_texts(self, batch: list[int], sources: list[Source], options: SearchOptions
                       ) -> list[tuple[list[Hypothesis], list[str], list[float]]]:
