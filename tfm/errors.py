@@ -39,6 +39,11 @@ class ResourceError(TfmError):
     exit_code = 5
 
 
+class WriteError(ResourceError):
+    """A file that could not be written: a full disk or quota, a read-only file system, no
+    permission. What was there before is intact; the message names the file."""
+
+
 # Exit code for a run stopped by Ctrl-C / SIGTERM (the shell convention 128 + SIGINT).
 EXIT_INTERRUPTED = 130
 # Out of memory that surfaced as a bare MemoryError (ResourceError's code).
