@@ -13,9 +13,30 @@ CPU = torch.device("cpu")
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["native-bf16", "no-bf16"])
-def test_auto_trains_in_fp32_on_any_cpu(monkeypatch: pytest.MonkeyPatch, native: bool) -> None:
+def test_auto_trains_in_bf16_only_on_a_cpu_with_native_bf16(monkeypatch: pytest.MonkeyPatch,
+                                                           native: bool) -> None:
+    """Without native bf16 (an AVX2-only CPU) bf16 is emulated and many times slower."""
     monkeypatch.setattr(tfm.device, "cpu_has_native_bf16", lambda: native)
-    assert resolve_precision("auto", CPU) is None
+    assert resolve_precision("auto", CPU) is (torch.bfloat16 if native else None)
+
+
+@pytest.mark.parametrize(("flags", "support"), [
+    ("fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile", "AMX"),
+    ("fpu avx2 avx512f avx512_bf16", "AVX-512 BF16"),
+    ("fpu avx2 fma", None),
+], ids=["xeon-amx", "zen4", "avx2-only"])
+def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch: pytest.MonkeyPatch, flags: str,
+                                                support: str | None) -> None:
+    class CpuInfo:
+        def __init__(self, path: str) -> None:
+            assert path == "/proc/cpuinfo"
+
+        def read_text(self) -> str:
+            return f"processor\t: 0\nflags\t\t: {flags}\nbugs\t\t: spectre_v1\n"
+
+    monkeypatch.setattr(tfm.device, "Path", CpuInfo)
+    assert tfm.device.cpu_bf16_support() == support
+    assert tfm.device.cpu_has_native_bf16() is (support is not None)
 
 
 def test_auto_decodes_with_bf16_weights_only_where_the_cpu_has_bf16(

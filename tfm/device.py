@@ -26,32 +26,44 @@ def resolve_device(name: str) -> torch.device:
         raise UsageError(f"--device {name}: not a device (use auto, cpu or cuda)") from e
 
 
+def cpu_bf16_support() -> str | None:
+    """How this CPU computes bf16 in hardware: "AMX" (Intel Xeon since Sapphire Rapids),
+    "AVX-512 BF16" (AMD Zen 4/5, Intel Cooper Lake), or None where bf16 is emulated (AVX2-only
+    CPUs, older AVX-512 ones): there a bf16 matrix product is far slower than fp32's
+    (docs/BENCHMARKS.md)."""
+    flags: set[str] = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags.update(line.split(":", 1)[1].split())
+                break
+    except OSError:  # not Linux: ask torch's CPU probe (private helpers, hence getattr)
+        probe = {"amx_bf16": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported"}
+        flags = {flag for flag, name in probe.items()
+                 if getattr(torch.cpu, name, lambda: False)()}
+    if "amx_bf16" in flags:
+        return "AMX"
+    if "avx512_bf16" in flags:
+        return "AVX-512 BF16"
+    return None
+
+
 def cpu_has_native_bf16() -> bool:
     """True when the CPU computes bf16 in hardware (AVX-512 BF16 or AMX): there bf16 matmul
     runs faster than fp32; elsewhere it is emulated and far slower (docs/BENCHMARKS.md)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    flags: set[str] = set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.split(":", 1)[1].split())
-            break
-    return bool({"avx512_bf16", "amx_bf16"} & flags)
+    return cpu_bf16_support() is not None
 
 
 def resolve_precision(name: str, device: torch.device, training: bool = True
                       ) -> torch.dtype | None:
-    """The dtype for ``name`` on ``device`` (autocast in training, the weights' dtype in
-    decoding), or None for plain fp32.
+    """The dtype for ``name`` on ``device`` (in training: autocast's on CUDA, the bf16 model's
+    on CPU (tfm.training.bf16); in decoding, the weights'), or None for plain fp32.
 
-    ``auto``: bf16 on CUDA GPUs that support it (else fp16). On CPUs: for decoding, bf16 where
-    the CPU has native bf16, fp32 elsewhere; for training, fp32. Measured on two CPUs with
-    native bf16 (small preset, Multi30k batches, 2 threads), bf16 autocast trained 15% faster
-    on one (AVX-512 BF16) and 15% slower on the other (AMX: the casts and the non-matmul work
-    outweigh the faster products at this size), while bf16 weights decoded 1.1-2.2x faster on
-    both with the same BLEU.
+    ``auto``: bf16 on CUDA GPUs that support it (else fp16). On CPUs, bf16 where the CPU has
+    native bf16 (``cpu_has_native_bf16``), fp32 elsewhere, in training and decoding alike:
+    with native bf16 a bf16 model with fp32 master weights trains faster than fp32
+    and bf16 weights decode faster with the same BLEU (docs/BENCHMARKS.md); without
+    it bf16 is emulated, and ``bf16`` asked for there trains (slowly, with a warning).
     """
     if name not in PRECISIONS:
         raise UsageError(f"--precision {name}: choose one of {', '.join(PRECISIONS)}")
@@ -60,7 +72,7 @@ def resolve_precision(name: str, device: torch.device, training: bool = True
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.bfloat16 if cpu_has_native_bf16() and not training else None
+        return torch.bfloat16 if cpu_has_native_bf16() else None
     if name == "fp16" and device.type == "cpu":
         raise UsageError("--precision fp16 is for CUDA; on CPU use bf16 or fp32")
     return torch.bfloat16 if name == "bf16" else torch.float16

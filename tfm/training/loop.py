@@ -45,11 +45,18 @@ from tfm.config import ModelConfig, TrainConfig
 from tfm.data.batching import Batch, collate, make_batches, shard
 from tfm.data.dataset import load_split, read_prepare_info
 from tfm.data.tokenizer import Vocabularies, load_vocabularies
-from tfm.device import autocast, precision_name, resolve_device, resolve_precision
+from tfm.device import (
+    autocast,
+    cpu_bf16_support,
+    precision_name,
+    resolve_device,
+    resolve_precision,
+)
 from tfm.errors import ResourceError, TfmError, UsageError
 from tfm.layout import TOKENIZER_FILE, ModelDir
 from tfm.model import Transformer, count_parameters
 from tfm.training import distributed
+from tfm.training.bf16 import Bf16Copy
 from tfm.training.objective import label_smoothed_loss
 from tfm.training.reporting import Reporters, TrainReporter
 from tfm.training.schedule import budget_progress, learning_rate
@@ -168,7 +175,20 @@ class _Trainer:
         self.output, self.config, self.run, self.dist = output, config, run, dist
         self.files = ModelDir(output)
         self.device, self.reporter = device, reporter
-        self.amp_dtype = resolve_precision(config.precision, device)
+        dtype = resolve_precision(config.precision, device)
+        # bf16 on a CPU: a bf16 copy of the model runs the steps, the fp32 model keeps the
+        # master weights (tfm.training.bf16); on a GPU, autocast (with loss scaling in fp16).
+        cpu_bf16 = dtype == torch.bfloat16 and device.type == "cpu"
+        self.amp_dtype = None if cpu_bf16 else dtype
+        self.precision = precision_name(dtype)
+        if cpu_bf16:
+            native = cpu_bf16_support()
+            self.precision += (f": bf16 model, fp32 master weights; native bf16 ({native})"
+                               if native else ": bf16 model, fp32 master weights")
+            if native is None and dist.is_main:
+                reporter.message("warning: this CPU has no native bf16 (no AVX-512 BF16 or "
+                                 "AMX): bf16 is emulated and trains many times slower than "
+                                 "fp32; --precision auto or fp32 is faster here")
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         torch.manual_seed(config.seed)  # the same initial weights in every process
@@ -209,7 +229,11 @@ class _Trainer:
                     torch.cuda.set_rng_state(saved["cuda_rng"], device)
         if not dist.is_main:  # dropout: a stream of its own in each process
             torch.manual_seed(distributed.dropout_seed(config.seed, dist.rank, run.step))
-        wrapped = distributed.wrap_model(self.model, dist)
+        # Made from the fp32 weights as loaded: initial, --init-from's or resumed.
+        self.bf16 = Bf16Copy(self.model) if cpu_bf16 else None
+        # The model that runs the steps (and validation): the bf16 copy, else the model.
+        self.net = self.bf16.model if self.bf16 is not None else self.model
+        wrapped = distributed.wrap_model(self.net, dist)
         self.no_sync = distributed.no_sync(wrapped)
         self.step_model = torch.compile(wrapped) if config.compile else wrapped
         if saved is not None and run.world_size != dist.world_size:
@@ -261,7 +285,7 @@ class _Trainer:
         run, config = self.run, self.config
         self.reporter.start({
             "parameters": self.n_params, "device": str(self.device),
-            "precision": precision_name(self.amp_dtype), "train_pairs": len(self.train_split),
+            "precision": self.precision, "train_pairs": len(self.train_split),
             "valid_pairs": len(self.valid_split) if self.valid_split else 0,
             "batches_per_epoch": len(make_batches(
                 self.train_split.src_lengths, self.train_split.tgt_lengths, config.max_tokens,
@@ -276,7 +300,7 @@ class _Trainer:
         self.start_time = time.monotonic()
         self.window = _Window()
         stopped = ""
-        self.model.train()
+        self.net.train()
         with StopSignal() as signals:
             while not stopped:
                 epoch = run.epoch
@@ -299,7 +323,7 @@ class _Trainer:
         try:
             loss, nll, n_tokens = _update(self.step_model, self.optimizer, group, config,
                                           self.amp_dtype, run.step + 1, self.dist,
-                                          self.no_sync, progress, self.scaler)
+                                          self.no_sync, progress, self.scaler, self.bf16)
         except (torch.OutOfMemoryError, MemoryError) as e:
             self.finish()
             raise _out_of_memory(group, config, self.device) from e
@@ -389,10 +413,10 @@ class _Trainer:
         run = self.run
         if self.dist.is_main:
             elapsed = self.elapsed()  # the time it took to train the model validated
-            self.model.eval()
-            metrics = validate(self.model, self.valid_split, self.vocabs.tgt, self.config,
+            self.net.eval()
+            metrics = validate(self.net, self.valid_split, self.vocabs.tgt, self.config,
                                 self.device, self.amp_dtype)
-            self.model.train()
+            self.net.train()
             metrics.update(step=run.step, epoch=run.epoch, kind="valid", elapsed=elapsed)
             if self.scores_bleu:
                 improved = run.best_bleu is None or metrics["bleu"] > run.best_bleu
@@ -503,7 +527,7 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
             dist: distributed.Distributed | None = None,
             no_sync: Callable[[], AbstractContextManager] = nullcontext,
             progress: float = 0.0, scaler: torch.amp.GradScaler | None = None,
-            ) -> tuple[float, float, int]:
+            bf16: Bf16Copy | None = None) -> tuple[float, float, int]:
     """One optimizer step over ``group`` (``update_freq`` batches) in every process, the loss
     normalised by the number of target tokens of the whole update. Returns this process's
     summed loss, summed NLL and target tokens; a NaN loss when the update was refused for a
@@ -513,6 +537,9 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
     whose gradients overflowed is skipped (the weights and the optimizer stay as they were)
     while the scaler lowers its scale: that is fp16's normal course, not a divergence, so the
     loss is returned as it was. A skipped update still counts as a step.
+
+    With ``bf16`` (bf16 on a CPU), ``model`` is its bf16 copy: the gradients go to the fp32
+    master weights, which are clipped and updated, and the copy is rounded from them after.
 
     Across processes the update must equal one process's over all their batches: the gradient
     of (every process's summed loss) / (all their target tokens). So each process divides its
@@ -527,6 +554,8 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
     for g in optimizer.param_groups:
         g["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
+    if bf16 is not None:
+        bf16.zero_grad()
     total_loss = total_nll = 0.0
     device = group[0].src.device
     for i, batch in enumerate(group):
@@ -541,14 +570,19 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
         total_nll += nll.item()
     if not math.isfinite(total_loss):
         return total_loss, total_nll, n_tokens
+    if bf16 is not None:
+        bf16.gradients_to_master()
     scaler.unscale_(optimizer)  # the true gradients, for the norm and its clipping
     # The gradient norm, clipped when asked; a non-finite one must never reach the weights.
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(),
+    params = bf16.master.parameters() if bf16 is not None else model.parameters()
+    norm = torch.nn.utils.clip_grad_norm_(params,
                                           config.clip_norm if config.clip_norm > 0 else math.inf)
     if not torch.isfinite(norm) and not scaler.is_enabled():
         return math.nan, total_nll, n_tokens
     scaler.step(optimizer)  # skipped when the scaled gradients overflowed
     scaler.update()  # lowered after an overflow, raised after a long run without one
+    if bf16 is not None:
+        bf16.weights_from_master()
     return total_loss, total_nll, n_tokens
 
 

@@ -52,6 +52,57 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         return grad.to(ctx.dtype), None, None
 
 
+# Rows of bf16 logits made fp32 at a time: 32 x 10k fp32 values (1.3 MB) stay in a core's cache.
+ROWS = 32
+
+
+class _RowwiseSmoothedCrossEntropy(torch.autograd.Function):
+    """The same loss and gradient for bf16 or fp16 logits on CPU, in fp32, a few rows at a time.
+
+    Above, the fp32 copy of the (N, V) logits, the fp32 log-probabilities kept for the backward
+    pass and the cast of their gradient back to bf16 each go through memory: in a bf16 training
+    step on CPU, where the matrix products are several times faster than in fp32, these passes
+    took a fifth of the step. Here each block of rows is converted, reduced and dropped while it
+    is in cache; the forward pass keeps only the log-sum-exp of each row, and the backward pass
+    recomputes the softmax from the bf16 logits and writes the bf16 gradient directly:
+
+        log p_ij = logit_ij - lse_i,   mean_j log p_ij = mean_j logit_ij - lse_i
+    """
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, epsilon: float
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = logits.size(0)
+        lse = logits.new_empty(n, dtype=torch.float32)  # log-sum-exp of each row
+        mean = logits.new_empty(n, dtype=torch.float32)  # mean logit of each row
+        for i in range(0, n, ROWS):
+            x = logits[i:i + ROWS].float()  # (ROWS, V)
+            lse[i:i + ROWS] = torch.logsumexp(x, dim=-1)
+            mean[i:i + ROWS] = x.mean(dim=-1)
+        nll = lse - logits.gather(1, target[:, None]).squeeze(1).float()
+        loss = (1.0 - epsilon) * nll - epsilon * (mean - lse)
+        ctx.save_for_backward(logits, target, lse)
+        ctx.epsilon = epsilon
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor, _grad_nll: torch.Tensor
+                 ) -> tuple[torch.Tensor, None, None]:
+        logits, target, lse = ctx.saved_tensors
+        eps = ctx.epsilon
+        grad = torch.empty_like(logits)
+        at_target = torch.full_like(grad_loss, eps - 1.0)[:, None]  # (N, 1)
+        for i in range(0, logits.size(0), ROWS):
+            rows = slice(i, i + ROWS)
+            p = logits[rows].float().sub_(lse[rows, None]).exp_()  # softmax, (ROWS, V)
+            if eps:
+                p.sub_(eps / logits.size(-1))
+            p.scatter_add_(1, target[rows, None], at_target[rows])
+            grad[rows] = p.mul_(grad_loss[rows, None])
+        return grad, None, None
+
+
 def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
                         pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed label-smoothed cross-entropy and summed NLL over non-padding positions.
@@ -65,5 +116,7 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: flo
     keep = target != pad_id
     if not bool(keep.all()):  # training passes real positions only; others may not
         logits, target = logits[keep], target[keep]
-    loss, nll = _SmoothedCrossEntropy.apply(logits, target, float(epsilon))
+    rowwise = logits.device.type == "cpu" and logits.dtype in (torch.bfloat16, torch.float16)
+    function = _RowwiseSmoothedCrossEntropy if rowwise else _SmoothedCrossEntropy
+    loss, nll = function.apply(logits, target, float(epsilon))
     return loss.sum(), nll.sum()
