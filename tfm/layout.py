@@ -9,6 +9,10 @@ its file names are spelt.
     last.safetensors                 the latest weights of the run
     checkpoints/step_N.safetensors   numbered weights kept for averaging
     train_state.pt                   weights, optimizer, RNG, data position: what resume reads
+    train_state.prev.pt              the training state of the save before (resume falls back
+                                     to it when train_state.pt is damaged)
+    manifest.json                    size and sha256 of every file above (tfm.integrity),
+                                     checked before a file is used
     train_config.json                the TrainConfig of the run
     metrics.jsonl                    one JSON line per logged step and per validation
     learning_curve.png               losses and validation BLEU against step
@@ -27,6 +31,7 @@ from pathlib import Path
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 WEIGHTS_FILE = "model.safetensors"
+MANIFEST_FILE = "manifest.json"
 _NUMBERED = re.compile(r"step_(\d+)\.safetensors")
 
 
@@ -65,6 +70,15 @@ class ModelDir:
         return self.root / "train_state.pt"
 
     @property
+    def previous_train_state(self) -> Path:
+        """The training state of the save before the latest."""
+        return self.root / "train_state.prev.pt"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST_FILE
+
+    @property
     def train_config(self) -> Path:
         return self.root / "train_config.json"
 
@@ -99,5 +113,6 @@ class ModelDir:
         ``tfm train --overwrite`` deletes, and nothing else."""
         tokenizers = [self.tokenizer, self.tokenizer.with_suffix(".src.json"),
                       self.tokenizer.with_suffix(".tgt.json")]
-        return [self.train_state, self.train_config, self.metrics, self.curve,
-                self.last_weights, self.weights, self.config, *tokenizers]
+        return [self.train_state, self.previous_train_state, self.train_config, self.metrics,
+                self.curve, self.last_weights, self.weights, self.config, *tokenizers,
+                self.manifest]
