@@ -36,7 +36,7 @@ from tfm.checkpoint import (
 from tfm.config import ModelConfig
 from tfm.data.tokenizer import save_tokenizer, train_tokenizer
 from tfm.errors import ModelError, ResourceError
-from tfm.layout import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+from tfm.layout import CONFIG_FILE, MANIFEST_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from tfm.model import Transformer
 
 
@@ -105,7 +105,7 @@ def test_a_saved_model_directory_loads_back_with_identical_outputs(
                      provenance={"seed": 3, "data_fingerprint": "abc"})
     save_model_dir(tmp_path / "model", model, tokenizer, info)
     assert {p.name for p in (tmp_path / "model").iterdir()} == {
-        CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE}
+        CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, MANIFEST_FILE}
 
     loaded, loaded_tok, loaded_info = load_model_dir(tmp_path / "model")
     assert not loaded.training  # eval mode
@@ -189,7 +189,7 @@ def test_saving_again_updates_the_directory(
     assert torch.equal(outputs(loaded), outputs(model))
     assert (info.src_lang, info.tgt_lang) == ("de", "en")
     assert sorted(p.name for p in model_dir.iterdir()) == sorted(
-        [CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE])  # no temporary files left
+        [CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, MANIFEST_FILE])  # no temporaries left
 
 
 def test_another_weights_file_can_be_saved_and_loaded(

@@ -4,13 +4,15 @@ safetensors, and the training state.
 A model directory is self-contained (its files: tfm.layout); ``translate`` and ``eval`` need
 nothing else. Weights are read only through safetensors, tied weights stored once, and the
 training state only through ``torch.load(weights_only=True)``: loading a model never executes
-code from it. Every file is written atomically (tfm.atomic).
+code from it. Every file is written atomically (tfm.atomic) and its checksum recorded in
+manifest.json (tfm.integrity); a model whose files differ from their checksums is refused.
 """
 
 from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +23,11 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from tfm import __version__
-from tfm.atomic import atomic_write_bytes
+from tfm.atomic import atomic_write_bytes, link_over
 from tfm.config import GenerationDefaults, ModelConfig, model_config_from_dict
-from tfm.data.tokenizer import Vocabularies
+from tfm.data.tokenizer import Vocabularies, separate_paths, vocabulary_files
 from tfm.errors import ModelError, UsageError
+from tfm.integrity import Manifest, digest
 from tfm.layout import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, ModelDir
 from tfm.model import Transformer
 
@@ -49,10 +52,11 @@ def weights_to_bytes(model: torch.nn.Module, metadata: dict[str, str] | None = N
     return st_save(tensors, metadata=metadata)
 
 
-def load_weights(model: Transformer, path: Path) -> None:
-    """Load safetensors weights into ``model``, refusing anything that does not fit exactly."""
+def load_weights(model: Transformer, path: Path, data: bytes | None = None) -> None:
+    """Load safetensors weights into ``model``, refusing anything that does not fit exactly.
+    ``data``: the bytes of ``path``, where the caller has read them already."""
     try:
-        tensors = st_load(Path(path).read_bytes())
+        tensors = st_load(Path(path).read_bytes() if data is None else data)
     except FileNotFoundError as e:
         raise ModelError(f"{path}: no such weights file") from e
     except (SafetensorError, ValueError, OSError) as e:
@@ -130,15 +134,61 @@ def save_model_dir(directory: Path, model: Transformer, vocabs: Vocabularies | A
     directory = Path(directory)
     if not isinstance(vocabs, Vocabularies):
         vocabs = Vocabularies.shared(vocabs)
-    save_vocabularies(vocabs, directory / TOKENIZER_FILE)
-    atomic_write_bytes(directory / weights_file, weights_to_bytes(model, {"format": "pt"}))
-    save_model_info(ModelDir(directory), info)
+    tokenizer = directory / TOKENIZER_FILE
+    manifest = Manifest.read(directory, strict=False)
+    if manifest.forget([tokenizer, *separate_paths(tokenizer), directory / weights_file,
+                        directory / CONFIG_FILE]):
+        manifest.save()  # (a kill from here on leaves these files unchecked, never mischecked)
+    for path in save_vocabularies(vocabs, tokenizer):
+        manifest.record(path)
+    weights = weights_to_bytes(model, {"format": "pt"})
+    atomic_write_bytes(directory / weights_file, weights)
+    manifest.record(directory / weights_file, weights)
+    config = _config_bytes(info)
+    atomic_write_bytes(directory / CONFIG_FILE, config)
+    manifest.record(directory / CONFIG_FILE, config)
+    manifest.save()
 
 
 def save_model_info(files: ModelDir, info: ModelInfo) -> None:
     """Write (or replace) config.json."""
-    atomic_write_bytes(files.config,
-                       (json.dumps(info.to_json(), indent=2, ensure_ascii=False) + "\n").encode())
+    save_recorded(files.root, {files.config: _config_bytes(info)})
+
+
+def _config_bytes(info: ModelInfo) -> bytes:
+    return (json.dumps(info.to_json(), indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def save_recorded(directory: Path, files: dict[Path, bytes], drop: Iterable[Path] = (),
+                  keep_previous: dict[Path, Path] | None = None) -> None:
+    """Write ``files`` (paths in ``directory``) atomically and record their checksums in its
+    manifest.json; then delete the files ``drop`` (older checkpoints: only once the new files
+    are complete). ``keep_previous`` maps a file to the name its current version keeps (a hard
+    link, so it costs no copy) just before it is replaced."""
+    directory = Path(directory)
+    keep_previous = keep_previous or {}
+    manifest = Manifest.read(directory, strict=False)
+    entries = {target: manifest.files.get(manifest.name(source))
+               for source, target in keep_previous.items()}
+    # Unrecorded while they change: a kill leaves them unchecked, never mischecked.
+    if manifest.forget([*files, *keep_previous.values()]):
+        manifest.save()
+    digests: dict[int, str] = {}
+    for path, data in files.items():
+        previous = keep_previous.get(path)
+        if previous is not None and Path(path).exists():
+            link_over(Path(path), Path(previous))
+            if entries[previous] is not None:
+                manifest.files[manifest.name(previous)] = entries[previous]
+        atomic_write_bytes(path, data)
+        if id(data) not in digests:  # the same weights go to several files: hashed once
+            digests[id(data)] = digest(data)
+        manifest.record(path, data, digests[id(data)])
+    drop = list(drop)
+    manifest.forget(drop)
+    manifest.save()
+    for path in drop:
+        Path(path).unlink(missing_ok=True)
 
 
 def read_model_info(directory: Path) -> ModelInfo:
@@ -187,22 +237,44 @@ def load_model_dir(directory: Path, weights_file: str = WEIGHTS_FILE
             f"{info.model.src_vocab_size}/{info.model.tgt_vocab_size}; "
             "the tokenizer does not belong to this model"
         )
+    manifest = Manifest.read(directory)  # before the weights: a damaged one is refused
+    weights = directory / weights_file
+    try:
+        data = weights.read_bytes()
+    except FileNotFoundError as e:
+        raise ModelError(f"{weights}: no such weights file") from e
     model = Transformer(info.model)
-    load_weights(model, directory / weights_file)
+    load_weights(model, weights, data)
+    # Checked after reading, so that a file that is not what it should be at all (truncated,
+    # foreign) is named by what is wrong with it; this finds the damage that still parses.
+    for path in [directory / CONFIG_FILE, *vocabulary_files(directory / TOKENIZER_FILE),
+                 weights]:
+        damage = manifest.damage(path, data if path == weights else None)
+        if damage is not None:
+            raise ModelError(f"{path}: damaged since it was written ({damage}); the model is "
+                             "refused. Restore it from a copy (if you edited it on purpose, "
+                             f"delete {manifest.path.name})")
     model.eval()
     return model, vocabs, info
 
 
-def save_train_state(path: Path, state: dict[str, Any]) -> None:
+def train_state_bytes(state: dict[str, Any]) -> bytes:
     """Optimizer, schedule, RNG and data position: plain tensors and numbers only."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
 
 
-def load_train_state(path: Path) -> dict[str, Any]:
+def save_train_state(path: Path, state: dict[str, Any]) -> None:
+    """Write the training state atomically, its checksum recorded."""
+    save_recorded(Path(path).parent, {Path(path): train_state_bytes(state)})
+
+
+def load_train_state(path: Path, data: bytes | None = None) -> dict[str, Any]:
+    """The training state in ``path`` (whose bytes are ``data``, where already read)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        source = path if data is None else io.BytesIO(data)
+        return torch.load(source, map_location="cpu", weights_only=True)
     except FileNotFoundError as e:
         raise ModelError(f"{path}: no training state to resume from") from e
     except Exception as e:  # unpickling refusals and corrupt files raise many types

@@ -14,7 +14,8 @@ import torch
 
 from tfm.checkpoint import load_weights, read_model_info, save_model_dir
 from tfm.data.tokenizer import load_vocabularies
-from tfm.errors import UsageError
+from tfm.errors import ModelError, UsageError
+from tfm.integrity import Manifest
 from tfm.layout import ModelDir
 from tfm.model import Transformer
 
@@ -63,9 +64,15 @@ def average_checkpoints(model_dir: Path, last: int, output: Path | None = None
     steps = list(available)[-last:]
 
     model = Transformer(info.model)
+    manifest = Manifest.read(model_dir)
     sums: dict[str, torch.Tensor] = {}
     for step in steps:
-        load_weights(model, available[step])  # refuses missing names and mismatched shapes
+        data = available[step].read_bytes()
+        load_weights(model, available[step], data)  # refuses missing names, other shapes
+        damage = manifest.damage(available[step], data)
+        if damage is not None:
+            raise ModelError(f"{available[step]}: damaged since it was written ({damage}); "
+                             "restore it, or average fewer checkpoints (a lower --last)")
         for name, tensor in model.state_dict().items():
             if name in sums:
                 sums[name] += tensor.double()
