@@ -32,13 +32,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from tfm.atomic import atomic_write_bytes, remove_stale_temporaries
+from tfm.atomic import AppendLog, atomic_write_bytes, remove_stale_temporaries
 from tfm.checkpoint import (
     ModelInfo,
     load_weights,
     save_model_dir,
     save_model_info,
-    save_train_state,
+    save_recorded,
+    train_state_bytes,
     weights_to_bytes,
 )
 from tfm.config import ModelConfig, TrainConfig
@@ -52,7 +53,7 @@ from tfm.device import (
     resolve_device,
     resolve_precision,
 )
-from tfm.errors import ResourceError, TfmError, UsageError
+from tfm.errors import ResourceError, TfmError, UsageError, WriteError
 from tfm.layout import TOKENIZER_FILE, ModelDir
 from tfm.model import Transformer, count_parameters
 from tfm.training import distributed
@@ -60,7 +61,13 @@ from tfm.training.bf16 import Bf16Copy
 from tfm.training.objective import label_smoothed_loss
 from tfm.training.reporting import Reporters, TrainReporter
 from tfm.training.schedule import budget_progress, learning_rate
-from tfm.training.state import RunState, StopSignal, remove_run, start_or_resume
+from tfm.training.state import (
+    RunState,
+    StopSignal,
+    recorded_init_from,
+    remove_run,
+    start_or_resume,
+)
 from tfm.training.validation import validate
 
 
@@ -127,9 +134,13 @@ def train(
         from tfm.training.reporting import require_tensorboard
 
         require_tensorboard()  # before any work, in every process
+    ranks = distributed.launched_by_torchrun()
+    say = reporter.message if ranks is None or ranks[0] == 0 else (lambda _: None)
     config, model_config, run, saved, remove_old = start_or_resume(
         output, model_config, config, resume, explicit or set(), overwrite, preset,
-        model_options)
+        model_options, say)
+    if resume and saved is None:  # started again from step 0: from the weights it started from
+        init_from = recorded_init_from(output)
     if config.patience and "valid" not in read_prepare_info(data_dir)["splits"]:
         raise UsageError(f"--patience counts validations, but {data_dir} has no validation "
                          "split: prepare it with --valid, or stop with --max-steps, "
@@ -251,12 +262,15 @@ class _Trainer:
         if saved is None and dist.is_main:
             output.mkdir(parents=True, exist_ok=True)
             self.files.metrics.unlink(missing_ok=True)
-            save_model_dir(output, self.model, self.vocabs, self.info)
+            # train_config.json first: a run that has it started here, and --resume starts it
+            # again from step 0 with these settings until it has a checkpoint.
             atomic_write_bytes(self.files.train_config,
                                (json.dumps(asdict(config), indent=2) + "\n").encode())
+            save_model_dir(output, self.model, self.vocabs, self.info)
         self.n_params = count_parameters(self.model)
-        self.metrics_file = self.files.metrics.open("a", encoding="utf-8") \
-            if dist.is_main else None
+        self.metrics_file = AppendLog(self.files.metrics) if dist.is_main else None
+        # The step of the newest complete checkpoint, for the line a write failure ends with.
+        self.checkpoint_step: int | None = run.step if saved is not None else None
         self.resumed = saved is not None
         self.elapsed_before = self.run.elapsed  # training time of earlier processes
         self.start_time = time.monotonic()
@@ -302,11 +316,18 @@ class _Trainer:
         stopped = ""
         self.net.train()
         with StopSignal() as signals:
-            while not stopped:
-                epoch = run.epoch
-                updates = self.epoch_updates(epoch)
-                while run.epoch == epoch and not stopped:  # step() moves on at the epoch end
-                    stopped = self.step(updates, signals)
+            try:
+                while not stopped:
+                    epoch = run.epoch
+                    updates = self.epoch_updates(epoch)
+                    while run.epoch == epoch and not stopped:  # step() moves on at epoch end
+                        stopped = self.step(updates, signals)
+            except WriteError as e:  # a full disk: stop as an interruption stops
+                self.finish()
+                kept = (f"its last complete checkpoint is step {self.checkpoint_step}"
+                        if self.checkpoint_step is not None else "it has no checkpoint yet")
+                raise WriteError(f"{e} Training stopped at step {run.step}; {kept}: make "
+                                 "room, then continue with --resume") from e
         self.finish()
         return stopped
 
@@ -380,8 +401,7 @@ class _Trainer:
     def record(self, metrics: dict[str, Any]) -> None:
         """Append one line to metrics.jsonl (rank 0)."""
         if self.metrics_file is not None:
-            self.metrics_file.write(json.dumps(metrics) + "\n")
-            self.metrics_file.flush()
+            self.metrics_file.write_line(json.dumps(metrics))
 
     def log_window(self) -> None:
         """Log the steps since the last log, summed over all processes."""
@@ -426,7 +446,7 @@ class _Trainer:
                 run.best_step, run.bad_validations = run.step, 0
                 run.best_bleu, run.best_loss = metrics.get("bleu"), metrics["loss"]
                 weights = weights_to_bytes(self.model, {"format": "pt", "step": str(run.step)})
-                atomic_write_bytes(self.files.weights, weights)
+                save_recorded(self.output, {self.files.weights: weights})
                 self.info.provenance.update(best_step=run.step, valid_loss=metrics["loss"])
                 if self.scores_bleu:
                     self.info.provenance.update(valid_bleu=metrics["bleu"],
@@ -454,14 +474,15 @@ class _Trainer:
         if not self.dist.is_main:
             return
         weights = weights_to_bytes(self.model, {"format": "pt", "step": str(run.step)})
-        atomic_write_bytes(self.files.last_weights, weights)
+        files = {self.files.last_weights: weights}
         if self.valid_split is None or run.best_step is None:
-            atomic_write_bytes(self.files.weights, weights)
+            files[self.files.weights] = weights
         if numbered:
-            atomic_write_bytes(self.files.checkpoint(run.step), weights)
-        for old in dropped:
-            self.files.checkpoint(old).unlink(missing_ok=True)
-        save_train_state(self.files.train_state, {
+            files[self.files.checkpoint(run.step)] = weights
+        # The training state last: a checkpoint is complete when it is written. The state of
+        # the save before stays beside it (resume falls back to it if this one is damaged);
+        # numbered checkpoints beyond --keep-last go only once this one is complete.
+        files[self.files.train_state] = train_state_bytes({
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),  # empty unless fp16
@@ -473,6 +494,9 @@ class _Trainer:
             "model_config": asdict(self.model_config),
             "run": asdict(run),
         })
+        save_recorded(self.output, files, drop=[self.files.checkpoint(old) for old in dropped],
+                      keep_previous={self.files.train_state: self.files.previous_train_state})
+        self.checkpoint_step = run.step
 
     def finish(self) -> None:
         """Close the metrics, draw the learning curve (rank 0) and end the reports."""

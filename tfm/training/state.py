@@ -1,15 +1,18 @@
-"""A training run's state between processes: what resume restores, which options a resumed
-run may change, and the stop signals (Ctrl-C, SIGTERM) turned into a clean stop."""
+"""A training run's state between processes: what resume restores (from the newest intact
+checkpoint, or from step 0 where the run has none yet), which options a resumed run may change,
+and the stop signals (Ctrl-C, SIGTERM) turned into a clean stop."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import signal
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tfm.atomic import link_over
 from tfm.checkpoint import load_train_state, read_model_info
 from tfm.config import (
     PRESETS,
@@ -19,8 +22,10 @@ from tfm.config import (
     option_name,
     train_config_from_dict,
 )
-from tfm.errors import UsageError
+from tfm.errors import ModelError, UsageError
+from tfm.integrity import Manifest
 from tfm.layout import ModelDir
+from tfm.training.distributed import launched_by_torchrun
 from tfm.training.schedule import SCHEDULES
 
 # Options that may change when a run is resumed: how long it goes on, and where and how it
@@ -75,19 +80,29 @@ class StopSignal:
 def start_or_resume(
     output: Path, model_config: ModelConfig | None, config: TrainConfig, resume: bool,
     explicit: set[str], overwrite: bool, preset: str | None = None,
-    model_options: dict[str, Any] | None = None,
+    model_options: dict[str, Any] | None = None, say: Callable[[str], None] = lambda _: None,
 ) -> tuple[TrainConfig, ModelConfig, RunState, dict[str, Any] | None, bool]:
     """The run's configuration and state, new or read back from ``output``; refuses what
     cannot be done. On resume, ``preset`` and ``model_options`` (MODEL_OPTIONS' fields; None:
     not given) are what the command line said of the model: they may only repeat the run's
-    own. Returns (config, model config, run state, saved state or None, whether an old run
-    must be removed first)."""
+    own. A resumed run with no checkpoint yet starts from step 0 (its saved state None), with
+    the settings it recorded when it started, if it did. ``say`` gets the one line that tells
+    which checkpoint a resume starts from, where that is not simply the latest. Returns
+    (config, model config, run state, saved state or None, whether an old run must be
+    removed first)."""
     state_path = ModelDir(output).train_state
     run = RunState()
     saved: dict[str, Any] | None = None
     remove_old = False
     if resume:
-        saved = load_train_state(state_path)
+        saved, note = newest_intact_state(output)
+        if note:
+            say(note)
+    if resume and saved is None:
+        config, model_config = _restart(output, model_config, config, explicit, preset,
+                                        model_options or {}, say)
+    elif resume:
+        assert saved is not None
         config = _resumed_config(output, config, explicit)
         model_config = ModelConfig(**saved["model_config"])
         _check_resumed_model(output, model_config, preset, model_options or {})
@@ -120,6 +135,84 @@ def start_or_resume(
                          f"{run.elapsed / 60:.1f} of {config.max_time:g} minutes; raise "
                          "--max-time to train on")
     return config, model_config, run, saved, remove_old
+
+
+def newest_intact_state(output: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The training state to resume the run in ``output`` from: train_state.pt, or where it is
+    damaged (its checksum in manifest.json differs, or it does not load) the state of the save
+    before (train_state.prev.pt). Returns (state, the line saying which was taken where it was
+    not the latest), (None, None) where the run has no checkpoint; refuses where every one is
+    damaged."""
+    files = ModelDir(output)
+    manifest = Manifest.read(output, strict=False)  # unreadable: the states load unchecked
+    problems = []
+    for path in (files.train_state, files.previous_train_state):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        problem = manifest.damage(path, data)
+        if problem is None:
+            try:
+                state = load_train_state(path, data)
+                if not isinstance(state, dict) or not {"run", "model_config"} <= state.keys():
+                    problem = "not a training state"
+            except ModelError as e:
+                problem = f"unreadable: {str(e.__cause__ or e)[:120]}"
+        if problem is None:
+            if path == files.train_state:
+                return state, None
+            latest = problems[0] if problems else f"{files.train_state.name} is missing"
+            ranks = launched_by_torchrun()
+            if ranks is None or ranks[0] == 0:  # (the process that writes the files)
+                # The intact state takes the damaged one's place, so that the next save keeps
+                # it as the state before, not the damaged one.
+                link_over(path, files.train_state)
+                manifest.forget([files.train_state])
+                if manifest.name(path) in manifest.files:
+                    manifest.files[manifest.name(files.train_state)] = \
+                        manifest.files[manifest.name(path)]
+                manifest.save()
+            return state, (f"{latest}; resuming from the checkpoint before it, step "
+                           f"{state['run']['step']} ({path.name})")
+        problems.append(f"{path.name} is damaged ({problem})")
+    if problems:
+        raise ModelError(f"{output}: {'; '.join(problems)}; no intact checkpoint to resume "
+                         "from: restore one from a copy, or start afresh with --overwrite")
+    return None, None
+
+
+def _restart(output: Path, model_config: ModelConfig | None, config: TrainConfig,
+             explicit: set[str], preset: str | None, options: dict[str, Any],
+             say: Callable[[str], None]) -> tuple[TrainConfig, ModelConfig | None]:
+    """The configuration of a resumed run that has no checkpoint yet, started again from step
+    0: the settings it recorded when it started (train_config.json, config.json's model),
+    checked as a resume checks them; a run that never started takes the command line's."""
+    files = ModelDir(output)
+    if files.train_config.exists():
+        config = _resumed_config(output, config, explicit)
+        if files.config.exists():
+            model_config = read_model_info(output).model
+            _check_resumed_model(output, model_config, preset, options)
+        say(f"{output} has no checkpoint yet (the run stopped before its first save): training "
+            f"it from step 0 with its recorded settings ({files.train_config.name})")
+    elif files.config.exists():
+        raise UsageError(f"{output} holds a model but no training run (no "
+                         f"{files.train_config.name}): --resume has nothing to continue; "
+                         "choose another --output")
+    else:
+        say(f"{output} holds no training run yet: starting one from step 0")
+    return config, model_config
+
+
+def recorded_init_from(output: Path) -> Path | None:
+    """The model directory the run in ``output`` started from (--init-from), as its
+    config.json records it; None for a run from fresh weights."""
+    try:
+        source = read_model_info(output).provenance.get("init_from")
+    except ModelError:
+        return None
+    return Path(source) if source else None
 
 
 # What --init-from may change in the trained model's configuration: regularisation only, which
