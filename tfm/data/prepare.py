@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfm.atomic import write_error
 from tfm.config import CleanConfig
 from tfm.data.corpus import (
     CorpusSpec,
@@ -39,7 +40,7 @@ from tfm.data.tokenizer import (
     train_tokenizer,
     vocabulary_files,
 )
-from tfm.errors import DataError
+from tfm.errors import DataError, WriteError
 from tfm.layout import TOKENIZER_FILE
 
 PREPARE_VERSION = 2  # 2: control and zero-width characters removed
@@ -149,50 +150,71 @@ def _quiet_datasets(datasets: Any) -> Iterator[None]:
 def _write_dataset(splits: dict[str, CorpusSpec], resolved: dict[str, Any], vocabs: Vocabularies,
                    clean: CleanConfig, output: Path, fingerprint: str, datasets: Any,
                    pa: Any, num_proc: int = 1) -> dict[str, SplitReport]:
-    output.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    """Write the dataset in a work directory beside ``output`` and swap it in whole. A full
+    disk (or a read-only one) raises WriteError with the work directory removed and the
+    previous dataset, if any, intact."""
+    kept = "the previous dataset is intact" if output.exists() else "nothing was kept"
     try:
-        reports: dict[str, SplitReport] = {}
-        tables = {}
-        for name, spec in splits.items():
-            report = SplitReport()
-            arrow_path = work / f"{name}.arrow"
-            schema = _schema(pa, with_text=name != "train")
-            with pa.OSFile(str(arrow_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
-                for batch in _tokenized_chunks(spec, vocabs, clean, report, name != "train",
-                                               num_proc):
-                    w.write_batch(pa.RecordBatch.from_pydict(batch, schema=schema))
-            if report.kept == 0:
-                raise DataError(f"{resolved[name].description}: no pair is left after cleaning "
-                                f"({report.read} read); check the files and --max-tokens")
-            reports[name] = report
-            tables[name] = datasets.Dataset.from_file(str(arrow_path))
-        final = work / "dataset"
-        datasets.DatasetDict(tables).save_to_disk(str(final))
-        save_vocabularies(vocabs, final / TOKENIZER_FILE)
-        info = {
-            "prepare_version": PREPARE_VERSION,
-            "fingerprint": fingerprint,
-            "src_lang": resolved["train"].src_lang,
-            "tgt_lang": resolved["train"].tgt_lang,
-            "inputs": {name: r.description for name, r in resolved.items()},
-            "clean": asdict(clean),
-            "splits": {name: asdict(r) for name, r in reports.items()},
-        }
-        (final / PREPARE_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
-        # Swap the finished directory in: an interrupted prepare leaves the old one intact.
-        # The old one is moved aside (a rename, not a slow delete) and removed with ``work``.
-        if output.exists():
-            output.rename(work / "previous")
-            try:
-                final.rename(output)
-            except BaseException:
-                (work / "previous").rename(output)
-                raise
-        else:
-            final.rename(output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    except OSError as e:
+        raise (write_error(output, e, kept=kept) or e) from e
+    try:
+        return _write_in(work, splits, resolved, vocabs, clean, output, fingerprint, datasets,
+                         pa, num_proc)
+    except OSError as e:
+        written = sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
+        fault = write_error(output, e, kept=kept)
+        if fault is None:
+            raise
+        raise WriteError(f"{fault} The prepared data had reached {written / 1e6:.1f} MB when "
+                         "the write failed.") from e
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_in(work: Path, splits: dict[str, CorpusSpec], resolved: dict[str, Any],
+              vocabs: Vocabularies, clean: CleanConfig, output: Path, fingerprint: str,
+              datasets: Any, pa: Any, num_proc: int) -> dict[str, SplitReport]:
+    reports: dict[str, SplitReport] = {}
+    tables = {}
+    for name, spec in splits.items():
+        report = SplitReport()
+        arrow_path = work / f"{name}.arrow"
+        schema = _schema(pa, with_text=name != "train")
+        with pa.OSFile(str(arrow_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
+            for batch in _tokenized_chunks(spec, vocabs, clean, report, name != "train",
+                                           num_proc):
+                w.write_batch(pa.RecordBatch.from_pydict(batch, schema=schema))
+        if report.kept == 0:
+            raise DataError(f"{resolved[name].description}: no pair is left after cleaning "
+                            f"({report.read} read); check the files and --max-tokens")
+        reports[name] = report
+        tables[name] = datasets.Dataset.from_file(str(arrow_path))
+    final = work / "dataset"
+    datasets.DatasetDict(tables).save_to_disk(str(final))
+    save_vocabularies(vocabs, final / TOKENIZER_FILE)
+    info = {
+        "prepare_version": PREPARE_VERSION,
+        "fingerprint": fingerprint,
+        "src_lang": resolved["train"].src_lang,
+        "tgt_lang": resolved["train"].tgt_lang,
+        "inputs": {name: r.description for name, r in resolved.items()},
+        "clean": asdict(clean),
+        "splits": {name: asdict(r) for name, r in reports.items()},
+    }
+    (final / PREPARE_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    # Swap the finished directory in: an interrupted prepare leaves the old one intact.
+    # The old one is moved aside (a rename, not a slow delete) and removed with ``work``.
+    if output.exists():
+        output.rename(work / "previous")
+        try:
+            final.rename(output)
+        except BaseException:
+            (work / "previous").rename(output)
+            raise
+    else:
+        final.rename(output)
     return reports
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from tfm import __version__
-from tfm.errors import UsageError
+from tfm.atomic import write_error
+from tfm.errors import UsageError, WriteError
 
 EXPORT_INFO_FILE = "tfm_export.json"
 
@@ -28,8 +29,12 @@ def staged_output(output: Path, overwrite: bool) -> Iterator[Path]:
                          "choose another -o")
     if output.exists() and not output.is_dir():
         raise UsageError(f"{output} exists and is not a directory")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp",
+                                      dir=output.parent))
+    except OSError as e:
+        raise (write_error(output, e, kept="nothing was written") or e) from e
     try:
         yield stage
         if output.exists():
@@ -40,9 +45,23 @@ def staged_output(output: Path, overwrite: bool) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             stage.rename(output)
+    except Exception as e:  # (libraries that write with their own code raise other types)
+        written = _bytes_under(stage)
+        shutil.rmtree(stage, ignore_errors=True)
+        kept = "the previous export is intact" if output.exists() else "nothing was written"
+        fault = write_error(Path(getattr(e, "filename", None) or output), e, kept=kept)
+        if fault is None:
+            raise
+        raise WriteError(f"{fault} The export had written {written / 1e6:.1f} MB of "
+                         f"{output}.") from e
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+def _bytes_under(directory: Path) -> int:
+    """The bytes of the files under ``directory``."""
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
 
 
 def write_export_info(directory: Path, fmt: str, source: Path, info: Any,
