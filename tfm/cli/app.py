@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -47,6 +50,19 @@ def main(
     ctx.obj = {"debug": debug}
 
 
+@contextmanager
+def writing_into(directory: Path, command: str) -> Iterator[None]:
+    """Hold the lock of ``directory`` (tfm.lock) while the block writes into it: a second command
+    into the same directory is refused with one line naming this one (exit 2). Every command
+    that writes a directory wraps its library call in this, e.g.
+    ``with writing_into(output, "tfm import"): ...``."""
+    from tfm.lock import directory_lock
+
+    with directory_lock(directory, command,
+                        lambda m: err.print(f"[yellow]warning[/]: {escape(m)}", highlight=False)):
+        yield
+
+
 def _is_click_error(e: Exception) -> bool:
     """Click's own errors, from click or from the copy of click that newer typer vendors."""
     import click
@@ -85,10 +101,26 @@ def run() -> None:
         if isinstance(e, MemoryError):
             err.print("[bold red]error[/]: out of memory; lower --max-tokens")
             sys.exit(EXIT_OUT_OF_MEMORY)
+        fault = _write_fault(e)
+        if fault is not None and not debug:  # a write no library call wrapped (--output FILE)
+            err.print(f"[bold red]error[/]: {escape(str(fault))}", highlight=False,
+                      soft_wrap=True)
+            sys.exit(fault.exit_code)
         if debug:
             raise
         err.print(f"[bold red]internal error[/]: {type(e).__name__}: {escape(str(e))} "
                   "(run again with --debug for the traceback, and please report it)")
         sys.exit(EXIT_INTERNAL)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _write_fault(e: Exception) -> TfmError | None:
+    """A full disk, read-only file system or missing permission on a named file, in the words
+    of tfm.atomic.write_error; None for anything else."""
+    from tfm.atomic import write_error
+
+    if not isinstance(e, OSError):
+        return None
+    return write_error(Path(e.filename or "the output"), e,
+                       kept="what was written before is intact")
 

@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tfm.cli.app import app, err
+from tfm.cli.app import app, err, writing_into
+from tfm.cli.fields import Fields, derive
 from tfm.cli.options import (
     CorpusOpt,
     HfConfigOpt,
@@ -19,7 +20,6 @@ from tfm.cli.options import (
     TgtLangOpt,
     corpus_spec,
 )
-from tfm.cli.fields import Fields, derive
 from tfm.config import CleanConfig
 from tfm.data.tokenizer import train_tokenizer
 
@@ -111,7 +111,7 @@ def prepare(
     valid_spec = corpus_spec(valid, src_lang, tgt_lang, "validation" if split == "train" else split,
                        hf_config, "--valid") if valid else None
     start = time.monotonic()
-    with err.status("Preparing ..."):
+    with writing_into(output, "tfm prepare"), err.status("Preparing ..."):
         report = run_prepare(train_spec, tokenizer, output, valid_spec,
                              clean, force, num_proc)
     if report.up_to_date:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tfm.cli.app import app, err
+from tfm.cli.app import app, err, writing_into
 from tfm.errors import UsageError
 
 FORMATS = ("ctranslate2", "marian")
@@ -38,7 +38,8 @@ def export(
     if to == "ctranslate2":
         from tfm.interop.ctranslate2 import export_ctranslate2
 
-        written = export_ctranslate2(model, output, quantization, overwrite)
+        with writing_into(output, "tfm export"):
+            written = export_ctranslate2(model, output, quantization, overwrite)
         weights = quantization or "float32"
         err.print(f"[green]Exported[/] {model} to {written}: a CTranslate2 model ({weights} "
                   "weights), its tokenizer and tfm_export.json; decode it with `tfm translate "
@@ -49,7 +50,8 @@ def export(
                          "the model's float32 weights")
     from tfm.interop.marian import export_marian
 
-    written = export_marian(model, output, overwrite)
+    with writing_into(output, "tfm export"):
+        written = export_marian(model, output, overwrite)
     err.print(f"[green]Exported[/] {model} to {written}: a Hugging Face MarianMT model "
               "(config, weights, tokenizer) and tfm_export.json; load it with transformers",
               highlight=False)

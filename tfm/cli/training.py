@@ -7,7 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from tfm.cli.app import app, err
+from tfm.cli.app import app, err, writing_into
 from tfm.cli.fields import Fields, default_note, derive
 from tfm.config import ModelConfig, TrainConfig
 from tfm.errors import EXIT_INTERRUPTED, UsageError
@@ -63,15 +63,22 @@ def train(
             init_from, preset,
             {k: v for k, v in model_options.items() if k not in INIT_FROM_CHANGES},
             **{k: v for k, v in model_options.items() if k in INIT_FROM_CHANGES})
-    elif not resume:
+    else:  # with --resume: the model of a run that has no checkpoint yet (never started)
         model_config = model_config_from_preset(preset or "small", **model_options)
     from tfm.training.reporting import RichTrainReporter
 
     if resume and overwrite:
         raise UsageError("--resume and --overwrite contradict each other; give one")
-    result = run_train(data, output, model_config, config, resume, explicit,
-                       RichTrainReporter(err), overwrite, tensorboard, init_from,
-                       preset if resume else None, model_options if resume else None)
+    # One process writes --output (rank 0 of a torchrun job): it alone holds its lock.
+    from contextlib import nullcontext
+
+    from tfm.training.distributed import launched_by_torchrun
+
+    ranks = launched_by_torchrun()
+    with writing_into(output, "tfm train") if ranks is None or ranks[0] == 0 else nullcontext():
+        result = run_train(data, output, model_config, config, resume, explicit,
+                           RichTrainReporter(err), overwrite, tensorboard, init_from,
+                           preset if resume else None, model_options if resume else None)
     if not result.is_main:  # another process of a torchrun job: rank 0 reports
         if result.stopped.startswith("interrupted"):
             raise typer.Exit(EXIT_INTERRUPTED)
@@ -109,9 +116,12 @@ def average(
     The average of the last few checkpoints of a run usually translates a little better than
     any one of them. Train with --keep-last N (default 5) to keep N checkpoints.
     """
+    from tfm.layout import ModelDir
     from tfm.training.average import average_checkpoints
 
-    result = average_checkpoints(model, last, output)
+    with writing_into(output if output is not None else ModelDir(model).averaged,
+                      "tfm average"):
+        result = average_checkpoints(model, last, output)
     steps = ", ".join(str(s) for s in result.steps)
     err.print(f"[green]Averaged[/] {len(result.steps)} checkpoints (steps {steps}) into "
               f"{result.output}", highlight=False)
