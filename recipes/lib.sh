@@ -49,3 +49,23 @@ stop_training() {
         wait "$@" 2>/dev/null || true
     fi
 }
+
+# lock_out DIR: this recipe alone writes into DIR (created if need be): a second recipe into
+# the same DIR is refused (exit 2) with one line naming the first, instead of both training
+# over each other's models. The lock is flock(1) on DIR/.recipe.lock, held through a file
+# descriptor that this shell and every command it starts inherit: it lasts while any of them
+# runs and goes with the last of them, however they end (kill -9 included), so nothing is left
+# to clean up. A recipe that runs another into the same DIR passes its lock on.
+lock_out() {
+    local dir=$1 lock
+    mkdir -p "$dir"
+    lock="$(cd "$dir" && pwd)/.recipe.lock"
+    case ":${TFM_RECIPE_LOCKS:-}:" in *":$lock:"*) return 0 ;; esac
+    exec {recipe_lock}>>"$lock"
+    if ! flock -n "$recipe_lock"; then
+        echo "error: $dir is in use by $(cat "$lock" 2>/dev/null || echo 'another recipe'); wait for it to end, or give another OUT_DIR" >&2
+        exit 2
+    fi
+    echo "$(basename "$0") (process $$, since $(date '+%Y-%m-%d %H:%M:%S'))" > "$lock"
+    export TFM_RECIPE_LOCKS="${TFM_RECIPE_LOCKS:-}:$lock"
+}

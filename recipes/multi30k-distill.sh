@@ -54,6 +54,7 @@ cores=$(nproc)
 threads=$(( cores / members > 0 ? cores / members : 1 ))
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
+lock_out "$out"  # one recipe at a time in OUT_DIR
 
 both_ways=${BOTH_WAYS:-0}
 pids=()

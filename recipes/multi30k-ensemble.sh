@@ -34,7 +34,7 @@ threads=${THREADS:-$(( cores / members > 0 ? cores / members : 1 ))}
 
 source "$(dirname "$0")/lib.sh"
 
-mkdir -p "$out"
+lock_out "$out"  # one recipe at a time in OUT_DIR
 tokenizer_once "$data" "$src" "$tgt" "$out/tokenizer.json"
 tfm prepare --train "$data/train" --valid "$data/val" -s "$src" -t "$tgt" \
     --tokenizer "$out/tokenizer.json" -o "$out/data"
