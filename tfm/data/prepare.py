@@ -37,6 +37,7 @@ from tfm.data.tokenizer import (
     load_vocabularies,
     save_vocabularies,
     tokenizer_from_json,
+    tokenizer_to_json,
     train_tokenizer,
     vocabulary_files,
 )
@@ -307,7 +308,9 @@ def _encoded_chunks(spec: CorpusSpec, vocabs: Vocabularies, clean: CleanConfig,
     # deadlocks; each worker tokenizes single-threaded, the processes are the parallelism.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     context = multiprocessing.get_context("spawn")
-    init = (vocabs.src.to_str(), None if vocabs.joint else vocabs.tgt.to_str())
+    # (an imported MarianMT vocabulary is one vocabulary, but each side has its segmenter)
+    init = (tokenizer_to_json(vocabs.src),
+            None if vocabs.src is vocabs.tgt else tokenizer_to_json(vocabs.tgt))
     with context.Pool(num_proc, initializer=_init_worker, initargs=init) as pool:
         pending: deque = deque()
         for raw in batched(iter_pairs(spec), _CHUNK):

@@ -12,10 +12,18 @@ Every command that takes a tokenizer path accepts either form under the same ``N
 Special tokens (``<pad> <unk> <s> </s>``) enter a sequence only by id, from tfm's own code: a
 text that spells one (a corpus line or a sentence to translate containing ``</s>``) is encoded
 as the characters it is made of, never as the control token.
+
+A model imported from MarianMT (tfm.interop.marian_import) also has a SentencePiece model per
+side beside its tokenizer file (``NAME.src.spm``, ``NAME.tgt.spm``): its tokenizer file is then
+the vocabulary, and text is cut into pieces by the side's SentencePiece model before the
+vocabulary maps them to ids (tfm.data.sentencepiece). Loading, saving and ``encode_batch``
+handle both kinds alike.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +58,38 @@ def new_tokenizer(lowercase: bool = False) -> Tokenizer:
 
 
 def tokenizer_from_json(text: str) -> Tokenizer:
-    """A tokenizer from its JSON text (as ``Tokenizer.to_str`` writes it)."""
-    return _specials_only_by_id(Tokenizer.from_str(text))
+    """A tokenizer from its JSON text (as ``tokenizer_to_json`` or ``Tokenizer.to_str`` write
+    it), with its SentencePiece segmenter if it has one."""
+    data = json.loads(text) if text.startswith('{"tfm_segmenter"') else None
+    if data is None:
+        return _specials_only_by_id(Tokenizer.from_str(text))
+    tok = _specials_only_by_id(Tokenizer.from_str(data["tokenizer"]))
+    attach_segmenter(tok, base64.b64decode(data["tfm_segmenter"]), "segmenter")
+    return tok
+
+
+def tokenizer_to_json(tok: Tokenizer) -> str:
+    """The tokenizer as one JSON text that ``tokenizer_from_json`` reads back whole: its own
+    JSON, or, for one with a SentencePiece segmenter, both (for worker processes)."""
+    seg = segmenter_of(tok)
+    if seg is None:
+        return tok.to_str()
+    return json.dumps({"tfm_segmenter": base64.b64encode(seg.model.data).decode("ascii"),
+                       "tokenizer": tok.to_str()})
+
+
+def attach_segmenter(tok: Tokenizer, data: bytes, name: str) -> Tokenizer:
+    """Give ``tok`` (the vocabulary) the SentencePiece model ``data`` (the file ``name``) that
+    cuts text into its pieces."""
+    from tfm.data.sentencepiece import Segmenter
+
+    tok.tfm_segmenter = Segmenter.from_bytes(data, name)
+    return tok
+
+
+def segmenter_of(tok: Tokenizer) -> object | None:
+    """The SentencePiece segmenter of ``tok`` (tfm.data.sentencepiece.Segmenter), or None."""
+    return getattr(tok, "tfm_segmenter", None)
 
 
 def _specials_only_by_id(tok: Tokenizer) -> Tokenizer:
@@ -84,7 +122,9 @@ def save_tokenizer(tok: Tokenizer, path: Path) -> None:
     atomic_write_bytes(path, tok.to_str(pretty=True).encode())
 
 
-def load_tokenizer(path: Path) -> Tokenizer:
+def load_tokenizer(path: Path, segmenter: Path | None = None) -> Tokenizer:
+    """The tokenizer file ``path``; with ``segmenter``, the SentencePiece model that cuts text
+    for it."""
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"{path}: no such tokenizer file (train one with "
@@ -99,6 +139,8 @@ def load_tokenizer(path: Path) -> Tokenizer:
                 f"{path}: special token {token} must have id {i}; "
                 "train the tokenizer with `tfm train-tokenizer`"
             )
+    if segmenter is not None:
+        attach_segmenter(tok, segmenter.read_bytes(), str(segmenter))
     return tok
 
 
@@ -109,10 +151,13 @@ class Vocabularies:
 
     src: Tokenizer
     tgt: Tokenizer
+    # One vocabulary in two objects: each side cuts text with its own SentencePiece model
+    # (an imported MarianMT model), but the ids are the same on both sides.
+    one_vocabulary: bool = False
 
     @property
     def joint(self) -> bool:
-        return self.src is self.tgt
+        return self.src is self.tgt or self.one_vocabulary
 
     @classmethod
     def shared(cls, tok: Tokenizer) -> Vocabularies:
@@ -127,9 +172,14 @@ def separate_paths(path: Path) -> tuple[Path, Path]:
     return path.with_name(f"{stem}.src.json"), path.with_name(f"{stem}.tgt.json")
 
 
-def vocabulary_files(path: Path) -> list[Path]:
-    """The files behind ``path``: [path] for a joint tokenizer, [src, tgt] for separate ones
-    (whichever exists; the joint file when neither does)."""
+def segmenter_paths(path: Path) -> tuple[Path, Path]:
+    """Where the SentencePiece models of the tokenizer ``path`` live, if it has them:
+    ``dir/NAME.json`` -> ``dir/NAME.src.spm``, ``dir/NAME.tgt.spm``."""
+    src, tgt = separate_paths(path)
+    return src.with_suffix(".spm"), tgt.with_suffix(".spm")
+
+
+def _tokenizer_files(path: Path) -> list[Path]:
     path = Path(path)
     src, tgt = separate_paths(path)
     if not path.is_file() and (src.is_file() or tgt.is_file()):
@@ -137,10 +187,26 @@ def vocabulary_files(path: Path) -> list[Path]:
     return [path]
 
 
+def vocabulary_files(path: Path) -> list[Path]:
+    """The files behind ``path``: [path] for a joint tokenizer, [src, tgt] for separate ones
+    (whichever exists; the joint file when neither does), then the SentencePiece models beside
+    them, if any."""
+    return _tokenizer_files(path) + [p for p in segmenter_paths(path) if p.is_file()]
+
+
 def load_vocabularies(path: Path) -> Vocabularies:
     """The joint tokenizer ``path``, or the separate pair ``NAME.src.json``/``NAME.tgt.json``
-    beside it."""
-    files = vocabulary_files(path)
+    beside it; with the SentencePiece models ``NAME.src.spm``/``NAME.tgt.spm`` if there."""
+    files = _tokenizer_files(path)
+    src_spm, tgt_spm = segmenter_paths(path)
+    if src_spm.is_file() != tgt_spm.is_file():
+        missing = tgt_spm if src_spm.is_file() else src_spm
+        raise ModelError(f"{missing}: missing (the SentencePiece models of a tokenizer come in "
+                         "pairs, one per side)")
+    if src_spm.is_file():
+        src = load_tokenizer(files[0], src_spm)
+        tgt = load_tokenizer(files[-1], tgt_spm)
+        return Vocabularies(src, tgt, one_vocabulary=len(files) == 1)
     if len(files) == 1:
         return Vocabularies.shared(load_tokenizer(files[0]))
     return Vocabularies(load_tokenizer(files[0]), load_tokenizer(files[1]))
@@ -149,6 +215,8 @@ def load_vocabularies(path: Path) -> Vocabularies:
 def save_vocabularies(vocabs: Vocabularies, path: Path) -> list[Path]:
     """Write ``vocabs`` under ``path`` (see ``load_vocabularies``), removing a stale file of
     the other form so that loading finds what was written. Returns the files written."""
+    from tfm.atomic import atomic_write_bytes
+
     path = Path(path)
     pair = separate_paths(path)
     written = [path] if vocabs.joint else list(pair)
@@ -156,6 +224,13 @@ def save_vocabularies(vocabs: Vocabularies, path: Path) -> list[Path]:
     save_tokenizer(vocabs.src, written[0])
     if not vocabs.joint:
         save_tokenizer(vocabs.tgt, written[1])
+    segmenters = [segmenter_of(vocabs.src), segmenter_of(vocabs.tgt)]
+    for seg, spm in zip(segmenters, segmenter_paths(path)):
+        if seg is not None and all(s is not None for s in segmenters):
+            atomic_write_bytes(spm, seg.model.data)  # type: ignore[attr-defined]
+            written.append(spm)
+        else:
+            stale.append(spm)
     for old in stale:
         old.unlink(missing_ok=True)
     return written
@@ -181,6 +256,9 @@ def encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
     """Token ids without special tokens (parallel in Rust). One text is encoded on the calling
     thread: handing it to the tokenizer's thread pool costs more than encoding it (tfm serve
     counts each request's tokens this way)."""
+    seg = segmenter_of(tok)
+    if seg is not None:  # SentencePiece pieces, then the vocabulary's ids
+        return seg.encode(tok, texts)  # type: ignore[attr-defined]
     if len(texts) == 1:
         return [tok.encode(texts[0], add_special_tokens=False).ids]
     return [enc.ids for enc in tok.encode_batch(texts, add_special_tokens=False)]
@@ -188,9 +266,11 @@ def encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
 
 def decode(tok: Tokenizer, ids: Iterable[int]) -> str:
     """Ids -> text; special tokens are dropped."""
-    return tok.decode([i for i in ids if i >= len(SPECIAL_TOKENS)]).strip()
+    return tok.decode([i for i in ids if i >= len(SPECIAL_TOKENS)],
+                      skip_special_tokens=False).strip()
 
 
 def decode_batch(tok: Tokenizer, batch: list[list[int]]) -> list[str]:
     n = len(SPECIAL_TOKENS)
-    return [s.strip() for s in tok.decode_batch([[i for i in ids if i >= n] for ids in batch])]
+    return [s.strip() for s in tok.decode_batch([[i for i in ids if i >= n] for ids in batch],
+                                                 skip_special_tokens=False)]

@@ -8,9 +8,11 @@ holds is written explicitly, so that CTranslate2 computes what tfm computes:
 * the sinusoidal position table (tfm interleaves sin and cos), added after the token
   embeddings are scaled by sqrt(d_model);
 * post-norm or pre-norm layers as the model is, with the final LayerNorm of pre-norm models;
-  LayerNorm epsilon 1e-5 (PyTorch's); ReLU feed-forward networks;
+  LayerNorm epsilon 1e-5 (PyTorch's); the feed-forward activation of the model (ReLU,
+  swish or exact GELU, which CTranslate2 has as RELU, SWISH and GELU);
 * q, k, v projections fused as CTranslate2 expects them (q+k+v for self-attention, k+v for
-  cross-attention); the output projection without bias; tied embeddings stored once;
+  cross-attention); the output projection with the model's output bias, if it has one;
+  tied embeddings stored once;
 * the special tokens: the source goes in as tfm's tokens (ending with ``</s>``, no ``<s>``),
   nothing is added to it, and decoding starts from ``<s>``.
 
@@ -51,6 +53,7 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
 _EXPORTED_FIELDS = {
     "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "encoder_layers",
     "decoder_layers", "d_ff", "max_positions", "norm_first", "share_embeddings", "tie_output",
+    "activation", "output_bias",
     # training-only: no effect on inference
     "dropout", "attention_dropout", "activation_dropout",
 }
@@ -102,13 +105,14 @@ def build_spec(model: Transformer, src_tokens: list[str], tgt_tokens: list[str])
     """The validated, not yet quantized ctranslate2 TransformerSpec of ``model``."""
     ct2_specs = require("ctranslate2.specs", "export")
     c = model.config
-    relu = ct2_specs.common_spec.Activation.RELU
+    activation = getattr(ct2_specs.common_spec.Activation, {"relu": "RELU", "swish": "SWISH",
+                                                        "gelu": "GELU"}[c.activation])
     spec_module = ct2_specs.transformer_spec
     encoder = spec_module.TransformerEncoderSpec(c.encoder_layers, c.n_heads,
-                                                 pre_norm=c.norm_first, activation=relu)
+                                                 pre_norm=c.norm_first, activation=activation)
     # Attention returned for alignments: the last layer's, averaged over all heads, as in tfm.
     decoder = spec_module.TransformerDecoderSpec(c.decoder_layers, c.n_heads,
-                                                 pre_norm=c.norm_first, activation=relu,
+                                                 pre_norm=c.norm_first, activation=activation,
                                                  alignment_layer=-1, alignment_heads=c.n_heads)
     spec = spec_module.TransformerSpec(encoder, decoder)
     positions = _array(sinusoidal_positions(c.max_positions, c.d_model))  # (P, D)
@@ -123,7 +127,9 @@ def build_spec(model: Transformer, src_tokens: list[str], tgt_tokens: list[str])
     decoder.embeddings.weight = _array(model.tgt_embed.token.weight)
     decoder.scale_embeddings = True
     decoder.position_encodings.encodings = positions
-    decoder.projection.weight = _array(model.output_proj.weight)  # (V, D); no bias
+    decoder.projection.weight = _array(model.output_proj.weight)  # (V, D)
+    if model.output_bias is not None:
+        decoder.projection.bias = _array(model.output_bias)
     for layer_spec, layer in zip(decoder.layer, model.decoder_layers):
         _self_attention(layer_spec.self_attention, layer.self_attn, layer.self_attn_layer_norm)
         _cross_attention(layer_spec.attention, layer.encoder_attn, layer.encoder_attn_layer_norm)

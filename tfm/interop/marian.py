@@ -5,14 +5,21 @@ network and no custom code.
 The export needs only torch, safetensors and tokenizers (tfm's own dependencies); Transformers
 is needed to *use* the result, not to write it. What it writes:
 
-    config.json             MarianConfig: post-norm, ReLU, embeddings scaled by sqrt(d_model)
-    model.safetensors       the weights under Marian's names, the residual axis permuted
+    config.json             MarianConfig: post-norm, the model's activation (ReLU unless it
+                            was imported with another), embeddings scaled by sqrt(d_model)
+    model.safetensors       the weights under Marian's names, the residual axis permuted;
+                            final_logits_bias the model's output bias (zeros without one)
     generation_config.json  start from <s>, end at </s>, never emit <pad>/<unk>/<s>, the
                             model's beam size and length penalty
     tokenizer.json          tfm's tokenizer plus tfm's text normalisation and "$A </s>"
     tokenizer_config.json   a PreTrainedTokenizerFast (no sentencepiece needed)
     special_tokens_map.json
     tfm_export.json         what was exported, from which model, by which tfm
+
+A model imported from MarianMT (tfm.interop.marian_import) has SentencePiece models instead
+of a tfm tokenizer: its export is a MarianTokenizer directory again (source.spm, target.spm,
+vocab.json, and target_vocab.json for separate vocabularies) under tfm's ids, which
+``tfm import`` reads back as they are.
 
 **Positions.** Both models add a sinusoidal table with the same frequencies, but tfm
 interleaves it (sin at even dimensions, cos at odd ones) where Marian puts every sine first and
@@ -68,7 +75,7 @@ from torch import Tensor
 from tfm.checkpoint import ModelInfo, load_model_dir
 from tfm.config import ModelConfig
 from tfm.data.text import has_invisible, normalize_text
-from tfm.data.tokenizer import Vocabularies
+from tfm.data.tokenizer import Vocabularies, segmenter_of
 from tfm.errors import UsageError
 from tfm.interop.common import staged_output, write_export_info
 from tfm.model import Transformer
@@ -103,9 +110,13 @@ def export_marian(model_dir: Path, output: Path, overwrite: bool = False) -> Pat
         save_file(marian_state_dict(model), str(stage / WEIGHTS_FILE), metadata={"format": "pt"})
         _write_json(stage / "config.json", marian_config(info.model))
         _write_json(stage / "generation_config.json", generation_config(info))
-        tokenizer = marian_tokenizer(vocabs.src)
-        (stage / "tokenizer.json").write_text(tokenizer.to_str(pretty=True), encoding="utf-8")
-        _write_json(stage / "tokenizer_config.json", tokenizer_config(info.model))
+        if segmenter_of(vocabs.src) is not None:
+            write_sentencepiece_tokenizer(stage, vocabs, info)
+        else:
+            tokenizer = marian_tokenizer(vocabs.src)
+            (stage / "tokenizer.json").write_text(tokenizer.to_str(pretty=True),
+                                                  encoding="utf-8")
+            _write_json(stage / "tokenizer_config.json", tokenizer_config(info.model))
         _write_json(stage / "special_tokens_map.json", _special_tokens())
         write_export_info(stage, FORMAT, model_dir, info)
     return output
@@ -116,7 +127,7 @@ def check_exportable(config: ModelConfig, vocabs: Vocabularies) -> None:
     if config.norm_first:
         raise UsageError("cannot export a pre-norm model (norm_first) to MarianMT: Marian is "
                          "post-norm only, with no final LayerNorm")
-    if not vocabs.joint:
+    if not vocabs.joint and segmenter_of(vocabs.src) is None:
         raise UsageError("cannot export a model with separate source and target vocabularies "
                          "to MarianMT: its fast tokenizer holds one vocabulary; train with a "
                          "joint vocabulary to export this way")
@@ -203,7 +214,9 @@ def marian_state_dict(model: Transformer) -> dict[str, Tensor]:
         out["model.encoder.embed_tokens.weight"] = src
         out["model.decoder.embed_tokens.weight"] = tgt if not c.share_embeddings else src.clone()
         out["lm_head.weight"] = cols(model.output_proj.weight.detach())
-    out["final_logits_bias"] = torch.zeros(1, c.tgt_vocab_size)
+    bias = model.output_bias
+    out["final_logits_bias"] = (torch.zeros(1, c.tgt_vocab_size) if bias is None
+                                else bias.detach().reshape(1, -1))
     return {k: v.float().contiguous() for k, v in out.items()}
 
 
@@ -223,7 +236,7 @@ def marian_config(c: ModelConfig) -> dict[str, Any]:
         "decoder_attention_heads": c.n_heads,
         "encoder_ffn_dim": c.d_ff,
         "decoder_ffn_dim": c.d_ff,
-        "activation_function": "relu",
+        "activation_function": c.activation,
         "max_position_embeddings": c.max_positions,
         "scale_embedding": True,
         "dropout": c.dropout,
@@ -278,6 +291,25 @@ def tokenizer_config(c: ModelConfig) -> dict[str, Any]:
         "model_input_names": ["input_ids", "attention_mask"],
         **_special_tokens(),
     }
+
+
+def write_sentencepiece_tokenizer(stage: Path, vocabs: Vocabularies, info: ModelInfo) -> None:
+    """MarianTokenizer's files for a model imported from MarianMT: its SentencePiece models
+    and its vocabularies under tfm's ids."""
+    for tok, name in ((vocabs.src, "source.spm"), (vocabs.tgt, "target.spm")):
+        (stage / name).write_bytes(segmenter_of(tok).model.data)  # type: ignore[union-attr]
+
+    def by_id(tok: Tokenizer) -> dict[str, int]:
+        return dict(sorted(tok.get_vocab().items(), key=lambda item: item[1]))
+
+    _write_json(stage / "vocab.json", by_id(vocabs.src))
+    if not vocabs.joint:
+        _write_json(stage / "target_vocab.json", by_id(vocabs.tgt))
+    _write_json(stage / "tokenizer_config.json", {
+        "tokenizer_class": "MarianTokenizer", "separate_vocabs": not vocabs.joint,
+        "source_lang": info.src_lang, "target_lang": info.tgt_lang,
+        "model_max_length": info.model.max_positions,
+        "pad_token": PAD, "unk_token": UNK, "eos_token": EOS})
 
 
 def _special_tokens() -> dict[str, str]:
