@@ -17,14 +17,18 @@ from typer.testing import CliRunner
 import tfm.cli  # noqa: F401 (registers the commands)
 from tfm.cli.app import app
 from tfm.cli.fields import Fields
-from tfm.config import CleanConfig, ModelConfig, SearchOptions, TrainConfig
+from tfm.config import CleanConfig, EngineOptions, ModelConfig, SearchOptions, TrainConfig
 from tfm.errors import UsageError
+from tfm.serve.config import ServeConfig
 
 # The commands whose options come from dataclasses, and from which: a command that starts
 # deriving its options belongs here.
 DERIVED = {
     "train": {ModelConfig, TrainConfig},
     "prepare": {CleanConfig},
+    "translate": {SearchOptions, EngineOptions},
+    "eval": {SearchOptions, EngineOptions},
+    "serve": {EngineOptions, ServeConfig},
 }
 
 
@@ -74,10 +78,11 @@ def test_every_option_agrees_with_its_field(command: str, group: Fields,
         assert field.metadata.get("option", "--" + field.name.replace("_", "-")) in spellings
     assert field.metadata.get("help"), f"{group.cls.__name__}.{field.name} has no help"
     assert param.help.startswith(field.metadata["help"])
-    if group.given_only or field.default is None:
+    repeatable = field.default is dataclasses.MISSING  # a list: empty unless given
+    if group.given_only or field.default is None or repeatable:
         # None until given; the help says the field's default
         assert param.default is None
-        if field.default is not None or "shown_default" in field.metadata:
+        if (field.default is not None and not repeatable) or "shown_default" in field.metadata:
             assert param.help.endswith(f"[default: {_default_shown(field)}]"), param.help
     else:
         assert param.default == field.default
@@ -95,11 +100,11 @@ def test_old_spellings_are_refused_naming_the_new_one() -> None:
 
 
 def test_a_check_of_a_field_is_one_line_that_names_the_option() -> None:
-    with pytest.raises(UsageError, match="^--max-length must be at least 1, not 0$"):
+    with pytest.raises(UsageError, match="^--max-length 0: give 1 or more$"):
         CleanConfig(max_length=0)
-    with pytest.raises(UsageError, match="^--warmup must be at least 0, not -1$"):
+    with pytest.raises(UsageError, match="^--warmup -1: give 0 or more$"):
         TrainConfig(warmup_steps=-1)
-    with pytest.raises(UsageError, match="^--beam must be at least 1, not 0$"):
+    with pytest.raises(UsageError, match="^--beam 0: give 1 or more$"):
         SearchOptions(beam=0)
 
 
@@ -141,3 +146,31 @@ def test_tfm_prepare_hands_the_library_a_clean_config(monkeypatch: pytest.Monkey
     CliRunner().invoke(app, ["prepare", "--train", str(corpus), "-s", "en", "-t", "de",
                              "--max-length", "80", "--dedup", "-o", str(tmp_path / "d")])
     assert calls == [CleanConfig(max_length=80, dedup=True)]
+
+
+def test_tfm_translate_hands_the_search_the_options_given(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """``beam`` and ``batch_tokens`` from the command line to the SearchOptions the search
+    gets, the model's defaults filling what was not given."""
+    from tfm.config import GenerationDefaults
+    from tfm.decoding.translator import Translator
+
+    seen: list[SearchOptions] = []
+
+    class Fake:
+        info = SimpleNamespace(generation=GenerationDefaults(max_len_b=7))
+        supports_attention, engine, reranker = True, "fake", None
+        default_options = Translator.default_options
+
+        def prepare(self, sentences: list[str], specs: Any, options: SearchOptions) -> list:
+            seen.append(options)
+            return []
+
+        def translate_prepared(self, sources: list, options: SearchOptions) -> list:
+            return []
+
+    monkeypatch.setattr("tfm.decoding.engines.load_translator", lambda *a, **k: Fake())
+    result = CliRunner().invoke(app, ["translate", "-m", "m", "--beam", "3",
+                                      "--batch-tokens", "77", "Hello."])
+    assert result.exit_code == 0, result.output
+    assert seen == [SearchOptions(beam=3, batch_tokens=77, max_len_b=7)]

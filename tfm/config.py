@@ -9,6 +9,7 @@ run and is stored beside it; ``CleanConfig`` says which pairs ``prepare`` keeps 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, TypeVar
 
 from tfm.errors import UsageError
@@ -28,8 +29,12 @@ def option(default: Any, help: str, **metadata: Any) -> Any:
     - ``min``: the smallest value allowed, checked by ``check_fields`` (a one-line error);
     - ``shown_default``: the default as --help says it, where it is decided later (the
       preset's, the model's);
+    - ``envvar``: an environment variable that gives it too;
     - ``was``: an old spelling, refused with a one-line error naming the new one.
     """
+    if isinstance(default, list):  # a repeatable option: a fresh list for each instance
+        return field(default_factory=lambda: list(default),
+                     metadata={"help": help, **metadata})
     return field(default=default, metadata={"help": help, **metadata})
 
 
@@ -63,7 +68,7 @@ def check_fields(config: Any) -> None:
         value = getattr(config, f.name)
         if low is not None and value is not None and value < low:
             spelled = option_spelling(type(config), f.name) or f.name
-            raise UsageError(f"{spelled} must be at least {low}, not {value}")
+            raise UsageError(f"{spelled} {value}: give {low} or more")
 
 
 @dataclass
@@ -179,9 +184,10 @@ class TrainConfig:
     device: str = option("auto", "auto (CUDA if available, else CPU), cpu or cuda.")
     precision: str = option(
         "auto", "auto, fp32, bf16 or fp16. auto: bf16 autocast on CUDA (fp16 where bf16 is "
-        "not supported), fp32 on CPUs (bf16 autocast is not reliably faster there: "
-        "--precision bf16 to try it). fp16 scales the loss to keep small gradients (a step "
-        "whose gradients overflow is skipped and the scale lowered).")
+        "not supported); on CPUs with native bf16 (AMX, AVX-512 BF16) a bf16 model with fp32 "
+        "master weights, fp32 on other CPUs (bf16 is emulated there and trains many times "
+        "slower). Saved weights are fp32 in every precision. fp16 scales the loss to keep "
+        "small gradients (a step whose gradients overflow is skipped and the scale lowered).")
     compile: bool = option(False, "Compile the model with torch.compile (slower start, often "
                            "faster steps on GPUs).")
     num_threads: int = option(0, "CPU threads for torch (0: torch's default).",
@@ -273,6 +279,39 @@ class SearchOptions:
                              f"not {self.n_best}")
 
 
+@dataclass
+class EngineOptions:
+    """Which model decodes, where, and what ranks its hypotheses: what ``tfm translate`` and
+    ``tfm eval`` load (tfm.decoding.engines.load_translator, tfm.decoding.rerank)."""
+
+    model: Path = option(Path("model"), "A model directory written by `tfm train` (or `tfm "
+                         "average`), or a CTranslate2 export from `tfm export --to "
+                         "ctranslate2`, decoded with CTranslate2.", short="-m")
+    ensemble: list[Path] = option([], "Another model directory (same tokenizer) to decode "
+                                  "together with --model, their probabilities averaged at "
+                                  "every step; repeat for more.")
+    reverse_model: list[Path] = option(
+        [], "Beam search: rank each sentence's hypotheses anew with a tfm model of the other "
+        "direction (e.g. de->en for an en->de model): each scored by how well it lets that "
+        "model read the source back (see --reverse-weight). Repeat for an ensemble. Most "
+        "useful with --mbr.")
+    reverse_weight: float = option(
+        REVERSE_WEIGHT, "With --reverse-model: hypothesis score + this x the reverse model's "
+        "log-probability of the source per source token (chosen on Multi30k's val).")
+    device: str = option("auto", "auto (CUDA if available, else CPU), cpu or cuda.")
+    precision: str = option("fp32", "Weights for decoding: fp32, bf16, fp16 (CUDA) or auto "
+                            "(bf16 on CUDA and on CPUs with native bf16, else fp32).")
+    workers: int | None = option(
+        None, "Batches decoded at once (tfm's search), each by a thread with its share of the "
+        "CPU threads: a decoding step leaves a second core idle much of the time, so on a CPU "
+        "two single-threaded workers keep the cores busier than one with two threads "
+        "(docs/BENCHMARKS.md). The output is the same whatever the number.", min=1,
+        shown_default="2 on a CPU with 2 threads or more, else 1")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
 def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
     known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     unknown = set(data) - known
@@ -305,6 +344,7 @@ __all__ = [
     "CleanConfig",
     "GenerationDefaults",
     "SearchOptions",
+    "EngineOptions",
     "PRESETS",
     "model_config_from_preset",
     "model_config_from_dict",

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.progress import (
@@ -26,35 +26,18 @@ from rich.table import Table
 from rich.text import Text
 
 from tfm.cli.app import app, err, out
-from tfm.cli.options import (
-    BeamOpt,
-    DeviceOpt,
-    EnsembleOpt,
-    GlossaryOpt,
-    LenPenOpt,
-    MaxLenAOpt,
-    MaxLenBOpt,
-    MbrOpt,
-    ModelOpt,
-    PrecisionOpt,
-    ReverseModelOpt,
-    ReverseWeightOpt,
-    StopEarlyOpt,
-    WorkersOpt,
-    rerank_with,
-    search_options,
-)
-from tfm.config import REVERSE_WEIGHT, SearchOptions
+from tfm.cli.fields import Fields, derive
+from tfm.cli.options import GlossaryOpt, load_decoder
+from tfm.config import EngineOptions, SearchOptions
 from tfm.errors import UsageError
 
 
 @app.command()
+@derive(search=Fields(SearchOptions, given_only=True), engine=Fields(EngineOptions))
 def translate(
     text: Annotated[Optional[list[str]], typer.Argument(
         help="Sentences to translate. Without any, reads --input or standard input, one "
         "sentence a line.", show_default=False)] = None,
-    model: ModelOpt = Path("model"),
-    ensemble: EnsembleOpt = None,
     input: Annotated[Optional[Path], typer.Option(
         "--input", "-i", help="File to translate, one sentence a line; a .jsonl file (or "
         "--input-format jsonl): one request a line, {\"src\": ..., \"constraints\": "
@@ -71,18 +54,6 @@ def translate(
         "to a jsonl line's own). Needs beam search.", show_default=False)] = None,
     output: Annotated[Optional[Path], typer.Option(
         "--output", help="Write translations here instead of standard output.")] = None,
-    beam: BeamOpt = None,
-    length_penalty: LenPenOpt = None,
-    max_len_a: MaxLenAOpt = None,
-    max_len_b: MaxLenBOpt = None,
-    min_len: Annotated[int, typer.Option(
-        "--min-len", help="Minimum output length in tokens.")] = 0,
-    n_best: Annotated[int, typer.Option(
-        "--n-best", help="Hypotheses per sentence (jsonl shows them all).")] = 1,
-    stop_early: StopEarlyOpt = True,
-    mbr: MbrOpt = None,
-    reverse_model: ReverseModelOpt = None,
-    reverse_weight: ReverseWeightOpt = REVERSE_WEIGHT,
     fmt: Annotated[str, typer.Option(
         "--format", help="text: one translation a line; jsonl: scores and n-best too.")
     ] = "text",
@@ -95,13 +66,15 @@ def translate(
     plot: Annotated[Optional[Path], typer.Option(
         "--plot", help="For one sentence: save the cross-attention as a heatmap picture "
         "(PNG).")] = None,
-    device: DeviceOpt = "auto",
-    precision: PrecisionOpt = "fp32",
-    workers: WorkersOpt = None,
+    target_lang: Annotated[Optional[str], typer.Option(
+        "--target-lang", help="For a multilingual model imported from MarianMT: the language "
+        "to translate into (e.g. fr), whose >>fr<< token is put before each sentence.",
+        show_default=False)] = None,
+    *,
+    search: dict[str, Any],  # SearchOptions' options, those given
+    engine: EngineOptions,
 ) -> None:
     """Translate sentences with a trained model (greedy or beam search)."""
-    from tfm.decoding.engines import load_translator
-
     if fmt not in ("text", "jsonl"):
         raise UsageError(f"--format {fmt}: choose text or jsonl")
     if alignments and fmt != "jsonl":
@@ -119,13 +92,10 @@ def translate(
         from tfm.decoding.glossary import load_glossary
 
         terms = load_glossary(glossary)
-    translator = load_translator(model, device, precision, ensemble=ensemble or (),
-                                 workers=workers)
-    options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, min_len,
-                              n_best, stop_early,
-                              attention=alignments or show_attention or plot is not None,
-                              mbr=mbr)
-    rerank_with(translator, options, reverse_model, reverse_weight, device, precision)
+    translator, options = load_decoder(
+        engine, search, attention=alignments or show_attention or plot is not None)
+    language = _language(translator, target_lang)
+    from tfm.decoding.languages import with_language
     # Everything read and checked before the output is opened: bad input writes nothing.
     constrained = jsonl or terms is not None or prefix is not None or bool(constraint)
     if text or input is not None:
@@ -138,6 +108,7 @@ def translate(
         else:
             sentences = _read_lines(input, allow_empty=True)
             own = [None] * len(sentences)
+        sentences = with_language(sentences, language)
         specs = ([_spec(s, o, constraint, prefix, terms) for s, o in zip(sentences, own)]
                  if constrained else None)
         sources = _prepared(translator, sentences, specs, options, input)
@@ -147,12 +118,13 @@ def translate(
         if text:
             results = translator.translate_prepared(sources, options)
         elif input is not None:
-            with _translating(len(sources), _search_name(options, reverse_model)) as progress:
+            with _translating(len(sources), _search_name(options, engine)) as progress:
                 results = translator.translate_prepared(sources, options, progress)
         else:  # standard input: translate line by line as it arrives (pipes, interactive)
             constrain = ((lambda line: _spec(line, None, constraint, prefix, terms))
                          if constrained else None)
-            results = translator.translate_stream(sys.stdin, options, chunk=1,
+            lines = (with_language([line], language)[0] for line in sys.stdin)
+            results = translator.translate_stream(lines, options, chunk=1,
                                                   constrain=constrain)
         for r in results:
             unmet += r.constraints_met is False
@@ -188,6 +160,20 @@ def translate(
         err.print(f"[yellow]warning[/]: {unmet} translation{'s' if unmet > 1 else ''} miss a "
                   "constraint: the phrases do not all fit the length limit (--max-len-a/b); "
                   "--format jsonl says which", highlight=False)
+
+
+def _language(translator, target_lang: str | None) -> str | None:
+    """The >>xx<< token --target-lang asks for (refused in one line if the model has none);
+    without it, a warning for a model that translates into several languages."""
+    from tfm.decoding.languages import language_token, language_tokens
+
+    if target_lang is not None:
+        return language_token(translator.vocabs, target_lang)
+    if language_tokens(translator.vocabs):
+        err.print("[yellow]warning[/]: this model translates into several languages: give "
+                  "--target-lang, or start each sentence with its >>xx<< token",
+                  highlight=False)
+    return None
 
 
 def _input_is_jsonl(path: Path | None, input_format: str) -> bool:
@@ -274,6 +260,8 @@ def _read_lines(path: Path, allow_empty: bool = False) -> list[str]:
 
 
 @app.command("eval")
+@derive(search=Fields(SearchOptions, given_only=True, exclude=("n_best",)),
+        engine=Fields(EngineOptions))
 def eval_cmd(
     src: Annotated[Optional[Path], typer.Option(
         "--src", help="Source file to translate (one sentence a line).")] = None,
@@ -282,8 +270,6 @@ def eval_cmd(
     hyp: Annotated[Optional[Path], typer.Option(
         "--hyp", help="Score these existing translations instead of translating --src.")
     ] = None,
-    model: ModelOpt = Path("model"),
-    ensemble: EnsembleOpt = None,
     bleu_flag: Annotated[bool, typer.Option("--bleu/--no-bleu", help="Report BLEU.")] = True,
     chrf: Annotated[bool, typer.Option("--chrf", help="Also report chrF.")] = False,
     ter: Annotated[bool, typer.Option("--ter", help="Also report TER.")] = False,
@@ -293,32 +279,23 @@ def eval_cmd(
     tgt_lang: Annotated[Optional[str], typer.Option(
         "--tgt-lang", help="Target language for --lc-tok's tokenizer (default: the "
         "model's).")] = None,
-    beam: BeamOpt = None,
-    length_penalty: LenPenOpt = None,
-    max_len_a: MaxLenAOpt = None,
-    max_len_b: MaxLenBOpt = None,
-    stop_early: StopEarlyOpt = True,
-    mbr: MbrOpt = None,
-    reverse_model: ReverseModelOpt = None,
-    reverse_weight: ReverseWeightOpt = REVERSE_WEIGHT,
     save_hyp: Annotated[Optional[Path], typer.Option(
         "--save-hyp", help="Also write the translations to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
-    device: DeviceOpt = "auto",
-    precision: PrecisionOpt = "fp32",
-    workers: WorkersOpt = None,
+    *,
+    search: dict[str, Any],  # SearchOptions' options, those given
+    engine: EngineOptions,
 ) -> None:
     """Translate --src and score it against --ref with sacrebleu (or score --hyp); --lc-tok adds
     the lowercased, Moses-tokenized BLEU that Multi30k results are reported in."""
     from tfm.data.tokenizer import lowercases
-    from tfm.decoding.engines import load_translator
     from tfm.decoding.scoring import bleu_lc_tok, require_moses, score
 
     if ref is None:
         raise UsageError("missing --ref: the reference translations to score against")
     if (src is None) == (hyp is None):
         raise UsageError("give --src (to translate with --model) or --hyp (to score), not both")
-    if (ensemble or reverse_model) and hyp is not None:
+    if (engine.ensemble or engine.reverse_model) and hyp is not None:
         raise UsageError("--ensemble and --reverse-model translate --src; --hyp is scored as "
                          "it is")
     if tgt_lang is not None and not lc_tok:
@@ -336,21 +313,17 @@ def eval_cmd(
         if len(sources) != len(references):
             raise UsageError(f"{src} has {len(sources)} lines but {ref} has "
                              f"{len(references)}: they must be aligned line by line")
-        translator = load_translator(model, device, precision, ensemble=ensemble or (),
-                                     workers=workers)
+        translator, options = load_decoder(engine, search)
         if lc_tok and tgt_lang is None:
             tgt_lang = translator.info.tgt_lang
             if not tgt_lang:
-                raise UsageError(f"--lc-tok: the model in {model} does not record its target "
-                                 "language: give --tgt-lang")
-        options = search_options(translator, beam, length_penalty, max_len_a, max_len_b, 0, 1,
-                                  stop_early, mbr=mbr)
-        rerank_with(translator, options, reverse_model, reverse_weight, device, precision)
+                raise UsageError(f"--lc-tok: the model in {engine.model} does not record its "
+                                 "target language: give --tgt-lang")
         if lowercases(translator.vocabs.tgt) and (bleu_flag or chrf or ter):
-            err.print(f"[yellow]note:[/] {model} writes lowercased text (its tokenizer "
+            err.print(f"[yellow]note:[/] {engine.model} writes lowercased text (its tokenizer "
                       "lowercases): its cased scores compare that with the cased references; "
                       "--lc-tok scores it as the Multi30k papers do")
-        with _translating(len(sources), _search_name(options, reverse_model)) as progress:
+        with _translating(len(sources), _search_name(options, engine)) as progress:
             hypotheses = [t.text for t in translator.translate(sources, options, progress)]
         if save_hyp:
             from tfm.atomic import atomic_write_bytes
@@ -370,10 +343,10 @@ def eval_cmd(
             out.print(s.signature, highlight=False, soft_wrap=True)
 
 
-def _search_name(options: SearchOptions, reverse_model: Path | None) -> str:
+def _search_name(options: SearchOptions, engine: EngineOptions) -> str:
     """How the sentences are searched, as the summary line says it: 'beam 5, MBR by bleu'."""
     return (f"beam {options.beam}" + (f", MBR by {options.mbr}" if options.mbr else "")
-            + (", reranked by the reverse model" if reverse_model else ""))
+            + (", reranked by the reverse model" if engine.reverse_model else ""))
 
 
 class _SentenceRate(ProgressColumn):

@@ -76,13 +76,16 @@ class Fields:
                 shown = default
             decls += [f.metadata["short"]] if "short" in f.metadata else []
             shown = f.metadata.get("shown_default", shown)
+            more = ({"envvar": f.metadata["envvar"], "show_envvar": True}
+                    if "envvar" in f.metadata else {})
             if self.given_only or default is None:
                 info = typer.Option(*decls, help=help_text + (
-                    default_note(shown) if shown is not None else ""), show_default=False)
+                    default_note(shown) if shown is not None else ""), show_default=False,
+                    **more)
                 annotation: Any = Annotated[Optional[value_type], info]  # noqa: UP045
                 params.append(_keyword(f.name, annotation, None))
             else:
-                info = typer.Option(*decls, help=help_text)
+                info = typer.Option(*decls, help=help_text, **more)
                 params.append(_keyword(f.name, Annotated[value_type, info], default))
             if "was" in f.metadata:
                 old = typer.Option(f.metadata["was"], hidden=True, show_default=False)

@@ -4,70 +4,29 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from pathlib import Path
-from typing import Annotated, Optional
+from dataclasses import replace
+from typing import Annotated
 
 import typer
 
 from tfm.cli.app import app, err
-from tfm.cli.options import BeamOpt, DeviceOpt, GlossaryOpt, ModelOpt, PrecisionOpt, default
+from tfm.cli.fields import Fields, derive
+from tfm.cli.options import GlossaryOpt
+from tfm.config import EngineOptions
 from tfm.errors import UsageError
 from tfm.serve.config import ServeConfig
 
-_C = ServeConfig  # the defaults
-
 
 @app.command()
+@derive(engine=Fields(EngineOptions, exclude=("ensemble", "reverse_model", "reverse_weight")),
+        settings=Fields(ServeConfig))
 def serve(
-    model: ModelOpt = Path("model"),
-    host: Annotated[str, typer.Option(
-        "--host", help="Address to listen on; 0.0.0.0 opens the server to the network (give "
-        "it an API key).")] = _C.host,
-    port: Annotated[int, typer.Option(
-        "--port", "-p", help="Port to listen on; 0 picks a free one.")] = _C.port,
-    max_batch_tokens: Annotated[int, typer.Option(
-        "--max-batch-tokens", help="Most source tokens x beam decoded in one batch, gathered "
-        "across requests.")] = _C.max_batch_tokens,
-    max_wait_ms: Annotated[float, typer.Option(
-        "--max-wait-ms", help="How long a batch waits for more sentences, from the "
-        "oldest's arrival or the end of the last batch, whichever is later.")] = _C.max_wait_ms,
-    workers: Annotated[Optional[int], typer.Option(
-        "--workers", help="Batches decoded at once, each by a thread with its share of the "
-        "CPU threads: on a CPU, two single-threaded workers keep the cores busier than one "
-        "with two threads (docs/BENCHMARKS.md)." + default("2 on a CPU with 2 threads or more, "
-        "else 1"), show_default=False)] = None,
-    max_queue: Annotated[int, typer.Option(
-        "--max-queue", help="Most sentences waiting or decoding; beyond it requests get 503 "
-        "with Retry-After.")] = _C.max_queue,
-    max_sentences: Annotated[int, typer.Option(
-        "--max-sentences", help="Most sentences in one request, after splitting its texts "
-        "(413 beyond).")] = _C.max_sentences,
-    max_request_bytes: Annotated[int, typer.Option(
-        "--max-request-bytes", help="Largest request body (413 beyond).")
-    ] = _C.max_request_bytes,
-    max_beam: Annotated[int, typer.Option(
-        "--max-beam", help="Largest beam a request may ask for (422 beyond).")] = _C.max_beam,
-    beam: BeamOpt = None,
     glossary: GlossaryOpt = None,
-    api_key: Annotated[Optional[str], typer.Option(
-        "--api-key", envvar="TFM_API_KEY", show_envvar=True, help="Require this key "
-        "(header 'Authorization: Bearer KEY' or 'X-API-Key: KEY') on /v1/* and /metrics. "
-        "Prefer the environment variable: a command line is visible to other users.")
-    ] = None,
-    request_timeout: Annotated[float, typer.Option(
-        "--request-timeout", help="Seconds a client has to send a whole request, from "
-        "connecting, from the request's first byte or from its previous answer, and to read "
-        "some of its answer once the server's buffers are full; a slower connection is "
-        "closed.")] = _C.request_timeout_s,
-    max_connections: Annotated[Optional[int], typer.Option(
-        "--max-connections", help="Most connections open at once; past it a new one closes "
-        "the one that has waited longest for its client's request, or gets 503 when every "
-        "one has a request being answered." + default("what the open-file limit allows, less "
-        "64 (tfm serve raises its soft limit to the hard one)"), show_default=False)] = None,
     access_log: Annotated[bool, typer.Option(
         "--access-log", help="Log every request (one line each) on stderr.")] = False,
-    device: DeviceOpt = "auto",
-    precision: PrecisionOpt = "fp32",
+    *,
+    engine: EngineOptions,  # the model and where it decodes
+    settings: ServeConfig,  # how the server listens, batches and bounds its work
 ) -> None:
     """Serve a model over HTTP: POST /v1/translate, a page at /, /docs, /health, /metrics."""
     from tfm.extras import require
@@ -81,17 +40,14 @@ def serve(
     from tfm.serve.app import create_app
     from tfm.serve.protocol import http_protocol
 
-    workers = decoding_workers(workers, resolve_device(device))
-    config = ServeConfig(host=host, port=port, max_batch_tokens=max_batch_tokens,
-                         max_wait_ms=max_wait_ms, workers=workers, max_queue=max_queue,
-                         max_sentences=max_sentences, max_request_bytes=max_request_bytes,
-                         max_beam=max_beam, beam=beam, api_key=api_key,
-                         request_timeout_s=request_timeout, max_connections=max_connections)
+    config = replace(settings, workers=decoding_workers(engine.workers,
+                                                        resolve_device(engine.device)))
+    host, port = config.host, config.port
     terms = None
     if glossary is not None:  # loaded once, before anything else: a bad file fails fast
         from tfm.decoding.glossary import load_glossary
 
-        if beam == 1:
+        if config.beam == 1:
             raise UsageError("--glossary makes constraints, which need beam search: give "
                              "--beam 2 or more")
         terms = load_glossary(glossary)
@@ -100,7 +56,7 @@ def serve(
         # Decoding runs on the batcher's worker threads, each with its share of the CPU
         # threads; this thread keeps one (tfm.device.share_cpu_threads says why).
         worker_init = share_cpu_threads(config.workers)
-        translator = load_translator(model, device, precision)
+        translator = load_translator(engine.model, engine.device, engine.precision)
         application = create_app(translator, config, worker_init=worker_init,
                                  glossary=terms)
         info = translator.info
@@ -108,7 +64,7 @@ def serve(
         err.print(f"Serving {info.src_lang or '?'}→{info.tgt_lang or '?'} ({translator.engine}"
                   f") on {url}  (page: {url}/, API: {url}/docs; Ctrl+C stops)",
                   highlight=False, soft_wrap=True)
-        if api_key is None and not _is_loopback(host):
+        if config.api_key is None and not _is_loopback(host):
             err.print(f"[yellow]warning[/]: listening on {host} without an API key: anyone "
                       "who can reach this machine can use the model (set TFM_API_KEY)")
         server = uvicorn.Server(uvicorn.Config(

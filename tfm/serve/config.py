@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from tfm.config import option
 from tfm.errors import UsageError
 
 
@@ -11,32 +12,45 @@ from tfm.errors import UsageError
 class ServeConfig:
     """Everything the server decides besides the model. The command line's defaults are these."""
 
-    host: str = "127.0.0.1"  # loopback only unless told otherwise
-    port: int = 8000
+    host: str = option("127.0.0.1", "Address to listen on; 0.0.0.0 opens the server to the "
+                       "network (give it an API key).")
+    port: int = option(8000, "Port to listen on; 0 picks a free one.", short="-p")
     # Dynamic batching: the decoding worker takes the sentences waiting across all requests
     # (oldest first, those sharing the oldest one's decoding options) until their source tokens
     # x beam reach this, or until the oldest has waited max_wait_ms. Also the size of each
     # search call, as SearchOptions.batch_tokens (--batch-tokens) is for `tfm translate`.
-    max_batch_tokens: int = 4096
-    max_wait_ms: float = 5.0
-    # Batches decoded at once, each by a worker thread with its share of torch's CPU threads.
-    workers: int = 1
-    max_queue: int = 2048  # sentences waiting or being decoded; beyond it: 503 + Retry-After
-    max_sentences: int = 512  # per request, after splitting texts into sentences (413)
-    max_request_bytes: int = 1 << 20  # request body (413)
-    max_beam: int = 16  # largest beam a request may ask for (422)
-    beam: int | None = None  # the server's default beam; None: the model's
-    api_key: str | None = None  # when set, /v1/* and /metrics need it (401 without)
-    drain_timeout_s: float = 30.0  # on SIGTERM: longest wait for the requests in flight
-    # A connection that has not sent a whole request this long after connecting, after the
-    # request's first byte or after its previous answer is closed, as is one that reads
-    # nothing of its answer this long (slow or stalled clients).
-    request_timeout_s: float = 30.0
-    # Connections open at once; past it a new one closes the one that has waited longest for
-    # its client (503 only when every one has a request being answered). None: as many as the
-    # process may open files, less 64 for everything else (tfm serve raises its soft limit on
-    # open files to the hard one first).
-    max_connections: int | None = None
+    max_batch_tokens: int = option(4096, "Most source tokens x beam decoded in one batch, "
+                                   "gathered across requests.")
+    max_wait_ms: float = option(5.0, "How long a batch waits for more sentences, from the "
+                                "oldest's arrival or the end of the last batch, whichever is "
+                                "later.")
+    # Batches decoded at once, each by a worker thread with its share of torch's CPU threads
+    # (tfm serve --workers: EngineOptions.workers).
+    workers: int = field(default=1, metadata={"option": None})
+    max_queue: int = option(2048, "Most sentences waiting or decoding; beyond it requests get "
+                            "503 with Retry-After.")
+    max_sentences: int = option(512, "Most sentences in one request, after splitting its texts "
+                                "(413 beyond).")
+    max_request_bytes: int = option(1 << 20, "Largest request body (413 beyond).")
+    max_beam: int = option(16, "Largest beam a request may ask for (422 beyond).")
+    beam: int | None = option(None, "Beam size of a request that gives none; 1 is greedy "
+                              "decoding.", short="-b", shown_default="the model's")
+    api_key: str | None = option(
+        None, "Require this key (header 'Authorization: Bearer KEY' or 'X-API-Key: KEY') on "
+        "/v1/* and /metrics. Prefer the environment variable: a command line is visible to "
+        "other users.", envvar="TFM_API_KEY")
+    drain_timeout_s: float = field(default=30.0, metadata={"option": None})  # on SIGTERM:
+    # longest wait for the requests in flight
+    request_timeout_s: float = option(
+        30.0, "Seconds a client has to send a whole request, from connecting, from the "
+        "request's first byte or from its previous answer, and to read some of its answer once "
+        "the server's buffers are full; a slower connection is closed.",
+        option="--request-timeout")
+    max_connections: int | None = option(
+        None, "Most connections open at once; past it a new one closes the one that has waited "
+        "longest for its client's request, or gets 503 when every one has a request being "
+        "answered.", shown_default="what the open-file limit allows, less 64 (tfm serve "
+        "raises its soft limit to the hard one)")
 
     def __post_init__(self) -> None:
         for name in ("max_batch_tokens", "workers", "max_queue", "max_sentences",
