@@ -151,7 +151,7 @@ def test_log_probs_of_a_forced_target_match_tfm(translators) -> None:
     model, vocabs = tfm_translator.model, tfm_translator.vocabs
     sources = [ids + [EOS_ID] for ids in encode_batch(vocabs.src, [s for s, _ in PAIRS[:8]])]
     targets = encode_batch(vocabs.tgt, [t for _, t in PAIRS[8:16]])  # not the references
-    theirs = ct2_translator.score(sources, targets)
+    theirs = ct2_translator.forced_log_probs(sources, targets)
     with torch.no_grad():
         logits = model(pad(sources), pad([[BOS_ID] + t for t in targets])).double()
     log_probs = torch.log_softmax(logits, dim=-1)
@@ -198,7 +198,7 @@ def test_every_hypothesis_is_scored_as_tfm_scores_it(translators) -> None:
     for src, hyps in zip(sources, ct2_translator.search(sources, o)):
         assert hyps and [h.score for h in hyps] == sorted((h.score for h in hyps),
                                                           reverse=True)
-        forced = ct2_translator.score([src] * len(hyps), [h.tokens for h in hyps])
+        forced = ct2_translator.forced_log_probs([src] * len(hyps), [h.tokens for h in hyps])
         for h, log_probs in zip(hyps, forced):
             assert not {PAD_ID, UNK_ID, BOS_ID} & set(h.tokens)
             assert h.log_prob == pytest.approx(sum(log_probs), abs=1e-4)

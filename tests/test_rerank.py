@@ -60,7 +60,7 @@ def test_forced_decoding_scores_are_the_models_step_by_step_log_probabilities(
         # Batched with pairs of other lengths (padding), in a small token budget (several
         # batches) or alone: the same score, the one step-by-step decoding gives.
         assert log_p == pytest.approx(step_by_step(translator, source, target), abs=1e-4)
-        assert translator.score([source], [target], max_tokens=8) == [
+        assert translator.score([source], [target], batch_tokens=8) == [
             pytest.approx((log_p, length), abs=1e-4)]
         assert length == len(encode_batch(translator.vocabs.tgt, [target])[0]) + 1
         assert log_p < 0

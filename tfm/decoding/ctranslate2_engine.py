@@ -285,9 +285,10 @@ class CTranslate2Translator(Translator):
                                    log_prob, [] if o.attention else None))
         return hyps
 
-    def score(self, sources: list[list[int]], targets: list[list[int]]) -> list[list[float]]:
-        """log P of each target token and of the closing EOS given its source (ids ending
-        with EOS; targets without EOS), by teacher forcing."""
+    def forced_log_probs(self, sources: list[list[int]], targets: list[list[int]],
+                         batch_tokens: int = 2048) -> list[list[float]]:
+        """Translator.forced_log_probs, by CTranslate2's teacher-forced scoring (which batches
+        the call itself: ``batch_tokens`` is for tfm's engine)."""
         results = self.translator.score_batch(
             [[self._src_tokens[i] for i in s] for s in sources],
             [[self._tgt_tokens[i] for i in t] for t in targets], max_input_length=0)

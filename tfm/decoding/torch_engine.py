@@ -11,8 +11,6 @@ import torch
 from tfm.checkpoint import load_model_dir
 from tfm.config import SearchOptions
 from tfm.data.batching import pad_pairs
-from tfm.data.text import normalize_text
-from tfm.data.tokenizer import encode_batch
 from tfm.decoding.constraints import TargetConstraints
 from tfm.decoding.search import Hypothesis, beam_search, greedy_search
 from tfm.decoding.translator import Translator, length_batches
@@ -27,7 +25,7 @@ from tfm.errors import UsageError
 from tfm.layout import WEIGHTS_FILE
 from tfm.model import Transformer
 from tfm.model.ensemble import Ensemble
-from tfm.special_tokens import EOS_ID, PAD_ID
+from tfm.special_tokens import PAD_ID
 
 
 class TorchTranslator(Translator):
@@ -42,11 +40,12 @@ class TorchTranslator(Translator):
         """``weights_file``: another weights file of the directory, e.g. a numbered
         checkpoint ``checkpoints/step_00001000.safetensors``. ``precision``: fp32, or bf16 /
         fp16 weights (``auto``: bf16 on CUDA and on CPUs with native bf16, where they decode
-        faster than fp32 with the same BLEU: docs/BENCHMARKS.md, else fp32). ``ensemble``: more model directories, with the
-        same tokenizer, decoded together with the first (their probabilities averaged); the
-        first gives the languages and decoding defaults. ``workers``: batches decoded at once
-        (None: tfm.device.decoding_workers decides); with more than one, this thread keeps one
-        CPU thread and the workers share the others (tfm.device.share_cpu_threads)."""
+        faster than fp32 with the same BLEU: docs/BENCHMARKS.md, else fp32). ``ensemble``:
+        more model directories, with the same tokenizer, decoded together with the first
+        (their probabilities averaged); the first gives the languages and decoding defaults.
+        ``workers``: batches decoded at once (None: tfm.device.decoding_workers decides); with
+        more than one, this thread keeps one CPU thread and the workers share the others
+        (tfm.device.share_cpu_threads)."""
         self.device = resolve_device(device)
         self.workers = decoding_workers(workers, self.device)
         if self.workers > 1:
@@ -86,32 +85,21 @@ class TorchTranslator(Translator):
         return described
 
     @torch.inference_mode()
-    def score(self, sources: Sequence[str], targets: Sequence[str], max_tokens: int = 2048
-              ) -> list[tuple[float, int]]:
-        """log P(target | source) of each pair of texts under the model (an ensemble: the log
-        of its members' mean probability at each position), and the target's length in
-        tokens, EOS included: forced decoding, all positions at once. Both sides are read as
-        ``prepare`` reads a source (normalised, truncated to what the model takes); pairs are
-        sorted by length into batches of about ``max_tokens`` source + target tokens."""
-        limit = self.max_source_tokens - 1  # room for EOS (the source's) or BOS (the target's)
-        src_ids = [x[:limit] + [EOS_ID] for x in encode_batch(
-            self.vocabs.src, [normalize_text(s) for s in sources])]
-        tgt_ids = [y[:limit] for y in encode_batch(
-            self.vocabs.tgt, [normalize_text(t) for t in targets])]
-        if len(src_ids) != len(tgt_ids):
-            raise ValueError(f"{len(src_ids)} sources but {len(tgt_ids)} targets")
-        results: list[tuple[float, int]] = [(0.0, 0)] * len(src_ids)
-        pair_tokens = [len(x) + len(y) + 1 for x, y in zip(src_ids, tgt_ids)]
-        for batch in length_batches(pair_tokens, range(len(pair_tokens)), max_tokens):
-            pairs = pad_pairs([src_ids[i] for i in batch], [tgt_ids[i] for i in batch])
+    def forced_log_probs(self, sources: list[list[int]], targets: list[list[int]],
+                         batch_tokens: int = 2048) -> list[list[float]]:
+        """Translator.forced_log_probs: all positions at once, pairs sorted by length into
+        batches of about ``batch_tokens`` source + target tokens."""
+        results: list[list[float]] = [[] for _ in sources]
+        pair_tokens = [len(x) + len(y) + 1 for x, y in zip(sources, targets)]
+        for batch in length_batches(pair_tokens, range(len(pair_tokens)), batch_tokens):
+            pairs = pad_pairs([sources[i] for i in batch], [targets[i] for i in batch])
             pairs = pairs.to(self.device)
             logits = self.model(pairs.src, pairs.tgt_in).float()  # (B, T, V)
             # log_softmax at the gold tokens only, without a second (B, T, V) tensor.
             gold = (logits.gather(-1, pairs.tgt_out[..., None])[..., 0]
-                    - logits.logsumexp(dim=-1))
-            sums = gold.masked_fill(~pairs.tgt_mask, 0.0).sum(dim=1).tolist()
+                    - logits.logsumexp(dim=-1)).tolist()
             for row, i in enumerate(batch):
-                results[i] = (sums[row], len(tgt_ids[i]) + 1)
+                results[i] = gold[row][: len(targets[i]) + 1]
         return results
 
     def search(self, batch: list[list[int]], o: SearchOptions,

@@ -130,6 +130,30 @@ class Translator(ABC):
         (None: none), given only when some source has any; an engine that cannot honour
         them raises UsageError."""
 
+    def forced_log_probs(self, sources: list[list[int]], targets: list[list[int]],
+                         batch_tokens: int = 2048) -> list[list[float]]:
+        """log P of each target token and of the closing EOS given its source, by teacher
+        forcing: ``sources`` as ``prepare`` makes them (token ids ending with EOS), ``targets``
+        target token ids without EOS; batches of about ``batch_tokens`` source + target tokens
+        where the engine batches itself. What ``score`` computes on."""
+        raise UsageError(f"the {self.engine} engine cannot score translations")
+
+    def score(self, sources: Sequence[str], targets: Sequence[str], batch_tokens: int = 2048
+              ) -> list[tuple[float, int]]:
+        """log P(target | source) of each pair of texts under the model (an ensemble: the log
+        of its members' mean probability at each position), and the target's length in
+        tokens, EOS included: forced decoding. Both sides are read as ``prepare`` reads a
+        source (normalised, truncated to what the model takes)."""
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        limit = self.max_source_tokens - 1  # room for EOS (the source's) or BOS (the target's)
+        src_ids = [x[:limit] + [EOS_ID] for x in encode_batch(
+            self.vocabs.src, [normalize_text(s) for s in sources])] if sources else []
+        tgt_ids = [y[:limit] for y in encode_batch(
+            self.vocabs.tgt, [normalize_text(t) for t in targets])] if targets else []
+        return [(sum(log_probs), len(log_probs))
+                for log_probs in self.forced_log_probs(src_ids, tgt_ids, batch_tokens)]
+
     def describe(self) -> dict[str, Any]:
         """What /v1/info and reports show of the engine."""
         return {"engine": self.engine}
