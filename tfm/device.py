@@ -109,9 +109,9 @@ def share_cpu_threads(workers: int) -> Callable[[], None]:
     decoding threads: returns the function each of them calls once, first (a thread pool's
     initializer), to take its share. torch's CPU threads (OpenMP) are set up per calling
     thread, so this thread keeps one: had it kept all of them (loading the model, say), their
-    pool and the workers' would share the cores, and contend for them (decoding was
-    several times slower). Call it before loading the model. A second call in the same thread finds one
-    thread to share: to load another translator there, ``torch.set_num_threads`` first."""
+    pool and the workers' would share the cores, and contend for them (decoding was several
+    times slower). Call it before loading the model. A second call in the same thread finds
+    one thread to share: to load another translator there, ``torch.set_num_threads`` first."""
     threads = max(1, torch.get_num_threads() // workers)
     torch.set_num_threads(1)
     return functools.partial(torch.set_num_threads, threads)

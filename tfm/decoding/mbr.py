@@ -11,11 +11,11 @@ weights p_j are the model's probabilities renormalised over the n-best list, len
 as beam search ranks hypotheses: p_j is proportional to exp(s_j * L), s_j the beam score
 (log-probability / length ** length_penalty) and L the mean length of the n hypotheses. Raw
 sequence probabilities favour the shortest hypotheses (on Multi30k validation, MBR with them
-wrote too few words and lost BLEU: docs/multi30k-log.md); scaled this way the weights are as sharp as the model's
-probabilities for a sentence of that length, without that bias. With the metric a system is
-scored with as the utility (sentence BLEU or chrF), MBR picks the consensus translation: one
-the other likely translations agree with, rather than an outlier the model happens to score a
-little higher.
+wrote too few words and lost BLEU: docs/multi30k-log.md); scaled this way the weights are as
+sharp as the model's probabilities for a sentence of that length, without that bias. With the
+metric a system is scored with as the utility (sentence BLEU or chrF), MBR picks the consensus
+translation: one the other likely translations agree with, rather than an outlier the model
+happens to score a little higher.
 """
 
 from __future__ import annotations
