@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from tfm.device import cpu_has_native_bf16
+from tfm.device import cpu_bf16_support
 
 
 def cpu_name() -> str:
@@ -37,7 +37,8 @@ def describe(measure_peak: bool = True) -> dict:
     info = {
         "cpu": cpu_name(),
         "cores": torch.get_num_threads(),
-        "native_bf16": cpu_has_native_bf16(),
+        # "AMX", "AVX-512 BF16", or None where bf16 is emulated (tfm.device)
+        "native_bf16": cpu_bf16_support(),
         "capability": torch.backends.cpu.get_cpu_capability(),
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -171,3 +171,16 @@ def test_the_rowwise_loss_of_bf16_logits_equals_the_fp32_loss_of_the_same_values
     (expected * 0.5).backward()
     assert mine.grad.dtype == torch.bfloat16
     torch.testing.assert_close(mine.grad, reference.grad.to(torch.bfloat16))
+
+
+def test_a_run_may_change_its_precision_when_resumed(dataset: Path, tmp_path: Path) -> None:
+    """fp32 and bf16 runs keep the same state (fp32 weights, Adam over them): either resumes
+    the other."""
+    train(dataset, tmp_path / "m", TINY, config(max_steps=3, precision="fp32"))
+    train(dataset, tmp_path / "m", None, config(max_steps=6), resume=True,
+          explicit={"max_steps", "precision"})
+    train(dataset, tmp_path / "m", None, config(max_steps=8, precision="fp32"), resume=True,
+          explicit={"max_steps", "precision"})
+    assert [r["step"] for r in records(tmp_path / "m")] == list(range(1, 9))
+    weights = load_file(ModelDir(tmp_path / "m").last_weights)
+    assert {t.dtype for t in weights.values()} == {torch.float32}
