@@ -226,7 +226,13 @@ def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: 
         # once it has the n_best finished hypotheses it returns and its best live beam, ended
         # now, would score no better than the worst of them. (log P only falls as a hypothesis
         # grows; with a length penalty this is the usual heuristic, as in Hugging Face's.)
-        best = cont_scores[:, 0] if banks is None else cont_scores.max(dim=1).values
+        if banks is None:
+            best = cont_scores[:, 0]
+        else:
+            # Only beams that have met their phrases could end now. Counting the others too
+            # would keep most sentences decoding to their length limit: the beams that have
+            # not spent probability on a phrase yet are the most probable ones.
+            best = banks.could_end(cont_scores).max(dim=1).values
         best_live = (best / (step + 2) ** length_penalty).tolist()
         at_limit = (max_len_all[alive] == step + 1).tolist()
         keep_rows = []
@@ -339,8 +345,8 @@ class _Banks:
         k, vocab = self.k, candidates.size(-1)
         device = candidates.device
         index = torch.tensor(rows, dtype=torch.long, device=device)
-        mine = candidates.index_select(0, index)  # (R, k, V)
-        best_score, best_token = (x.tolist() for x in mine.max(dim=-1))  # (R, k)
+        best_score, best_token = (x.index_select(0, index).tolist()
+                                  for x in candidates.max(dim=-1))  # (R, k)
         extra_row, extra_beam, extra_token = [], [], []
         for i, r in enumerate(rows):
             automaton, states = self.automata[r], self.states[r]
@@ -350,7 +356,8 @@ class _Banks:
                     extra_row += [i] * len(tokens)
                     extra_beam += [b] * len(tokens)
                     extra_token += tokens
-        extra = mine[extra_row, extra_beam, extra_token].tolist() if extra_row else []
+        extra = (candidates[[rows[i] for i in extra_row], extra_beam, extra_token].tolist()
+                 if extra_row else [])
         top_s = top_scores.index_select(0, index).tolist()
         top_i = top_index.index_select(0, index).tolist()
 
@@ -390,6 +397,19 @@ class _Banks:
         new_token[index] = torch.tensor(tokens_out, dtype=new_token.dtype, device=device)
         is_eos[index] = False
         return ends
+
+    def could_end(self, cont_scores: Tensor) -> Tensor:
+        """``cont_scores`` (n, k) of the new beams, -inf for those of the sentences with
+        phrases that have not met them all (they may not end now)."""
+        rows = [r for r, a in enumerate(self.automata) if a is not None]
+        if not rows:
+            return cont_scores
+        blocked = [[not self.automata[r].all_met(state) for state in self.states[r]]
+                   for r in rows]
+        index = torch.tensor(rows, dtype=torch.long, device=cont_scores.device)
+        mask = torch.zeros_like(cont_scores, dtype=torch.bool)
+        mask[index] = torch.tensor(blocked, dtype=torch.bool, device=cont_scores.device)
+        return cont_scores.masked_fill(mask, NEG_INF)
 
 
 def _stripes(candidates: list[_Candidate]) -> list[_Candidate]:
