@@ -17,7 +17,14 @@ from typer.testing import CliRunner
 import tfm.cli  # noqa: F401 (registers the commands)
 from tfm.cli.app import app
 from tfm.cli.fields import Fields
-from tfm.config import CleanConfig, EngineOptions, ModelConfig, SearchOptions, TrainConfig
+from tfm.config import (
+    CleanConfig,
+    EngineOptions,
+    ModelConfig,
+    ScoreOptions,
+    SearchOptions,
+    TrainConfig,
+)
 from tfm.errors import UsageError
 from tfm.serve.config import ServeConfig
 
@@ -27,7 +34,7 @@ DERIVED = {
     "train": {ModelConfig, TrainConfig},
     "prepare": {CleanConfig},
     "translate": {SearchOptions, EngineOptions},
-    "eval": {SearchOptions, EngineOptions},
+    "eval": {ScoreOptions, SearchOptions, EngineOptions},
     "serve": {EngineOptions, ServeConfig},
 }
 
@@ -170,6 +177,7 @@ def test_tfm_translate_hands_the_search_the_options_given(monkeypatch: pytest.Mo
             return []
 
     monkeypatch.setattr("tfm.decoding.engines.load_translator", lambda *a, **k: Fake())
+    monkeypatch.setattr("tfm.cli.decoding._language", lambda *a: None)  # not multilingual
     result = CliRunner().invoke(app, ["translate", "-m", "m", "--beam", "3",
                                       "--batch-tokens", "77", "Hello."])
     assert result.exit_code == 0, result.output

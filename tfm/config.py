@@ -312,6 +312,19 @@ class EngineOptions:
         check_fields(self)
 
 
+@dataclass
+class ScoreOptions:
+    """Which scores ``tfm eval`` reports (tfm.decoding.scoring)."""
+
+    bleu: bool = option(True, "Report BLEU.")
+    chrf: bool = option(False, "Also report chrF.")
+    ter: bool = option(False, "Also report TER.")
+    lc_tok: bool = option(False, "Also report BLEU as the Multi30k papers do: lowercased, "
+                          "punctuation-normalised, Moses-tokenized text (needs tfm\\[moses]).")
+    tgt_lang: str | None = option(None, "Target language for --lc-tok's tokenizer.",
+                                  shown_default="the model's")
+
+
 def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
     known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     unknown = set(data) - known
@@ -345,6 +358,7 @@ __all__ = [
     "GenerationDefaults",
     "SearchOptions",
     "EngineOptions",
+    "ScoreOptions",
     "PRESETS",
     "model_config_from_preset",
     "model_config_from_dict",

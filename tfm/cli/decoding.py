@@ -28,7 +28,7 @@ from rich.text import Text
 from tfm.cli.app import app, err, out
 from tfm.cli.fields import Fields, derive
 from tfm.cli.options import GlossaryOpt, load_decoder
-from tfm.config import EngineOptions, SearchOptions
+from tfm.config import EngineOptions, ScoreOptions, SearchOptions
 from tfm.errors import UsageError
 
 
@@ -260,7 +260,8 @@ def _read_lines(path: Path, allow_empty: bool = False) -> list[str]:
 
 
 @app.command("eval")
-@derive(search=Fields(SearchOptions, given_only=True, exclude=("n_best",)),
+@derive(report=Fields(ScoreOptions),
+        search=Fields(SearchOptions, given_only=True, exclude=("n_best",)),
         engine=Fields(EngineOptions))
 def eval_cmd(
     src: Annotated[Optional[Path], typer.Option(
@@ -270,19 +271,11 @@ def eval_cmd(
     hyp: Annotated[Optional[Path], typer.Option(
         "--hyp", help="Score these existing translations instead of translating --src.")
     ] = None,
-    bleu_flag: Annotated[bool, typer.Option("--bleu/--no-bleu", help="Report BLEU.")] = True,
-    chrf: Annotated[bool, typer.Option("--chrf", help="Also report chrF.")] = False,
-    ter: Annotated[bool, typer.Option("--ter", help="Also report TER.")] = False,
-    lc_tok: Annotated[bool, typer.Option(
-        "--lc-tok", help="Also report BLEU as the Multi30k papers do: lowercased, "
-        "punctuation-normalised, Moses-tokenized text (needs tfm\\[moses]).")] = False,
-    tgt_lang: Annotated[Optional[str], typer.Option(
-        "--tgt-lang", help="Target language for --lc-tok's tokenizer (default: the "
-        "model's).")] = None,
     save_hyp: Annotated[Optional[Path], typer.Option(
         "--save-hyp", help="Also write the translations to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
     *,
+    report: ScoreOptions,  # which scores
     search: dict[str, Any],  # SearchOptions' options, those given
     engine: EngineOptions,
 ) -> None:
@@ -290,6 +283,9 @@ def eval_cmd(
     the lowercased, Moses-tokenized BLEU that Multi30k results are reported in."""
     from tfm.data.tokenizer import lowercases
     from tfm.decoding.scoring import bleu_lc_tok, require_moses, score
+
+    bleu_flag, chrf, ter, lc_tok = report.bleu, report.chrf, report.ter, report.lc_tok
+    tgt_lang = report.tgt_lang
 
     if ref is None:
         raise UsageError("missing --ref: the reference translations to score against")
