@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.progress import (
@@ -27,9 +27,12 @@ from rich.text import Text
 
 from tfm.cli.app import app, err, out
 from tfm.cli.fields import Fields, derive
-from tfm.cli.options import GlossaryOpt, load_decoder
+from tfm.cli.options import GlossaryOpt
 from tfm.config import EngineOptions, ScoreOptions, SearchOptions
 from tfm.errors import UsageError
+
+if TYPE_CHECKING:
+    from tfm.decoding.translator import Translator
 
 
 @app.command()
@@ -92,7 +95,7 @@ def translate(
         from tfm.decoding.glossary import load_glossary
 
         terms = load_glossary(glossary)
-    translator, options = load_decoder(
+    translator, options = _load_decoder(
         engine, search, attention=alignments or show_attention or plot is not None)
     language = _language(translator, target_lang)
     from tfm.decoding.languages import with_language
@@ -253,6 +256,24 @@ def _attention_table(result) -> Table:
     return table
 
 
+def _load_decoder(engine: EngineOptions, search: dict[str, Any], **more: Any
+                  ) -> tuple[Translator, SearchOptions]:
+    """The translator of ``engine`` (--model, --ensemble, --device, --precision, --workers),
+    the SearchOptions of the options given in ``search`` and ``more`` (the model's defaults
+    fill the rest), and --reverse-model attached to rank the beam's hypotheses anew."""
+    from tfm.decoding.engines import load_translator
+
+    translator = load_translator(engine.model, engine.device, engine.precision,
+                                 ensemble=engine.ensemble, workers=engine.workers)
+    options = translator.default_options(**search, **more)
+    if engine.reverse_model:
+        from tfm.decoding.rerank import attach_reverse_model
+
+        attach_reverse_model(translator, engine.reverse_model, engine.reverse_weight,
+                             engine.device, engine.precision, options.beam)
+    return translator, options
+
+
 def _read_lines(path: Path, allow_empty: bool = False) -> list[str]:
     from tfm.data.corpus import read_text_lines
 
@@ -309,7 +330,7 @@ def eval_cmd(
         if len(sources) != len(references):
             raise UsageError(f"{src} has {len(sources)} lines but {ref} has "
                              f"{len(references)}: they must be aligned line by line")
-        translator, options = load_decoder(engine, search)
+        translator, options = _load_decoder(engine, search)
         if lc_tok and tgt_lang is None:
             tgt_lang = translator.info.tgt_lang
             if not tgt_lang:

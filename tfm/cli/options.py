@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from tfm.config import EngineOptions, SearchOptions
 from tfm.errors import UsageError
-
-if TYPE_CHECKING:
-    from tfm.decoding.translator import Translator
 
 CorpusOpt = Annotated[list[str], typer.Option(
     "--train", help="Training corpus: PREFIX (with --src-lang/--tgt-lang: PREFIX.en[.gz] + "
@@ -32,24 +28,6 @@ GlossaryOpt = Annotated[Optional[Path], typer.Option(
     "sentence, every source term found (whole words; a lowercase term in any case) makes its "
     "target term a constraint of the translation (docs/CONSTRAINTS.md). Needs beam search.",
     show_default=False)]
-
-
-def load_decoder(engine: EngineOptions, search: dict[str, Any], **more: Any
-                 ) -> tuple[Translator, SearchOptions]:
-    """The translator of ``engine`` (--model, --ensemble, --device, --precision, --workers),
-    the SearchOptions of the options given in ``search`` and ``more`` (the model's defaults
-    fill the rest), and --reverse-model attached to rank the beam's hypotheses anew."""
-    from tfm.decoding.engines import load_translator
-
-    translator = load_translator(engine.model, engine.device, engine.precision,
-                                 ensemble=engine.ensemble, workers=engine.workers)
-    options = translator.default_options(**search, **more)
-    if engine.reverse_model:
-        from tfm.decoding.rerank import attach_reverse_model
-
-        attach_reverse_model(translator, engine.reverse_model, engine.reverse_weight,
-                             engine.device, engine.precision, options.beam)
-    return translator, options
 
 
 def corpus_spec(paths: list[str], src_lang: str | None, tgt_lang: str | None, split: str,
