@@ -255,6 +255,19 @@ def test_phrases_that_cannot_fit_the_length_limit_are_reported_unmet():
     assert all(len(h.tokens) == 4 for h in hyps)  # ended at the limit
 
 
+def test_an_ensemble_is_searched_with_constraints_unchanged():
+    from tfm.model.ensemble import Ensemble
+
+    models = Ensemble([tiny(11, vocab=20), tiny(12, vocab=20)]).eval()
+    src = padded([[5, 9, 11, EOS_ID], [6, 7, EOS_ID]])
+    constraints = [TargetConstraints([Phrase("a", ((8, 9),)), Phrase("b", ((13,),))],
+                                     prefix=[16]), None]
+    hyps = beam_search(models, src, beam=3, max_len_a=1.0, max_len_b=6,
+                       constraints=constraints)
+    assert hyps[0][0].tokens[0] == 16 and hyps[0][0].constraints_met == [True, True]
+    assert hyps[1] == beam_search(models, src[1:, :3], beam=3, max_len_a=1.0, max_len_b=6)[0]
+
+
 def test_greedy_search_refuses_phrases():
     with pytest.raises(ValueError, match="beam search"):
         greedy_search(tiny(0), torch.tensor([[5, EOS_ID]]),
@@ -428,6 +441,15 @@ def test_a_bad_glossary_is_one_line_exit_2(model_dir, tmp_path):
     terms.write_text("dog Hund\n", encoding="utf-8")
     result = tfm("translate", "-m", str(model_dir), "--glossary", str(terms), "A dog .")
     assert result.returncode == 2 and "line 1: 1 tab-separated fields" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_serve_refuses_a_bad_glossary_in_one_line_before_loading_the_model(model_dir,
+                                                                             tmp_path):
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("dog\tHund\ndog\tKatze\n", encoding="utf-8")
+    result = tfm("serve", "-m", str(model_dir), "--port", "0", "--glossary", str(terms))
+    assert result.returncode == 2 and "line 2: 'dog' is given line 1" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
