@@ -479,7 +479,7 @@ def test_every_train_config_option_is_spelled_as_tfm_train_spells_it() -> None:
 
 
 def test_tfm_train_help_shows_the_train_config_defaults() -> None:
-    env = {**os.environ, "COLUMNS": "400"}
+    env = {**os.environ, "COLUMNS": "1000"}
     shown = subprocess.run([sys.executable, "-m", "tfm", "train", "--help"],
                            capture_output=True, text=True, env=env, timeout=60).stdout
     lines = {line.split()[1]: line for line in shown.splitlines()
