@@ -237,7 +237,7 @@ def load_model_dir(directory: Path, weights_file: str = WEIGHTS_FILE
             f"{info.model.src_vocab_size}/{info.model.tgt_vocab_size}; "
             "the tokenizer does not belong to this model"
         )
-    manifest = Manifest.read(directory)  # before the weights: a damaged one is refused
+    manifest = Manifest.read(directory)  # (an unreadable manifest is refused)
     weights = directory / weights_file
     try:
         data = weights.read_bytes()
@@ -250,6 +250,10 @@ def load_model_dir(directory: Path, weights_file: str = WEIGHTS_FILE
     for path in [directory / CONFIG_FILE, *vocabulary_files(directory / TOKENIZER_FILE),
                  weights]:
         damage = manifest.damage(path, data if path == weights else None)
+        if damage is not None:  # or a training run that rewrote it since: its new record
+            fresh = Manifest.read(directory)
+            if fresh.files.get(fresh.name(path)) != manifest.files.get(manifest.name(path)):
+                damage = fresh.damage(path, data if path == weights else None)
         if damage is not None:
             raise ModelError(f"{path}: damaged since it was written ({damage}); the model is "
                              "refused. Restore it from a copy (if you edited it on purpose, "

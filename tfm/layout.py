@@ -18,8 +18,9 @@ its file names are spelt.
     learning_curve.png               losses and validation BLEU against step
     averaged/                        the default output of `tfm average`
 
-Only the first three make a model directory that translate and eval can use; the rest belong to
-the training run.
+Only the first three make a model directory that translate and eval can use (with
+manifest.json, which they check it against, where there is one); the rest belong to the
+training run.
 """
 
 from __future__ import annotations
