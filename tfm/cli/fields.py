@@ -59,10 +59,9 @@ class Fields:
         params = []
         for f in self.fields():
             value_type = _unoptional(hints[f.name])
-            if "help" not in f.metadata:
-                raise TypeError(f"{self.cls.__name__}.{f.name} has an option but no help: "
-                                "declare it with tfm.config.option")
-            help_text = f.metadata["help"]
+            # A field is an option unless it says otherwise (option=None); one declared
+            # without tfm.config.option has no help, which tests/test_options.py reports.
+            help_text = f.metadata.get("help", "")
             if "was" in f.metadata:
                 help_text += f" (Spelled {f.metadata['was']} before; that spelling is refused.)"
             default = _default(f)
@@ -99,7 +98,7 @@ class Fields:
         for f in self.fields():
             if "was" in f.metadata and values.pop(_old(f), None) is not None:
                 raise UsageError(f"{f.metadata['was']} is now spelled {_spelled(f)}: "
-                                 f"{f.metadata['help']}")
+                                 f"{f.metadata.get('help', '')}")
             value = values.pop(f.name)
             if value is not None:
                 given[f.name] = value
