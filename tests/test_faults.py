@@ -185,7 +185,7 @@ def test_second_train_into_same_directory_is_refused_and_first_is_unharmed(
     assert not lock_file(model).exists()  # released with its process
 
 
-@pytest.mark.parametrize("command", ["prepare", "export", "average", "train"])
+@pytest.mark.parametrize("command", ["prepare", "export", "average", "import", "train"])
 def test_every_command_that_writes_a_directory_is_refused_while_another_holds_it(
         command: str, dataset: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -193,6 +193,7 @@ def test_every_command_that_writes_a_directory_is_refused_while_another_holds_it
                         "-o", str(out)],
             "export": ["export", str(tmp_path / "model"), "--to", "marian", "-o", str(out)],
             "average": ["average", "-m", str(tmp_path / "model"), "-o", str(out)],
+            "import": ["import", str(tmp_path / "marian"), "-o", str(out)],
             "train": train_command(dataset, out, "--max-steps", "2")}[command]
     with directory_lock(out, "tfm test"):
         refused = tfm(*args)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tfm.cli.app import app, err
+from tfm.cli.app import app, err, writing_into
 
 
 @app.command("import")
@@ -27,7 +27,8 @@ def import_(
     tfm model. Nothing is fetched and no code in it is run."""
     from tfm.interop.marian_import import import_marian
 
-    written = import_marian(marian_dir, output, overwrite)
+    with writing_into(output, "tfm import"):
+        written = import_marian(marian_dir, output, overwrite)
     err.print(f"[green]Imported[/] {marian_dir} to {written}: translate with `tfm translate "
               f"--model {written}`, fine-tune with `tfm prepare --tokenizer "
               f"{written}/tokenizer.json` and `tfm train --init-from {written}`",
