@@ -111,6 +111,9 @@ def read_requests(path: Path) -> tuple[list[str], list[ConstraintSpec | None]]:
     specs: list[ConstraintSpec | None] = []
     for number, line in enumerate(read_text_lines(path, allow_empty=True), 1):
         where = f"{path}, line {number}"
+        if not line.strip():
+            raise UsageError(f'{where}: empty; each line is one request such as {{"src": '
+                             '"..."} ({"src": ""} for an empty line)')
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:

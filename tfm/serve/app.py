@@ -526,7 +526,7 @@ def _per_text(body: TranslateRequest, texts: int
     shape does not match ``text``'s."""
     one = isinstance(body.text, str)
     phrases: list[list[str]] = [[] for _ in range(texts)]
-    if body.constraints is not None:
+    if body.constraints:  # None or []: none
         nested = bool(body.constraints) and isinstance(body.constraints[0], list)
         if one and nested:
             raise ApiError(422, "invalid request: constraints: for one text, give a list of "
