@@ -39,7 +39,8 @@ def default_note(value: object) -> str:
 
 @dataclass(frozen=True)
 class Fields:
-    """The options of dataclass ``cls`` (its fields that have a help), less ``exclude``.
+    """The options of dataclass ``cls``: one a field, but for the fields declared with
+    ``option=None`` and those in ``exclude``.
 
     ``given_only``: every option defaults to None, and the command receives a dict of the
     options given (a resumed run must know what was asked anew; a model's own defaults fill
@@ -66,8 +67,8 @@ class Fields:
                 help_text += f" (Spelled {f.metadata['was']} before; that spelling is refused.)"
             default = _default(f)
             if value_type is bool:
-                on, off = f.metadata.get("flag", (_spelled(f), "--no-" + f.name.replace(
-                    "_", "-")))
+                on = _spelled(f)
+                on, off = f.metadata.get("flag", (on, "--no-" + on.removeprefix("--")))
                 decls = [f"{on}/{off}"]
                 shown = on.removeprefix("--") if default else off.removeprefix("--")
             else:
@@ -143,11 +144,8 @@ def _old(f: dataclasses.Field) -> str:
 
 
 def _default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return None  # a list: none given
-    return None
+    """The field's default; None for a list (a repeatable option, empty unless given)."""
+    return None if f.default is dataclasses.MISSING else f.default
 
 
 def _unoptional(hint: Any) -> Any:
