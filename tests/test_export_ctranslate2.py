@@ -238,9 +238,9 @@ def test_unk_and_bos_are_never_emitted_even_where_the_model_prefers_them(separat
     passes = []
     first_pass = CTranslate2Translator._translate
 
-    def spy(self, sources, limit, o, flags):
+    def spy(self, sources, limit, o, flags, *prefixes):
         passes.append(flags)
-        return first_pass(self, sources, limit, o, flags)
+        return first_pass(self, sources, limit, o, flags, *prefixes)
 
     monkeypatch.setattr(CTranslate2Translator, "_translate", spy)
     sources = [s for s, _ in PAIRS[:6]]
