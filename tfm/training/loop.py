@@ -7,7 +7,9 @@ steps and at the end of the run, atomic checkpoints and exact resume of a single
 fp16 autocast (where a GPU lacks bf16) goes with loss scaling (torch.amp.GradScaler): the loss
 is multiplied before backward so that small gradients do not vanish in fp16, the gradients are
 divided back before clipping, and an update whose gradients overflowed is skipped with a
-lower scale. The scale is part of the training state.
+lower scale. The scale is part of the training state. bf16 on a CPU is no autocast: a bf16
+copy of the model runs the steps and the fp32 model keeps the master weights
+(tfm.training.bf16); what is saved and resumed is the fp32 run's.
 
 The files a run writes are those of tfm.layout.ModelDir. ``train_state.pt`` is one file written
 atomically, so a run killed at any moment resumes from its last complete save.
