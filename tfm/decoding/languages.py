@@ -13,16 +13,16 @@ def language_tokens(vocabs: Vocabularies) -> list[str]:
     return sorted(t for t in vocabs.src.get_vocab() if is_language_token(t))
 
 
-def language_token(vocabs: Vocabularies, lang: str) -> str:
+def language_token(vocabs: Vocabularies, lang: str, what: str = "--target-lang") -> str:
     """``>>lang<<`` (``lang`` may be given with or without the brackets), refused in one line
-    when the model has no such token."""
+    (naming the option ``what``) when the model has no such token."""
     token = lang if is_language_token(lang) else f">>{lang}<<"
     known = language_tokens(vocabs)
     if token not in known:
         if not known:
-            raise UsageError(f"--target-lang {lang}: this model has no target-language tokens "
+            raise UsageError(f"{what} {lang}: this model has no target-language tokens "
                              "(it translates into one language)")
-        raise UsageError(f"--target-lang {lang}: the model has no {token} token; it has "
+        raise UsageError(f"{what} {lang}: the model has no {token} token; it has "
                          f"{', '.join(t[2:-2] for t in known)}")
     return token
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -294,7 +295,9 @@ def read_weights(marian_dir: Path) -> dict[str, Tensor]:
             raise ModelError(f"{st}: not a readable safetensors file ({e})") from e
     elif pt.is_file():
         try:
-            tensors = torch.load(pt, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # (torch warns of pickle protocols it may not read)
+                warnings.simplefilter("ignore")
+                tensors = torch.load(pt, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
             raise ModelError(f"{pt}: refused, it would execute code when loaded (only tensors "
                              "are read; convert it to safetensors with a tool you trust)") from e
