@@ -300,6 +300,11 @@ def test_every_constraint_appears_in_the_translation(translator):
         if phrases:
             assert result.constraints == [(p, True, None) for p in phrases]
             assert result.constraints_met is True
+    for source, constraint, result in zip(SOURCES, specs, results):  # alone as in the batch
+        [alone] = translator.translate([source], translator.default_options(),
+                                       constraints=[constraint])
+        assert alone.text == result.text
+        assert alone.hypotheses[0][1] == pytest.approx(result.hypotheses[0][1], abs=1e-5)
 
 
 def test_a_constraint_that_does_not_fit_is_reported_not_dropped(translator):
