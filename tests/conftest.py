@@ -149,3 +149,99 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     prepare(CorpusSpec((str(demo / "train"),), "en", "de"), root / "tok.json", root / "data",
             valid=CorpusSpec((str(demo / "valid"),), "en", "de"))
     return root / "data"
+
+
+# --- processes a test starts end with it ------------------------------------------------------
+
+def session_pids(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (Linux /proc; none elsewhere), whatever process
+    group each has moved to: a recipe starts its `tfm train` runs in groups of their own
+    (`set -m`), and they stay in the recipe's session. (Zombies, dead already, are left out.)"""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp session ...: comm may hold spaces and parentheses.
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_session(process) -> None:
+    """SIGKILL to every process of ``process``'s session (it was started with
+    ``start_new_session=True``): itself, its children and theirs, whichever process group they
+    are in and whether or not their parent is still there; then reap ``process``."""
+    import signal
+
+    for pid in session_pids(process.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+@pytest.fixture
+def spawn():
+    """``spawn(args, **popen_options)``: ``subprocess.Popen`` in a session of its own, and
+    every process of that session killed when the test ends, passed or failed, so that no run
+    a test started (a recipe's training runs included) outlives it."""
+    import subprocess
+
+    started: list[subprocess.Popen] = []
+
+    def start(args, **options) -> subprocess.Popen:
+        process = subprocess.Popen(args, start_new_session=True, **options)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        kill_session(process)
+
+
+# --- the two workers --------------------------------------------------------------------------
+
+# pyproject's addopts run the suite in two worker processes (pytest-xdist), one intra-op thread
+# each (OMP_NUM_THREADS above). Each module's tests go to one worker together, so that a
+# module's fixtures (a trained model, a running server) are made once; the tests of SPREAD,
+# independent and each long, go to whichever worker is free. FIRST are handed out first, the
+# longest first, so that no long one is left for the end while the other worker idles; the
+# rest go out largest module first. (xdist's own `--dist loadgroup` cannot group with pytest
+# 9: it renames test ids through an attribute pytest 9 dropped.)
+SPREAD = {"test_recipes", "test_train"}
+FIRST = ["test_recipes", "test_learning", "test_kill"]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    def module(nodeid: str) -> str:
+        return Path(nodeid.split("::", 1)[0]).stem
+
+    def rank(scope: str) -> int:
+        return FIRST.index(module(scope)) if module(scope) in FIRST else len(FIRST)
+
+    class ByModule(LoadScopeScheduling):
+        ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if module(nodeid) in SPREAD else nodeid.split("::", 1)[0]
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the queue is complete: the first work goes out now
+                units = sorted(self.workqueue.items(), key=lambda unit: rank(unit[0]))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+                self.ordered = True
+            super()._assign_work_unit(node)
+
+    return ByModule(config, log)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PAIRS
+from conftest import PAIRS, session_pids
 
 ROOT = Path(__file__).resolve().parent.parent
 # A 1+1-layer model of d_model 32, a few steps: the recipes' own options come first, these win.
@@ -33,21 +33,39 @@ def multi30k_like(tmp_path: Path) -> Path:
     return data
 
 
-def run_recipe(name: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """bash recipes/NAME ARGS with the environment's tfm first on PATH."""
+# A bound that only catches a hung recipe: these runs take seconds to a minute or two.
+HANG = 900
+
+
+def recipe_env(**env: str) -> dict[str, str]:
+    """The environment with this Python's tfm first on PATH, and ``env``."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    result = subprocess.run(["bash", str(ROOT / "recipes" / name), *args], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "PATH": path, **env})
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
+    return {**os.environ, "PATH": path, **env}
+
+
+@pytest.fixture
+def run_recipe(spawn):
+    """``run_recipe(NAME, ARGS..., **ENV)``: bash recipes/NAME ARGS to its end, which must be
+    a success; the recipe and every run it started end with the test (``spawn``)."""
+    def run(name: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        recipe = spawn(["bash", str(ROOT / "recipes" / name), *args], cwd=ROOT,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env=recipe_env(**env))
+        try:
+            stdout, stderr = recipe.communicate(timeout=HANG)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"recipes/{name} had not ended after {HANG} s: hung")
+        assert recipe.returncode == 0, stdout[-3000:] + stderr[-3000:]
+        return subprocess.CompletedProcess(recipe.args, recipe.returncode, stdout, stderr)
+
+    return run
 
 
 def lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def test_the_quick_recipe_trains_and_scores_val_and_test(multi30k_like, tmp_path):
+def test_the_quick_recipe_trains_and_scores_val_and_test(multi30k_like, tmp_path, run_recipe):
     out = tmp_path / "quick"
     result = run_recipe("multi30k.sh", str(multi30k_like), "en", "de", str(out), *TINY)
     assert (out / "model" / "model.safetensors").exists()
@@ -57,7 +75,7 @@ def test_the_quick_recipe_trains_and_scores_val_and_test(multi30k_like, tmp_path
 
 
 def test_the_distillation_recipe_trains_the_teachers_on_with_their_translations(
-        multi30k_like, tmp_path):
+        multi30k_like, tmp_path, run_recipe):
     out = tmp_path / "distill"
     result = run_recipe("multi30k-distill.sh", str(multi30k_like), "en", "de", str(out), *TINY,
                         TEACHER_MINUTES="5", STUDENT_MINUTES="5")
@@ -95,7 +113,7 @@ def test_the_distillation_recipe_trains_the_teachers_on_with_their_translations(
 
 
 def test_the_distillation_recipe_both_ways_back_translates_and_ranks_with_the_reverse_teacher(
-        multi30k_like, tmp_path):
+        multi30k_like, tmp_path, run_recipe):
     out = tmp_path / "both-ways"
     result = run_recipe("multi30k-distill.sh", str(multi30k_like), "en", "de", str(out), *TINY,
                         TEACHER_MINUTES="5", STUDENT_MINUTES="5", BOTH_WAYS="1")
@@ -137,7 +155,7 @@ def logged_steps(model_dir: Path, kind: str) -> list[int]:
 
 
 def test_a_stopped_recipe_run_again_resumes_its_training_and_keeps_what_it_finished(
-        multi30k_like, tmp_path):
+        multi30k_like, tmp_path, run_recipe):
     out = tmp_path / "quick"
     # A run that stopped at step 3 of 6 before the recipe could mark it finished (as a
     # machine that went away leaves it): its checkpoint and no model.done.
@@ -160,7 +178,7 @@ def test_a_stopped_recipe_run_again_resumes_its_training_and_keeps_what_it_finis
 
 
 def test_ctrl_c_stops_the_side_by_side_runs_with_a_checkpoint_each_and_a_rerun_resumes_them(
-        multi30k_like, tmp_path):
+        multi30k_like, tmp_path, run_recipe, spawn):
     import signal
     import time
 
@@ -168,26 +186,35 @@ def test_ctrl_c_stops_the_side_by_side_runs_with_a_checkpoint_each_and_a_rerun_r
     # Runs that would go on for long, saving only when stopped.
     long = [*TINY, "--max-steps", "100000", "--save-every", "1000000", "--valid-every",
             "1000000", "--log-every", "1"]
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    recipe = subprocess.Popen(
-        ["bash", str(ROOT / "recipes" / "multi30k-ensemble.sh"), str(multi30k_like), "en",
-         "de", str(out), *long], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env={**os.environ, "PATH": path}, start_new_session=True)
+    output = tmp_path / "recipe.out"
+    with output.open("w") as sink:
+        recipe = spawn(["bash", str(ROOT / "recipes" / "multi30k-ensemble.sh"),
+                        str(multi30k_like), "en", "de", str(out), *long], cwd=ROOT,
+                       stdout=sink, stderr=subprocess.STDOUT, env=recipe_env())
+
+    def state() -> str:  # what a failure shows: the recipe's output and each run's log
+        logs = [output, *(out / f"member{s}.log" for s in (1, 2))]
+        return "\n".join(f"--- {log.name}:\n{log.read_text()[-1500:]}" for log in logs
+                         if log.exists())
+
+    # Stopped once training has begun (a step logged): a run stopped while it loads has
+    # nothing to save, and before its handler is set a signal ends it at once. (The bounds
+    # below only catch a hang; how soon the runs start and stop is the machine's.)
+    deadline = time.monotonic() + HANG
+    while not all(_logged_a_step(out / f"member{s}.log") for s in (1, 2)):
+        assert recipe.poll() is None, "the recipe ended before its runs started\n" + state()
+        assert time.monotonic() < deadline, f"the runs had not started after {HANG} s\n" + \
+            state()
+        time.sleep(0.2)
+    # Ctrl-C in a terminal: SIGINT to the foreground process group, the recipe's.
+    os.killpg(recipe.pid, signal.SIGINT)
     try:
-        deadline = time.monotonic() + 300
-        # Stopped once training has begun (a step logged): a run stopped while it loads has
-        # nothing to save, and before its handler is set a signal ends it at once.
-        while not all(_logged_a_step(out / f"member{s}.log") for s in (1, 2)):
-            assert recipe.poll() is None, "the recipe ended before its runs started"
-            assert time.monotonic() < deadline, "the runs did not start in 5 minutes"
-            time.sleep(0.2)
-        # Ctrl-C in a terminal: SIGINT to the foreground process group, the recipe's.
-        os.killpg(recipe.pid, signal.SIGINT)
-        recipe.wait(timeout=120)
-    finally:
-        if recipe.poll() is None:
-            os.killpg(recipe.pid, signal.SIGKILL)
+        recipe.wait(timeout=HANG)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the recipe had not stopped {HANG} s after Ctrl-C\n" + state())
     assert recipe.returncode != 0
+    left = session_pids(recipe.pid)  # the runs it started ended with it
+    assert not left, f"still running after the recipe ended: {left}\n" + state()
     stopped = {}
     for seed in (1, 2):
         log = (out / f"member{seed}.log").read_text()

@@ -108,7 +108,7 @@ def tfm_serve(model: Path, *args: str, env: dict[str, str] | None = None
     reader.start()
     try:
         url = None
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600  # only catches a hang: starting is the machine's
         while url is None and time.monotonic() < deadline and process.poll() is None:
             try:
                 line = lines.get(timeout=0.5)
