@@ -17,6 +17,7 @@ from tfm.model import Transformer
 from tfm.training.bf16 import Bf16Copy
 from tfm.training.loop import _update, train
 from tfm.training.objective import label_smoothed_loss
+from tfm.training.state import Overrides
 
 TINY = ModelConfig(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64,
                    dropout=0.1)
@@ -102,8 +103,8 @@ def test_the_same_seed_repeats_a_bf16_run_and_a_resumed_one_ends_identical(
                      config(max_steps=2 * k, max_tokens=2048))
     again = train(dataset, tmp_path / "again", TINY, config(max_steps=2 * k, max_tokens=2048))
     train(dataset, tmp_path / "resumed", TINY, config(max_steps=k, max_tokens=2048))
-    resumed = train(dataset, tmp_path / "resumed", None, config(max_steps=2 * k), resume=True,
-                    explicit={"max_steps"})
+    resumed = train(dataset, tmp_path / "resumed", None,
+                    Overrides.of(config(max_steps=2 * k), "max_steps"), resume=True)
     assert straight.step == again.step == resumed.step == 2 * k
     a = load_file(tmp_path / "straight" / "last.safetensors")
     for other in ("again", "resumed"):
@@ -177,10 +178,11 @@ def test_a_run_may_change_its_precision_when_resumed(dataset: Path, tmp_path: Pa
     """fp32 and bf16 runs keep the same state (fp32 weights, Adam over them): either resumes
     the other."""
     train(dataset, tmp_path / "m", TINY, config(max_steps=3, precision="fp32"))
-    train(dataset, tmp_path / "m", None, config(max_steps=6), resume=True,
-          explicit={"max_steps", "precision"})
-    train(dataset, tmp_path / "m", None, config(max_steps=8, precision="fp32"), resume=True,
-          explicit={"max_steps", "precision"})
+    train(dataset, tmp_path / "m", None,
+          Overrides.of(config(max_steps=6), "max_steps", "precision"), resume=True)
+    train(dataset, tmp_path / "m", None,
+          Overrides.of(config(max_steps=8, precision="fp32"), "max_steps", "precision"),
+          resume=True)
     assert [r["step"] for r in records(tmp_path / "m")] == list(range(1, 9))
     weights = load_file(ModelDir(tmp_path / "m").last_weights)
     assert {t.dtype for t in weights.values()} == {torch.float32}

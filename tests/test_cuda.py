@@ -20,6 +20,7 @@ from tfm.decoding.search import beam_search
 from tfm.device import resolve_precision
 from tfm.model import Transformer
 from tfm.training.loop import train
+from tfm.training.state import Overrides
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -96,8 +97,8 @@ def test_a_run_stopped_and_resumed_on_a_gpu_ends_where_the_straight_run_ends(
     # what other dropout masks would change.)
     straight = train(dataset, tmp_path / "straight", TINY, config(max_steps=14))
     train(dataset, tmp_path / "resumed", TINY, config(max_steps=7))
-    resumed = train(dataset, tmp_path / "resumed", None, config(max_steps=14), resume=True,
-                    explicit={"max_steps"})
+    resumed = train(dataset, tmp_path / "resumed", None,
+                    Overrides.of(config(max_steps=14), "max_steps"), resume=True)
     assert straight.step == resumed.step == 14
     a = load_file(tmp_path / "straight" / "last.safetensors")
     b = load_file(tmp_path / "resumed" / "last.safetensors")

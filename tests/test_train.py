@@ -22,6 +22,7 @@ from tfm.layout import ModelDir
 from tfm.training.loop import TrainingDiverged, train
 from tfm.training.objective import label_smoothed_loss
 from tfm.training.schedule import learning_rate
+from tfm.training.state import Overrides
 
 TINY = ModelConfig(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64,
                    dropout=0.1)
@@ -138,8 +139,8 @@ def test_a_run_stopped_and_resumed_ends_with_identical_weights(dataset: Path,
                      config(max_steps=2 * k, max_tokens=2048))
     first = train(dataset, tmp_path / "resumed", TINY, config(max_steps=k, max_tokens=2048))
     assert first.step == k
-    second = train(dataset, tmp_path / "resumed", None, config(max_steps=2 * k), resume=True,
-                   explicit={"max_steps"})
+    second = train(dataset, tmp_path / "resumed", None,
+                   Overrides.of(config(max_steps=2 * k), "max_steps"), resume=True)
     assert straight.step == second.step == 2 * k
     assert straight.epoch == second.epoch >= 1  # the run crossed an epoch boundary
     a = load_file(tmp_path / "straight" / "last.safetensors")
@@ -158,15 +159,14 @@ def test_resume_refuses_when_nothing_is_left_to_do(dataset: Path, tmp_path: Path
     first = train(dataset, tmp_path / "m", TINY, config(**budget))
     assert first.stopped.startswith("reached")
     with pytest.raises(UsageError, match="nothing left to do"):
-        train(dataset, tmp_path / "m", None, config(**budget), resume=True,
-              explicit=set(budget))
+        train(dataset, tmp_path / "m", None, Overrides.of(config(**budget), *budget), resume=True)
 
 
 def test_resume_refuses_options_that_contradict_the_run(dataset: Path, tmp_path: Path) -> None:
     train(dataset, tmp_path / "m", TINY, config(max_steps=3))
     with pytest.raises(UsageError, match="--lr"):
-        train(dataset, tmp_path / "m", None, config(max_steps=6, lr=5e-3), resume=True,
-              explicit={"max_steps", "lr"})
+        train(dataset, tmp_path / "m", None,
+              Overrides.of(config(max_steps=6, lr=5e-3), "max_steps", "lr"), resume=True)
 
 
 @pytest.mark.parametrize(("preset", "options", "refused"), [
@@ -178,8 +178,9 @@ def test_resume_refuses_model_options_that_contradict_the_run(
         dataset: Path, tmp_path: Path, preset, options, refused) -> None:
     train(dataset, tmp_path / "m", TINY, config(max_steps=3))
     with pytest.raises(UsageError, match=refused):
-        train(dataset, tmp_path / "m", None, config(max_steps=6), resume=True,
-              explicit={"max_steps"}, preset=preset, model_options=options)
+        train(dataset, tmp_path / "m", None,
+              Overrides.of(config(max_steps=6), "max_steps", model=options, preset=preset),
+              resume=True)
 
 
 def test_resume_accepts_the_model_options_that_started_the_run(dataset: Path,
@@ -187,8 +188,10 @@ def test_resume_accepts_the_model_options_that_started_the_run(dataset: Path,
     # What a script that resumes with its own command line gives: the run's own values.
     train(dataset, tmp_path / "m", TINY, config(max_steps=3))
     options = {name: getattr(TINY, name) for name in ("d_model", "n_heads", "d_ff", "dropout")}
-    result = train(dataset, tmp_path / "m", None, config(max_steps=6), resume=True,
-                   explicit={"max_steps"}, model_options={**options, "norm_first": None})
+    result = train(dataset, tmp_path / "m", None,
+                   Overrides.of(config(max_steps=6), "max_steps",
+                                model={**options, "norm_first": None}),
+                   resume=True)
     assert result.step == 6
 
 
@@ -211,8 +214,8 @@ def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(
 
     monkeypatch.setattr("tfm.training.loop.label_smoothed_loss", nan_loss)
     with pytest.raises(TrainingDiverged, match="loss became nan at step 5"):
-        train(dataset, tmp_path / "m", None, config(max_steps=8), resume=True,
-              explicit={"max_steps"})
+        train(dataset, tmp_path / "m", None,
+              Overrides.of(config(max_steps=8), "max_steps"), resume=True)
     assert ModelDir(tmp_path / "m").train_state.read_bytes() == before
 
 
@@ -365,8 +368,8 @@ def test_patience_counts_validations_in_a_row_across_a_resume(
     first = train(dataset, tmp_path / "m", TINY,
                   config(valid_bleu=False, valid_every=1, patience=2, max_steps=4))
     assert first.stopped == "reached --max-steps 4"  # one bad validation at step 4
-    second = train(dataset, tmp_path / "m", None, config(max_steps=50), resume=True,
-                   explicit={"max_steps"})
+    second = train(dataset, tmp_path / "m", None,
+                   Overrides.of(config(max_steps=50), "max_steps"), resume=True)
     assert (second.stopped, second.step, second.best_step) == (
         "no lower validation loss in 2 validations", 5, 3)
 
@@ -427,8 +430,9 @@ def test_init_from_refuses_data_tokenized_otherwise(dataset: Path, tmp_path: Pat
 def test_init_from_and_resume_are_refused_together(dataset: Path, tmp_path: Path) -> None:
     train(dataset, tmp_path / "trained", TINY, config(max_steps=2))
     with pytest.raises(UsageError, match="give one"):
-        train(dataset, tmp_path / "trained", None, config(max_steps=4), resume=True,
-              explicit={"max_steps"}, init_from=tmp_path / "trained")
+        train(dataset, tmp_path / "trained", None,
+              Overrides.of(config(max_steps=4), "max_steps"),
+              resume=True, init_from=tmp_path / "trained")
 
 
 def test_a_run_cannot_overwrite_the_model_it_starts_from(dataset: Path, tmp_path: Path) -> None:
@@ -448,8 +452,9 @@ def test_a_resumed_run_names_the_option_as_the_command_line_spells_it(
         dataset: Path, tmp_path: Path) -> None:
     train(dataset, tmp_path / "m", TINY, config(max_steps=2))
     with pytest.raises(UsageError) as refused:
-        train(dataset, tmp_path / "m", None, config(max_steps=4, warmup_steps=10),
-              resume=True, explicit={"max_steps", "warmup_steps"})
+        train(dataset, tmp_path / "m", None,
+              Overrides.of(config(max_steps=4, warmup_steps=10), "max_steps", "warmup_steps"),
+              resume=True)
     assert str(refused.value).startswith("--warmup 10 contradicts the run being resumed (5)")
 
 
@@ -575,8 +580,8 @@ def test_the_loss_scale_is_saved_with_the_training_state_and_restored_on_resume(
     # Two steps short of doubling the scale: the resumed run must carry on from there.
     state["scaler"].update(scale=1024.0, _growth_tracker=state["scaler"]["growth_interval"] - 2)
     save_train_state(state_path, state)
-    train(dataset, tmp_path / "m", None, config(max_steps=5), resume=True,
-          explicit={"max_steps"})
+    train(dataset, tmp_path / "m", None,
+          Overrides.of(config(max_steps=5), "max_steps"), resume=True)
     assert [r["loss_scale"] for r in records(tmp_path / "m", "train")][3:] == [1024.0, 2048.0]
     assert torch.load(state_path, weights_only=True)["scaler"]["scale"] == 2048.0
 

@@ -49,22 +49,20 @@ def train(
     """
     from tfm.config import model_config_from_preset
     from tfm.training.loop import train as run_train
+    from tfm.training.state import Overrides
 
-    explicit = set(options)
-    config = TrainConfig(**options)
-    # What the command line says of the model. On resume it may only repeat the run's own;
-    # from --init-from, the architecture's must be the model's.
-    model_options = model
-    model_config = None
+    # A new run takes the options given over TrainConfig's defaults; a resumed run compares
+    # them, and what they say of the model, with its own (tfm.training.state).
+    config = Overrides(options, model, preset) if resume else TrainConfig(**options)
+    # From --init-from, the architecture's options must be the model's.
     if init_from is not None and not resume:  # (with --resume: refused by train)
         from tfm.training.state import INIT_FROM_CHANGES, initial_model_config
 
         model_config = initial_model_config(
-            init_from, preset,
-            {k: v for k, v in model_options.items() if k not in INIT_FROM_CHANGES},
-            **{k: v for k, v in model_options.items() if k in INIT_FROM_CHANGES})
+            init_from, preset, {k: v for k, v in model.items() if k not in INIT_FROM_CHANGES},
+            **{k: v for k, v in model.items() if k in INIT_FROM_CHANGES})
     else:  # with --resume: the model of a run that has no checkpoint yet (never started)
-        model_config = model_config_from_preset(preset or "small", **model_options)
+        model_config = model_config_from_preset(preset or "small", **model)
     from tfm.training.reporting import RichTrainReporter
 
     if resume and overwrite:
@@ -76,9 +74,9 @@ def train(
 
     ranks = launched_by_torchrun()
     with writing_into(output, "tfm train") if ranks is None or ranks[0] == 0 else nullcontext():
-        result = run_train(data, output, model_config, config, resume, explicit,
-                           RichTrainReporter(err), overwrite, tensorboard, init_from,
-                           preset if resume else None, model_options if resume else None)
+        result = run_train(data, output, model_config, config, resume,
+                           reporter=RichTrainReporter(err), overwrite=overwrite,
+                           tensorboard=tensorboard, init_from=init_from)
     if not result.is_main:  # another process of a torchrun job: rank 0 reports
         if result.stopped.startswith("interrupted"):
             raise typer.Exit(EXIT_INTERRUPTED)

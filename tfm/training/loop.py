@@ -64,6 +64,7 @@ from tfm.training.objective import label_smoothed_loss
 from tfm.training.reporting import Reporters, TrainReporter
 from tfm.training.schedule import budget_progress, learning_rate
 from tfm.training.state import (
+    Overrides,
     RunState,
     StopSignal,
     recorded_init_from,
@@ -100,26 +101,23 @@ def train(
     data_dir: Path,
     output: Path,
     model_config: ModelConfig | None,
-    config: TrainConfig,
+    config: TrainConfig | Overrides,
     resume: bool = False,
-    explicit: set[str] | None = None,
     reporter: TrainReporter | None = None,
     overwrite: bool = False,
     tensorboard: Path | None = None,
     init_from: Path | None = None,
-    preset: str | None = None,
-    model_options: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train a model on a prepared dataset into the model directory ``output``.
 
-    ``model_config`` None means: take it from ``output`` (resume). ``explicit`` names the
-    TrainConfig fields the user set; on resume only those are compared with the saved run.
+    ``model_config`` None means: take it from ``output`` (resume). ``config``: the run's
+    TrainConfig; with ``resume``, what is asked anew of the run in ``output``
+    (tfm.training.state.Overrides: the fields given, of the run and of its model, each
+    compared with the run's; a TrainConfig counts as every field given).
     ``tensorboard``: also log the metrics there (needs the tensorboard package).
     ``init_from``: a trained model directory whose weights the new run starts from (its
     architecture is ``model_config``'s, see tfm.training.state.initial_model_config); the
     optimizer and the learning-rate schedule start afresh at step 0.
-    ``preset``, ``model_options``: on resume, what the command line said of the model (see
-    tfm.training.state.start_or_resume); it may only repeat the run's own.
 
     Started by torchrun, each process trains on its shard of every epoch's batches with
     DistributedDataParallel (see tfm.distributed); rank 0 alone writes files and reports.
@@ -139,8 +137,7 @@ def train(
     ranks = distributed.launched_by_torchrun()
     say = reporter.message if ranks is None or ranks[0] == 0 else (lambda _: None)
     config, model_config, run, saved, remove_old = start_or_resume(
-        output, model_config, config, resume, explicit or set(), overwrite, preset,
-        model_options, say)
+        output, model_config, config, resume, overwrite, say)
     if resume and saved is None:  # started again from step 0: from the weights it started from
         init_from = recorded_init_from(output)
     if config.patience and "valid" not in read_prepare_info(data_dir)["splits"]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,28 @@ from tfm.training.schedule import SCHEDULES
 RESUMABLE_CHANGES = {"max_steps", "max_epochs", "max_time", "patience", "valid_every",
                      "save_every", "keep_last", "log_every", "device", "num_threads", "compile",
                      "precision"}
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """The options given for a run being resumed, field by field (a field not here stays as
+    the run has it): ``train``, TrainConfig fields, of which only RESUMABLE_CHANGES may differ
+    from the run's; ``model``, ModelConfig fields, and ``preset``, a preset whose sizes count
+    for the fields not given there, which may only repeat the run's own (a run's model cannot
+    change once it has weights). A run resumed before its first checkpoint, or never started,
+    takes ``train`` as its whole TrainConfig (the defaults for the rest)."""
+
+    train: Mapping[str, Any] = field(default_factory=dict)
+    model: Mapping[str, Any] = field(default_factory=dict)
+    preset: str | None = None
+
+    @staticmethod
+    def of(config: TrainConfig, *names: str, model: Mapping[str, Any] | None = None,
+           preset: str | None = None) -> Overrides:
+        """The fields ``names`` of ``config`` given (every field where none is named), with
+        ``model`` and ``preset``."""
+        values = asdict(config)
+        return Overrides({n: values[n] for n in names or values}, dict(model or {}), preset)
 
 
 @dataclass
@@ -78,19 +100,20 @@ class StopSignal:
 
 
 def start_or_resume(
-    output: Path, model_config: ModelConfig | None, config: TrainConfig, resume: bool,
-    explicit: set[str], overwrite: bool, preset: str | None = None,
-    model_options: dict[str, Any] | None = None, say: Callable[[str], None] = lambda _: None,
+    output: Path, model_config: ModelConfig | None, config: TrainConfig | Overrides,
+    resume: bool, overwrite: bool, say: Callable[[str], None] = lambda _: None,
 ) -> tuple[TrainConfig, ModelConfig, RunState, dict[str, Any] | None, bool]:
     """The run's configuration and state, new or read back from ``output``; refuses what
-    cannot be done. On resume, ``preset`` and ``model_options`` (MODEL_OPTIONS' fields; None:
-    not given) are what the command line said of the model: they may only repeat the run's
-    own. A resumed run with no checkpoint yet starts from step 0 (its saved state None), with
-    the settings it recorded when it started, if it did. ``say`` gets the one line that tells
-    which checkpoint a resume starts from, where that is not simply the latest. Returns
-    (config, model config, run state, saved state or None, whether an old run must be
-    removed first)."""
+    cannot be done. On resume, ``config`` is what is asked anew (Overrides; a TrainConfig
+    counts as every field given). A resumed run with no checkpoint yet starts from step 0
+    (its saved state None), with the settings it recorded when it started, if it did.
+    ``say`` gets the one line that tells which checkpoint a resume starts from, where that is
+    not simply the latest. Returns (config, model config, run state, saved state or None,
+    whether an old run must be removed first)."""
     state_path = ModelDir(output).train_state
+    given = config if isinstance(config, Overrides) else Overrides.of(config)
+    if not resume and isinstance(config, Overrides):
+        raise TypeError("a new run takes a whole TrainConfig; Overrides are for resume")
     run = RunState()
     saved: dict[str, Any] | None = None
     remove_old = False
@@ -99,13 +122,12 @@ def start_or_resume(
         if note:
             say(note)
     if resume and saved is None:
-        config, model_config = _restart(output, model_config, config, explicit, preset,
-                                        model_options or {}, say)
+        config, model_config = _restart(output, model_config, given, say)
     elif resume:
         assert saved is not None
-        config = _resumed_config(output, config, explicit)
+        config = _resumed_config(output, given.train)
         model_config = ModelConfig(**saved["model_config"])
-        _check_resumed_model(output, model_config, preset, model_options or {})
+        _check_resumed_model(output, model_config, given.preset, dict(given.model))
         run = RunState(**saved["run"])
     elif state_path.exists() and overwrite:
         remove_old = True
@@ -182,18 +204,18 @@ def newest_intact_state(output: Path) -> tuple[dict[str, Any] | None, str | None
     return None, None
 
 
-def _restart(output: Path, model_config: ModelConfig | None, config: TrainConfig,
-             explicit: set[str], preset: str | None, options: dict[str, Any],
+def _restart(output: Path, model_config: ModelConfig | None, given: Overrides,
              say: Callable[[str], None]) -> tuple[TrainConfig, ModelConfig | None]:
     """The configuration of a resumed run that has no checkpoint yet, started again from step
     0: the settings it recorded when it started (train_config.json, config.json's model),
     checked as a resume checks them; a run that never started takes the command line's."""
     files = ModelDir(output)
+    config = TrainConfig(**given.train)
     if files.train_config.exists():
-        config = _resumed_config(output, config, explicit)
+        config = _resumed_config(output, given.train)
         if files.config.exists():
             model_config = read_model_info(output).model
-            _check_resumed_model(output, model_config, preset, options)
+            _check_resumed_model(output, model_config, given.preset, dict(given.model))
         say(f"{output} has no checkpoint yet (the run stopped before its first save): training "
             f"it from step 0 with its recorded settings ({files.train_config.name})")
     elif files.config.exists():
@@ -283,17 +305,17 @@ def _asked_otherwise(model: ModelConfig, preset: str | None, given: dict[str, An
     return None
 
 
-def _resumed_config(output: Path, given: TrainConfig, explicit: set[str]) -> TrainConfig:
-    """The saved run's TrainConfig with the options the user set now; refuses changes other
-    than how long the run goes on."""
+def _resumed_config(output: Path, given: Mapping[str, Any]) -> TrainConfig:
+    """The saved run's TrainConfig with the fields given now; refuses changes other than how
+    long the run goes on, and where and how it computes."""
     path = ModelDir(output).train_config
     try:
         saved = train_config_from_dict(json.loads(path.read_text()))
     except FileNotFoundError as e:
         raise UsageError(f"{output}: no {path.name}; nothing to resume") from e
     values = asdict(saved)
-    for name in sorted(explicit):
-        new = getattr(given, name)
+    for name in sorted(given):
+        new = given[name]
         if name not in RESUMABLE_CHANGES and new != values[name]:
             option = option_name(name) or f"TrainConfig.{name}"  # as the user spelled it
             raise UsageError(
