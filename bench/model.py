@@ -77,6 +77,7 @@ def matmul_flops(config: ModelConfig, batch: Batch) -> float:
 
 
 def run_train(args: argparse.Namespace) -> dict:
+    from tfm.training.bf16 import Bf16Copy
     from tfm.training.objective import label_smoothed_loss
 
     torch.manual_seed(0)
@@ -90,15 +91,22 @@ def run_train(args: argparse.Namespace) -> dict:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     device = torch.device("cpu")
     dtype = resolve_precision(args.precision, device)
+    # bf16 as tfm train runs it on a CPU: a bf16 copy of the model, fp32 master weights.
+    bf16 = Bf16Copy(model) if dtype == torch.bfloat16 else None
+    net = bf16.model if bf16 is not None else model
 
     def step(batch: Batch) -> None:
         optimizer.zero_grad(set_to_none=True)
-        with autocast(device, dtype):
-            logits = model(batch.src, batch.tgt_in, batch.tgt_mask)
+        with autocast(device, None if bf16 is not None else dtype):
+            logits = net(batch.src, batch.tgt_in, batch.tgt_mask)
         loss, _ = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask], 0.1)
         (loss / batch.n_tgt_tokens).backward()
+        if bf16 is not None:
+            bf16.gradients_to_master()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
+        if bf16 is not None:
+            bf16.weights_from_master()
 
     data = [collate(split, b) for b in batches[: args.warmup + args.steps]]
     for batch in data[: args.warmup]:
