@@ -589,3 +589,19 @@ def test_serve_lists_the_language_tokens_and_takes_target_lang(variant: dict) ->
         direct = post(url, {"text": ">>fr<< A man is walking .", "beam": 1}, key=None)
         assert answer.status_code == 200
         assert answer.json()["translations"] == direct.json()["translations"]
+
+
+def test_a_plain_pytorch_model_bin_imports_as_its_safetensors_do(
+        tmp_path: Path, small_marian: Path) -> None:
+    """A pickle of tensors only (what older hub checkpoints hold, with the positional tables)
+    is read, without executing code, to the same model as the safetensors."""
+    from tfm.interop.marian_import import import_marian
+
+    marian = Path(shutil.copytree(small_marian, tmp_path / "marian"))
+    hf = transformers.MarianMTModel.from_pretrained(marian)
+    torch.save(hf.state_dict(), marian / "pytorch_model.bin")
+    (marian / "model.safetensors").unlink()
+    one, _, _ = load_model_dir(import_marian(small_marian, tmp_path / "one"))
+    two, _, _ = load_model_dir(import_marian(marian, tmp_path / "two"))
+    assert all(torch.equal(a, b) for a, b in zip(one.state_dict().values(),
+                                                 two.state_dict().values()))
