@@ -8,7 +8,7 @@ import json
 import shutil
 import signal
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from tfm.config import (
     TrainConfig,
     model_config_from_preset,
     option_name,
+    option_spelling,
     train_config_from_dict,
 )
 from tfm.errors import ModelError, UsageError
@@ -240,10 +241,11 @@ def recorded_init_from(output: Path) -> Path | None:
 # What --init-from may change in the trained model's configuration: regularisation only, which
 # changes no weight's shape.
 INIT_FROM_CHANGES = ("dropout", "attention_dropout", "activation_dropout")
-# The architecture options of `tfm train`, as the command line spells them.
-ARCHITECTURE_OPTIONS = {"d_model": "--d-model", "n_heads": "--n-heads",
-                        "encoder_layers": "--encoder-layers", "decoder_layers": "--decoder-layers",
-                        "d_ff": "--d-ff", "norm_first": "--pre-norm/--post-norm"}
+# The model options of `tfm train` (the ModelConfig fields that have one), as the command line
+# spells them: the dropout rates, and the architecture's (all the others).
+MODEL_OPTIONS = {f.name: option_spelling(ModelConfig, f.name) for f in fields(ModelConfig)
+                 if option_spelling(ModelConfig, f.name) is not None}
+ARCHITECTURE_OPTIONS = {k: v for k, v in MODEL_OPTIONS.items() if k not in INIT_FROM_CHANGES}
 
 
 def initial_model_config(init_from: Path, preset: str | None = None,
@@ -262,12 +264,6 @@ def initial_model_config(init_from: Path, preset: str | None = None,
         raise UsageError(f"{asked} contradicts the model in {init_from} ({has}), whose "
                          "architecture --init-from takes (only the dropout options may change)")
     return replace(model, **{k: v for k, v in changes.items() if v is not None})
-
-
-# The model options of `tfm train`: the architecture's, and the dropout rates.
-MODEL_OPTIONS = {**ARCHITECTURE_OPTIONS, "dropout": "--dropout",
-                 "attention_dropout": "--attention-dropout",
-                 "activation_dropout": "--activation-dropout"}
 
 
 def _check_resumed_model(output: Path, model: ModelConfig, preset: str | None,
