@@ -175,7 +175,7 @@ def cmd_train(args) -> None:
         max_steps=10**7, logging_steps=10**7, save_strategy="no", report_to="none",
         use_cpu=True, dataloader_num_workers=0, train_sampling_strategy="group_by_length",
         seed=args.seed,
-        label_smoothing_factor=0.1, max_grad_norm=1.0, disable_tqdm=True)
+        label_smoothing_factor=0.1, max_grad_norm=1.0, disable_tqdm=True, bf16=args.bf16)
     trainer = Seq2SeqTrainer(model=model, args=targs, train_dataset=features,
                              data_collator=collator, optimizers=(optimizer, scheduler),
                              callbacks=[Budget()])
@@ -189,7 +189,7 @@ def cmd_train(args) -> None:
               "minutes": round(elapsed / 60, 2), "tokens": collator.tokens,
               "tokens_per_s": round(collator.tokens / elapsed, 1), "lines": args.lines,
               "lr": args.lr, "batch_sentences": args.batch,
-              "max_steps": args.max_steps}
+              "max_steps": args.max_steps, "bf16": args.bf16}
     (args.out / "train_report.json").write_text(json.dumps(report, indent=1))
     print(json.dumps(report))
 
@@ -240,6 +240,7 @@ def main() -> None:
     t.add_argument("--lr", type=float, default=1.5e-3)
     t.add_argument("--warmup", type=int, default=800)
     t.add_argument("--batch", type=int, default=64, help="sentences per batch")
+    t.add_argument("--bf16", action="store_true", help="the Trainer's bf16 (autocast)")
     d = sub.choices["translate"]
     d.add_argument("--model", type=Path, required=True)
     d.add_argument("--input", type=Path, required=True)
