@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import PAIRS
+from test_search import teacher_forced_log_probs
 
 from tfm.checkpoint import ModelInfo, save_model_dir
 from tfm.config import GenerationDefaults, ModelConfig
@@ -153,16 +154,7 @@ def tiny(seed: int, vocab: int = 8) -> Transformer:
 
 
 def teacher_forced(model: Transformer, src: torch.Tensor, outputs: list[list[int]]) -> list[float]:
-    n, longest = len(outputs), max(len(o) for o in outputs) + 1
-    tgt_in = torch.full((n, longest), PAD_ID, dtype=torch.long)
-    tgt_out = torch.full((n, longest), PAD_ID, dtype=torch.long)
-    for i, out in enumerate(outputs):
-        tgt_in[i, : len(out) + 1] = torch.tensor([BOS_ID, *out])
-        tgt_out[i, : len(out) + 1] = torch.tensor([*out, EOS_ID])
-    with torch.no_grad():
-        logp = torch.log_softmax(model(src.expand(n, -1), tgt_in).double(), dim=-1)
-    picked = logp.gather(2, tgt_out[..., None])[..., 0]
-    return picked.masked_fill(tgt_out == PAD_ID, 0.0).sum(dim=1).tolist()
+    return teacher_forced_log_probs(model, src, outputs).tolist()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

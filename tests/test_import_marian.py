@@ -16,7 +16,6 @@ import random
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -75,14 +74,6 @@ def generated_lines(words: list[str], n: int, seed: int) -> list[str]:
             line += f" {rng.randint(0, 999)}"
         lines.append(line)
     return lines
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
