@@ -13,6 +13,9 @@ from pathlib import Path
 # tests that give --threads or num_threads still get what they ask for.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import subprocess
+
+import forked
 import pytest
 from tokenizers import Tokenizer
 
@@ -151,6 +154,26 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "data"
 
 
+# --- the tfm command, as a user runs it -------------------------------------------------------
+
+# A bound that only catches a hang: how long a command takes is the machine's.
+HANG = 600
+
+
+def tfm(*args: str, stdin: str | None = None, cwd: Path | None = None, timeout: float = HANG,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``tfm ARGS`` run to its end, with ``stdin`` as its input and ``env`` added to the
+    environment; its exit status, stdout and stderr (text). The process is forked from this
+    worker's preloader, which has torch imported already (tests/forked.py)."""
+    return forked.run(list(args), input=stdin, capture_output=True, text=True, cwd=cwd,
+                      timeout=timeout, env=None if env is None else {**os.environ, **env})
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if forked.preloader.cache_info().currsize:
+        forked.preloader().close()
+
+
 # --- processes a test starts end with it ------------------------------------------------------
 
 def session_pids(sid: int) -> list[int]:
@@ -192,9 +215,9 @@ def kill_session(process) -> None:
 def spawn():
     """``spawn(args, **popen_options)``: ``subprocess.Popen`` in a session of its own, and
     every process of that session killed when the test ends, passed or failed, so that no run
-    a test started (a recipe's training runs included) outlives it."""
-    import subprocess
-
+    a test started (a recipe's training runs included) outlives it. ``spawn.tfm(args,
+    **popen_options)``: the same for ``tfm ARGS``, forked from the preloader
+    (tests/forked.py)."""
     started: list[subprocess.Popen] = []
 
     def start(args, **options) -> subprocess.Popen:
@@ -202,6 +225,12 @@ def spawn():
         started.append(process)
         return process
 
+    def start_tfm(args, **options) -> subprocess.Popen:
+        process = forked.TfmPopen(args, **options)  # a session of its own already
+        started.append(process)
+        return process
+
+    start.tfm = start_tfm
     yield start
     for process in started:
         kill_session(process)

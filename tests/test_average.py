@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import tfm
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
@@ -104,14 +103,11 @@ def test_the_training_run_itself_is_never_overwritten(run_dir: Path) -> None:
 
 
 def test_the_command_line_averages_and_reports_errors_in_one_line(run_dir: Path) -> None:
-    ok = subprocess.run([sys.executable, "-m", "tfm", "average", "-m", str(run_dir),
-                         "--last", "2", "-o", str(run_dir.parent / "avg")],
-                        capture_output=True, text=True, timeout=120)
+    ok = tfm("average", "-m", str(run_dir), "--last", "2", "-o", str(run_dir.parent / "avg"))
     assert ok.returncode == 0, ok.stderr
     assert "steps 200, 300" in ok.stderr
     assert (run_dir.parent / "avg" / "model.safetensors").exists()
-    bad = subprocess.run([sys.executable, "-m", "tfm", "average", "-m", str(run_dir),
-                          "--last", "9"], capture_output=True, text=True, timeout=120)
+    bad = tfm("average", "-m", str(run_dir), "--last", "9")
     assert bad.returncode == 2
     lines = [line for line in bad.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "--last 9" in lines[0]

@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import tfm
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
-
-
-def tfm(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tfm", *args], input=stdin, text=True,
-                          capture_output=True, timeout=300)
 
 
 def refused(result: subprocess.CompletedProcess, code: int, *fragments: str) -> str:

@@ -13,17 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import tfm
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "data" / "demo"
 COMMANDS = ["train-tokenizer", "prepare", "train", "translate", "eval", "average", "plot-curve",
             "export", "serve"]
-
-
-def tfm(*args: str, stdin: str | None = None, cwd: Path | None = None
-        ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tfm", *args], input=stdin, text=True,
-                          capture_output=True, cwd=cwd, timeout=300)
 
 
 def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -55,7 +50,6 @@ def test_every_command_has_help(command: str) -> None:
 def test_help_shows_bracketed_text_as_written(command: str) -> None:
     # --help is drawn by rich, which takes "[moses]" in "tfm[moses]" for a style and drops it
     # unless the bracket is escaped.
-    import os
 
     import typer.main
 
@@ -64,8 +58,7 @@ def test_help_shows_bracketed_text_as_written(command: str) -> None:
     written = [click_command.help or "", *(param.help or "" for param in click_command.params)]
     bracketed = {word.replace("\\[", "[") for text in written
                  for word in re.findall(r"\S*\[[^\]\s]*\]\S*", text)}
-    shown = subprocess.run([sys.executable, "-m", "tfm", command, "--help"], text=True,
-                           capture_output=True, env={**os.environ, "COLUMNS": "1000"}).stdout
+    shown = tfm(command, "--help", env={"COLUMNS": "1000"}).stdout
     assert [word for word in bracketed if word not in shown] == []
 
 

@@ -11,13 +11,11 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import PAIRS
+from conftest import PAIRS, tfm
 from test_search import teacher_forced_log_probs
 
 from tfm.checkpoint import ModelInfo, save_model_dir
@@ -359,11 +357,6 @@ def test_a_glossary_file_is_read_with_comments_and_refused_line_by_line(tmp_path
 
 
 # --- the command line ------------------------------------------------------------------------
-
-def tfm(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tfm", *args], capture_output=True,
-                          text=True, input=stdin, timeout=300)
-
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),

@@ -3,15 +3,13 @@ with its share of the CPU threads; the output never depends on how many there ar
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import random_model_dir
+from conftest import random_model_dir, tfm
 from tokenizers import Tokenizer
 
 from tfm.config import SearchOptions
@@ -137,14 +135,10 @@ def test_the_command_line_translates_a_file_alike_with_one_or_two_workers(
     src.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     outputs = []
     for workers in ("1", "2"):
-        done = subprocess.run(
-            [sys.executable, "-m", "tfm", "translate", "-m", str(model_dir), "--input", str(src),
-             "--workers", workers, "--beam", "2", "--device", "cpu"],
-            capture_output=True, text=True, timeout=120)
+        done = tfm("translate", "-m", str(model_dir), "--input", str(src), "--workers", workers,
+                   "--beam", "2", "--device", "cpu")
         assert done.returncode == 0, done.stderr
         outputs.append(done.stdout)
     assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == len(SENTENCES)
-    refused = subprocess.run(
-        [sys.executable, "-m", "tfm", "translate", "-m", str(model_dir), "--workers", "0", "x"],
-        capture_output=True, text=True, timeout=120)
+    refused = tfm("translate", "-m", str(model_dir), "--workers", "0", "x")
     assert refused.returncode == 2 and "--workers 0" in refused.stderr

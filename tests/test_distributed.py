@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import tfm
 from safetensors.torch import load_file
 
 from tfm.config import ModelConfig, TrainConfig, model_config_from_preset
@@ -80,10 +81,8 @@ def test_two_processes_train_on_different_shards_and_the_model_translates(
     assert logged != [2 * tokens(0, k) for k in range(4)]  # the ranks' batches differ
     assert logged != [2 * tokens(1, k) for k in range(4)]
 
-    translated = subprocess.run(
-        [sys.executable, "-m", "tfm", "translate", "-m", str(model), "--beam", "1",
-         "--min-len", "2", "The dog sleeps in the garden."],
-        capture_output=True, text=True, timeout=120)
+    translated = tfm("translate", "-m", str(model), "--beam", "1", "--min-len", "2",
+                     "The dog sleeps in the garden.")
     assert translated.returncode == 0, translated.stderr
     lines = translated.stdout.splitlines()
     assert len(lines) == 1 and lines[0].strip()

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import random_model_dir, tiny_config
+from conftest import random_model_dir, tfm, tiny_config
 from tokenizers import Tokenizer
 
 from tfm.checkpoint import ModelInfo, save_model_dir
@@ -101,22 +99,17 @@ def test_models_with_another_tokenizer_or_direction_are_refused(
 def test_the_command_line_ensembles_in_translate_and_eval(
         tmp_path: Path, two_models: tuple[Path, Path]) -> None:
     a, b = two_models
-    run = [sys.executable, "-m", "tfm"]
-    translated = subprocess.run(
-        [*run, "translate", "-m", str(a), "--ensemble", str(b), "--beam", "2", "--device", "cpu",
-         *SENTENCES], capture_output=True, text=True, timeout=120)
+    translated = tfm("translate", "-m", str(a), "--ensemble", str(b), "--beam", "2", "--device",
+                     "cpu", *SENTENCES)
     assert translated.returncode == 0, translated.stderr
     assert len(translated.stdout.splitlines()) == 2
     src = tmp_path / "src.en"
     src.write_text("\n".join(SENTENCES) + "\n")
-    evaluated = subprocess.run(
-        [*run, "eval", "-m", str(a), "--ensemble", str(b), "--src", str(src), "--ref", str(src),
-         "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    evaluated = tfm("eval", "-m", str(a), "--ensemble", str(b), "--src", str(src), "--ref",
+                    str(src), "--device", "cpu")
     assert evaluated.returncode == 0, evaluated.stderr
     assert "BLEU" in evaluated.stdout + evaluated.stderr
-    refused = subprocess.run(
-        [*run, "eval", "-m", str(a), "--ensemble", str(b), "--hyp", str(src), "--ref", str(src)],
-        capture_output=True, text=True, timeout=120)
+    refused = tfm("eval", "-m", str(a), "--ensemble", str(b), "--hyp", str(src), "--ref", str(src))
     assert refused.returncode == 2
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--ensemble" in lines[0]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tfm as run_tfm
 
 from tfm.atomic import AppendLog
 from tfm.checkpoint import load_model_dir
@@ -117,8 +118,7 @@ def processes() -> Iterator[Callable[..., subprocess.Popen]]:
 
 
 def tfm(*args: str, timeout: float = HANG, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tfm", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **env})
+    return run_tfm(*args, timeout=timeout, env=env)
 
 
 def hooked(*args: str) -> list[str]:

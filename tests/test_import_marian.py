@@ -15,11 +15,11 @@ import json
 import random
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import tfm as tfm_cli
 
 from tfm.checkpoint import load_model_dir
 from tfm.data.text import normalize_text
@@ -407,11 +407,6 @@ def test_tfm_own_marian_export_imports_back_to_the_same_translations(
 
 # --- an ordinary tfm model directory ---------------------------------------------------------
 
-def tfm_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tfm", *args], text=True, capture_output=True,
-                          timeout=300, cwd=cwd)
-
-
 def test_prepare_with_the_imported_tokenizer_and_train_init_from_fine_tune_it(
         tmp_path: Path, spm_models: dict[str, bytes]) -> None:
     """prepare tokenizes with the imported tokenizer (the SentencePiece models travel with it),
@@ -439,9 +434,8 @@ def test_prepare_with_the_imported_tokenizer_and_train_init_from_fine_tune_it(
     base, _, _ = load_model_dir(imported)
     assert torch.equal(model.output_bias, base.output_bias)  # kept fixed, as transformers does
     assert not torch.equal(model.src_embed.token.weight, base.src_embed.token.weight)
-    result = subprocess.run([sys.executable, "-m", "tfm", "translate", "--model",
-                             str(tmp_path / "tuned"), "--beam", "1"], input="a man is walking\n",
-                            text=True, capture_output=True, timeout=300)
+    result = tfm_cli("translate", "--model", str(tmp_path / "tuned"), "--beam", "1",
+                     stdin="a man is walking\n")
     assert result.returncode == 0 and len(result.stdout.splitlines()) == 1, result.stderr
     result = tfm_cli("export", str(tmp_path / "tuned"), "--to", "marian", "-o",
                      str(tmp_path / "out"))

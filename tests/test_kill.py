@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -40,15 +39,14 @@ def test_sigkill_at_random_moments_never_corrupts_a_checkpoint(
     dataset: Path, tmp_path: Path, spawn,
 ) -> None:
     model = tmp_path / "model"
-    command = [sys.executable, "-m", "tfm", "train", "--data", str(dataset), "--output",
-               str(model), "--preset", "tiny", "--max-steps", "100000", "--max-tokens", "512",
-               "--save-every", "1", "--keep-last", "3", "--log-every", "1", "--precision",
-               "fp32", "--threads", "1"]
+    command = ["train", "--data", str(dataset), "--output", str(model), "--preset", "tiny",
+               "--max-steps", "100000", "--max-tokens", "512", "--save-every", "1",
+               "--keep-last", "3", "--log-every", "1", "--precision", "fp32", "--threads", "1"]
     rng = random.Random(0)
     steps_seen = []
     for attempt in range(20):
         resume = (model / "train_state.pt").exists()
-        process = spawn(command + (["--resume"] if resume else ["--overwrite"]),
+        process = spawn.tfm(command + (["--resume"] if resume else ["--overwrite"]),
                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if attempt % 4 == 3:  # during start-up
             time.sleep(rng.uniform(0.2, 2.0))
@@ -66,7 +64,7 @@ def test_sigkill_at_random_moments_never_corrupts_a_checkpoint(
 
     limit = command.index("--max-steps") + 1
     command[limit] = str(steps_seen[-1] + 2)
-    final = spawn(command + ["--resume"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    final = spawn.tfm(command + ["--resume"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                   text=True)
     _, stderr = final.communicate(timeout=HANG)
     assert final.returncode == 0, stderr

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import sacrebleu
-from conftest import random_model_dir
+from conftest import random_model_dir, tfm
 from tokenizers import Tokenizer
 
 from tfm.config import SearchOptions
@@ -113,22 +111,17 @@ def test_the_translator_ranks_all_the_beams_hypotheses_and_keeps_n_best(
 
 def test_the_command_line_takes_mbr_in_translate_and_eval(tmp_path: Path, model_dir: Path
                                                          ) -> None:
-    run = [sys.executable, "-m", "tfm"]
-    translated = subprocess.run(
-        [*run, "translate", "-m", str(model_dir), "--beam", "4", "--mbr", "bleu", "--device",
-         "cpu", *SENTENCES], capture_output=True, text=True, timeout=120)
+    translated = tfm("translate", "-m", str(model_dir), "--beam", "4", "--mbr", "bleu", "--device",
+                     "cpu", *SENTENCES)
     assert translated.returncode == 0, translated.stderr
     assert len(translated.stdout.splitlines()) == len(SENTENCES)
     src = tmp_path / "src.en"
     src.write_text("\n".join(SENTENCES) + "\n")
-    evaluated = subprocess.run(
-        [*run, "eval", "-m", str(model_dir), "--src", str(src), "--ref", str(src), "--beam", "4",
-         "--mbr", "chrf", "--device", "cpu"], capture_output=True, text=True, timeout=120)
+    evaluated = tfm("eval", "-m", str(model_dir), "--src", str(src), "--ref", str(src), "--beam",
+                    "4", "--mbr", "chrf", "--device", "cpu")
     assert evaluated.returncode == 0, evaluated.stderr
     assert "BLEU" in evaluated.stdout
-    refused = subprocess.run(
-        [*run, "translate", "-m", str(model_dir), "--beam", "1", "--mbr", "bleu", "Hello."],
-        capture_output=True, text=True, timeout=120)
+    refused = tfm("translate", "-m", str(model_dir), "--beam", "1", "--mbr", "bleu", "Hello.")
     assert refused.returncode == 2
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--mbr" in lines[0]

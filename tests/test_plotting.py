@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import tfm
 from matplotlib.image import imread
 
 from tfm.config import ModelConfig, TrainConfig
@@ -123,14 +124,11 @@ def test_the_curve_against_time_puts_each_record_at_its_minutes_of_training(
 
 
 def test_plot_curve_time_writes_the_curve_against_time_beside_the_run(tmp_path: Path) -> None:
-    import subprocess
-    import sys
 
     write_metrics(tmp_path / "metrics.jsonl",
                   [{"kind": "train", "step": s, "loss": 1.0 / s, "elapsed": 6.0 * s}
                    for s in (1, 2)])
-    result = subprocess.run([sys.executable, "-m", "tfm", "plot-curve", str(tmp_path), "--time"],
-                            capture_output=True, text=True, timeout=120)
+    result = tfm("plot-curve", str(tmp_path), "--time")
     assert result.returncode == 0, result.stderr
     assert imread(tmp_path / "learning_curve_time.png").shape[:2] == (4 * DPI, 7 * DPI)
     assert not (tmp_path / CURVE_FILE).exists()  # the step curve is left as it was

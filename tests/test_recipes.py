@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 from conftest import PAIRS, session_pids
 
@@ -46,11 +47,14 @@ def recipe_env(**env: str) -> dict[str, str]:
 @pytest.fixture
 def run_recipe(spawn):
     """``run_recipe(NAME, ARGS..., **ENV)``: bash recipes/NAME ARGS to its end, which must be
-    a success; the recipe and every run it started end with the test (``spawn``)."""
+    a success; the recipe and every run it started end with the test (``spawn``). Its ``tfm``
+    commands are forked from the test worker's preloader (tests/forked.py: the same commands,
+    without torch's import each time); the Ctrl-C test below runs the real one."""
     def run(name: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        path = recipe_env()["PATH"]
         recipe = spawn(["bash", str(ROOT / "recipes" / name), *args], cwd=ROOT,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       env=recipe_env(**env))
+                       env=recipe_env(**forked.preloader().environment(path), **env))
         try:
             stdout, stderr = recipe.communicate(timeout=HANG)
         except subprocess.TimeoutExpired:

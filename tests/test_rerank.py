@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import random_model_dir
+from conftest import random_model_dir, tfm
 from tokenizers import Tokenizer
 
 from tfm.config import SearchOptions
@@ -133,26 +131,20 @@ def test_attaching_a_reverse_model_checks_directions_beam_and_weight(
 
 def test_the_command_line_takes_a_reverse_model_in_translate_and_eval(
         tmp_path: Path, forward_dir: Path, reverse_dir: Path) -> None:
-    run = [sys.executable, "-m", "tfm"]
-    translated = subprocess.run(
-        [*run, "translate", "-m", str(forward_dir), "--beam", "4", "--mbr", "bleu",
-         "--reverse-model", str(reverse_dir), "--device", "cpu", *SOURCES],
-        capture_output=True, text=True, timeout=120)
+    translated = tfm("translate", "-m", str(forward_dir), "--beam", "4", "--mbr", "bleu",
+                     "--reverse-model", str(reverse_dir), "--device", "cpu", *SOURCES)
     assert translated.returncode == 0, translated.stderr
     assert len(translated.stdout.splitlines()) == len(SOURCES)
     src = tmp_path / "src.en"
     src.write_text("\n".join(SOURCES) + "\n")
-    evaluated = subprocess.run(
-        [*run, "eval", "-m", str(forward_dir), "--src", str(src), "--ref", str(src), "--beam",
-         "4", "--reverse-model", str(reverse_dir), "--reverse-weight", "0.5", "--device",
-         "cpu"], capture_output=True, text=True, timeout=120)
+    evaluated = tfm("eval", "-m", str(forward_dir), "--src", str(src), "--ref", str(src), "--beam",
+                    "4", "--reverse-model", str(reverse_dir), "--reverse-weight", "0.5", "--device",
+                    "cpu")
     assert evaluated.returncode == 0, evaluated.stderr
     assert "BLEU" in evaluated.stdout and "reranked by the reverse model" in evaluated.stderr
     for wrong, message in ((["--reverse-model", str(reverse_dir), "--beam", "1"], "--beam 2"),
                            (["--reverse-model", str(forward_dir)], "needs a de->en model")):
-        refused = subprocess.run(
-            [*run, "translate", "-m", str(forward_dir), "--device", "cpu", *wrong, "Hello."],
-            capture_output=True, text=True, timeout=120)
+        refused = tfm("translate", "-m", str(forward_dir), "--device", "cpu", *wrong, "Hello.")
         assert refused.returncode == 2
         lines = [line for line in refused.stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and message in lines[0], refused.stderr

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tfm
 from sacrebleu.metrics import BLEU
 from tokenizers import Tokenizer
 
@@ -160,11 +161,6 @@ def test_without_sacremoses_the_error_names_the_extra(monkeypatch: pytest.Monkey
 
 
 # --- tfm eval --lc-tok ---------------------------------------------------------------------------
-
-def tfm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tfm", *args], text=True, capture_output=True,
-                          timeout=300)
-
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:
     assert result.returncode != 0

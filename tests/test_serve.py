@@ -26,10 +26,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import forked
 import httpx
 import pytest
 import torch
-from conftest import PAIRS
+from conftest import PAIRS, tfm
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -92,9 +93,9 @@ def tfm_serve(model: Path, *args: str, env: dict[str, str] | None = None
               ) -> Iterator[Server]:
     """``tfm serve`` on a free loopback port, ready (/health 200) when this yields; killed at
     the end. Its stderr is read all along (a full pipe would stall the server)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tfm", "serve", "-m", str(model), "--host", "127.0.0.1",
-         "--port", "0", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    process = forked.TfmPopen(
+        ["serve", "-m", str(model), "--host", "127.0.0.1", "--port", "0", *args],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **(env or {})})
     lines: queue.Queue[str] = queue.Queue()
     log: list[str] = []
@@ -215,10 +216,8 @@ def reference(model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 
     def get(beam: int) -> dict[str, dict[str, Any]]:
         if beam not in cache:
-            result = subprocess.run(
-                [sys.executable, "-m", "tfm", "translate", "-m", str(model_dir), "--beam",
-                 str(beam), "--format", "jsonl", "--input", str(source), "--device", "cpu"],
-                capture_output=True, text=True, timeout=120)
+            result = tfm("translate", "-m", str(model_dir), "--beam", str(beam), "--format",
+                         "jsonl", "--input", str(source), "--device", "cpu")
             assert result.returncode == 0, result.stderr
             records = [json.loads(line) for line in result.stdout.splitlines()]
             cache[beam] = {r["source"]: r for r in records}
@@ -799,9 +798,7 @@ def test_serve_refuses_a_port_in_use_in_one_line(model_dir):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run([sys.executable, "-m", "tfm", "serve", "-m", str(model_dir),
-                                 "--port", str(port)], capture_output=True, text=True,
-                                timeout=60)
+        result = tfm("serve", "-m", str(model_dir), "--port", str(port))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot listen on 127.0.0.1" in lines[0], result.stderr

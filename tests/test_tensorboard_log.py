@@ -4,13 +4,13 @@ it, train and valid scalars are written against the step."""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
 import types
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import tfm
 
 from tfm.config import ModelConfig, TrainConfig
 from tfm.data.corpus import CorpusSpec
@@ -48,10 +48,8 @@ class FakeSummaryWriter:
 def test_without_tensorboard_the_option_is_one_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="pip install tensorboard"):
         require_tensorboard()
-    result = subprocess.run(
-        [sys.executable, "-m", "tfm", "train", "--data", str(tmp_path / "data"), "--output",
-         str(tmp_path / "m"), "--max-steps", "1", "--tensorboard", str(tmp_path / "tb")],
-        capture_output=True, text=True, timeout=120)
+    result = tfm("train", "--data", str(tmp_path / "data"), "--output", str(tmp_path / "m"),
+                 "--max-steps", "1", "--tensorboard", str(tmp_path / "tb"))
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr

@@ -5,15 +5,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import HANG, tfm
 from safetensors.torch import load_file
 
 from tfm.config import ModelConfig, TrainConfig
@@ -220,31 +219,28 @@ def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(
 
 
 def test_sigint_saves_a_loadable_checkpoint_and_resume_continues(dataset: Path,
-                                                                 tmp_path: Path) -> None:
+                                                                 tmp_path: Path, spawn) -> None:
     model = tmp_path / "m"
-    command = [sys.executable, "-m", "tfm", "train", "--data", str(dataset), "--output",
-               str(model), "--preset", "tiny", "--max-steps", "100000", "--log-every", "1",
-               "--max-tokens", "512", "--save-every", "100000", "--valid-every", "100000",
-               "--precision", "fp32"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    command = ["train", "--data", str(dataset), "--output", str(model), "--preset", "tiny",
+               "--max-steps", "100000", "--log-every", "1", "--max-tokens", "512",
+               "--save-every", "100000", "--valid-every", "100000", "--precision", "fp32"]
+    process = spawn.tfm(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + HANG  # only catches a hang: how soon it starts is the machine's
+    while time.monotonic() < deadline and process.poll() is None:
         metrics = model / "metrics.jsonl"
         if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
             break
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
+    _, stderr = process.communicate(timeout=HANG)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert "--resume" in stderr
     state = torch.load(ModelDir(model).train_state, weights_only=True)
     step = state["run"]["step"]
     assert step >= 3
-    resumed = subprocess.run(
-        [sys.executable, "-m", "tfm", "train", "--data", str(dataset), "--output", str(model),
-         "--resume", "--max-steps", str(step + 2)], capture_output=True, text=True, timeout=300)
+    resumed = tfm("train", "--data", str(dataset), "--output", str(model), "--resume",
+                  "--max-steps", str(step + 2))
     assert resumed.returncode == 0, resumed.stderr
     assert f"Resuming at step {step}" in resumed.stderr
     assert torch.load(ModelDir(model).train_state, weights_only=True)["run"]["step"] == step + 2
@@ -484,9 +480,8 @@ def test_every_train_config_option_is_spelled_as_tfm_train_spells_it() -> None:
 
 
 def test_tfm_train_help_shows_the_train_config_defaults() -> None:
-    env = {**os.environ, "COLUMNS": "1000"}
-    shown = subprocess.run([sys.executable, "-m", "tfm", "train", "--help"],
-                           capture_output=True, text=True, env=env, timeout=60).stdout
+    env = {"COLUMNS": "1000"}
+    shown = tfm("train", "--help", env=env).stdout
     lines = {line.split()[1]: line for line in shown.splitlines()
              if len(line.split()) > 1 and line.split()[1].startswith("--")}
     defaults = TrainConfig()

@@ -5,11 +5,10 @@ translation."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import tfm
 
 from tfm.data.corpus import CorpusSpec
 from tfm.data.dataset import load_split
@@ -25,11 +24,6 @@ from tfm.errors import ModelError
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "data" / "demo"
-
-
-def tfm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tfm", *args], text=True, capture_output=True,
-                          timeout=300)
 
 
 @pytest.fixture
