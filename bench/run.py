@@ -87,20 +87,19 @@ def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict
     step = json.loads((work / "model.json").read_text())
     result["machine"] = step["machine"]
     result["step"] = step["train"]
-    log(f"tfm: training for {args.train_minutes:g} min")
-    r = run([*tfm, "train", "--data", str(work / "data"), "--output", str(work / "model"),
-             "--preset", "small", "--max-tokens", "4096", "--lr", f"{PEER_LR:.6g}",
-             "--warmup", str(MODEL["warmup"]), "--max-time", f"{args.train_minutes:g}",
-             "--valid-every", "1000000", "--save-every", "1000000", "--log-every", "10",
-             "--precision", "fp32",
-             "--threads", threads, "--overwrite"], commands)
-    metrics = [json.loads(line) for line in
-               (work / "model" / "metrics.jsonl").read_text().splitlines()]
-    logged = [m for m in metrics if m["kind"] == "train"]
-    windows = [m["tokens_per_s"] for m in logged if m["step"] > 1]  # step 1: start-up
-    result["train"] = {"tokens_per_s": statistics.median(windows),
-                       "steps": logged[-1]["step"], "train_s": round(logged[-1]["elapsed"]),
-                       "peak_rss_mb": round(r.peak_rss_mb, 1)}
+    # fp32 like the peers; then, on a CPU with native bf16, `--precision auto` (a bf16 model
+    # with fp32 master weights there; fp32 elsewhere, nothing more to measure).
+    precisions = [("train", "fp32", "model")]
+    if result["machine"].get("native_bf16"):
+        precisions.append(("train_auto", "auto", "model-auto"))
+    for key, precision, model in precisions:
+        log(f"tfm: training for {args.train_minutes:g} min, --precision {precision}")
+        r = run([*tfm, "train", "--data", str(work / "data"), "--output", str(work / model),
+                 "--preset", "small", "--max-tokens", "4096", "--lr", f"{PEER_LR:.6g}",
+                 "--warmup", str(MODEL["warmup"]), "--max-time", f"{args.train_minutes:g}",
+                 "--valid-every", "1000000", "--save-every", "1000000", "--log-every", "10",
+                 "--precision", precision, "--threads", threads, "--overwrite"], commands)
+        result[key] = {**train_figures(work / model), "peak_rss_mb": round(r.peak_rss_mb, 1)}
     # fp32 like the peers; then `--precision auto` (bf16 weights on CPUs with native bf16),
     # where it differs.
     for key, precision in (("decode", "fp32"), ("decode_auto", "auto")):
@@ -124,6 +123,16 @@ def bench_tfm(args: argparse.Namespace, work: Path, commands: list[str]) -> dict
     result["decode"]["beam5"]["profile"] = json.loads(
         r.stdout.strip().splitlines()[-1])["profile"]
     return result
+
+
+def train_figures(model: Path) -> dict:
+    """Median tokens/s over the logged windows of a training run (step 1, start-up, left out),
+    its steps and seconds."""
+    metrics = [json.loads(line) for line in (model / "metrics.jsonl").read_text().splitlines()]
+    logged = [m for m in metrics if m["kind"] == "train"]
+    windows = [m["tokens_per_s"] for m in logged if m["step"] > 1]
+    return {"tokens_per_s": statistics.median(windows), "steps": logged[-1]["step"],
+            "train_s": round(logged[-1]["elapsed"])}
 
 
 def ratio(a: float | None, b: float | None) -> str:
@@ -150,6 +159,9 @@ def table(results: dict) -> list[str]:
                 f"{f(g, 'bleu', '.2f')} / {f(b, 'bleu', '.2f')} |")
 
     rows.append(row("**tfm** (fp32)", tfm))
+    if "train_auto" in tfm:
+        rows.append(row("**tfm** (training `--precision auto`: bf16 model, fp32 master "
+                        "weights)", {"train": tfm["train_auto"]}, "-"))
     if "decode_auto" in tfm:
         precision = tfm["decode_auto"]["beam5"]["precision"]
         rows.append(row(f"**tfm** (decoding `--precision auto`: {precision} weights)",
@@ -168,6 +180,10 @@ def table(results: dict) -> list[str]:
         rows.append(f"| tfm / {name} | {speedup} "
                     f"| | {r('greedy', 'sent_per_s')} | {r('greedy', 'pieces_per_s')} "
                     f"| {r('beam5', 'sent_per_s')} | {r('beam5', 'pieces_per_s')} | | |")
+        if "train_auto" in tfm and train.get("tokens_per_s"):
+            rows.append(f"| tfm `auto` / {name} | "
+                        f"{ratio(tfm['train_auto']['tokens_per_s'], train['tokens_per_s'])} "
+                        "| | | | | | | |")
     return rows
 
 
@@ -193,6 +209,10 @@ def targets(results: dict) -> list[str]:
                            get("joey", "train", "tokens_per_s")) if v]
     goal("training tokens/s, tfm / best PyTorch peer",
          tfm["train"]["tokens_per_s"] / max(pytorch) if pytorch else None, 1.5)
+    if "train_auto" in tfm:  # the peers train in fp32: their fastest on a CPU
+        onmt = get("onmt", "train", "tokens_per_s")
+        goal("training tokens/s, tfm `--precision auto` (bf16) / OpenNMT-py fp32",
+             tfm["train_auto"]["tokens_per_s"] / onmt if onmt else None, 2.5)
     # Decoding speed is judged on one model's weights in every runtime (bench/same_weights.py):
     # here each toolkit decodes a model of its own, whose outputs differ in length and quality.
     return lines
@@ -235,7 +255,8 @@ def write_report(results: dict, path: Path, commands: list[str]) -> None:
         f"in one run on one machine: {machine['cpu']}, {results['threads']} threads, torch "
         f"{machine['torch']}, measured fp32 matmul peak {machine['fp32_gflops']} GFLOP/s. "
         "Multi30k en→de, the same joint 8k BPE for every toolkit, the same model (d_model 256, "
-        "3+3 layers, 4 heads, FFN 1024, shared embeddings), batches of 4,096 tokens, fp32, "
+        "3+3 layers, 4 heads, FFN 1024, shared embeddings), batches of 4,096 tokens, fp32 "
+        "(tfm also with `--precision auto` where the CPU computes bf16 natively), "
         f"each toolkit trained for {results['train_minutes']:g} minutes with the same schedule "
         f"(noam, warmup {MODEL['warmup']}, peak learning rate {PEER_LR:.2g}), then decoding "
         "test_2016_flickr (1,000 sentences, model load excluded). Training tokens/s count "
