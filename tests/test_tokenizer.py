@@ -13,9 +13,11 @@ from tokenizers import Tokenizer, models, trainers
 from tfm.data.tokenizer import (
     BOS_ID,
     EOS_ID,
+    LONGEST_WORD,
     PAD_ID,
     SPECIAL_TOKENS,
     UNK_ID,
+    cut_long_words,
     decode,
     decode_batch,
     encode_batch,
@@ -77,6 +79,19 @@ def test_training_streams_from_a_generator_with_a_length_hint(
     tok = train_tokenizer(iter(texts), vocab_size=300, length=len(texts))
     assert tok.get_vocab_size() <= 300
     assert decode(tok, ids_of(tok, texts[0])) == texts[0]
+
+
+def test_runs_longer_than_a_word_are_learnt_from_in_pieces() -> None:
+    # BPE training time grows with the square of a word's length: a run of characters without
+    # a space longer than LONGEST_WORD is cut into pieces of that length; text is otherwise
+    # passed on as it is, spaces, tabs and sentences of scripts without spaces included.
+    assert cut_long_words("The dog\tsleeps.") == "The dog\tsleeps."
+    sentence = "我们今天去公园散步" * 20  # 180 characters without a space
+    assert cut_long_words(sentence) == sentence
+    assert cut_long_words("word " * 100) == "word " * 100
+    cut = cut_long_words("base64: " + "x" * (2 * LONGEST_WORD + 5))
+    assert [len(w) for w in cut.split(" ")] == [7, LONGEST_WORD, LONGEST_WORD, 5]
+    assert cut.replace(" ", "") == ("base64: " + "x" * (2 * LONGEST_WORD + 5)).replace(" ", "")
 
 
 def test_encode_batch_adds_no_special_tokens(
