@@ -3,10 +3,10 @@
 Each ``tfm`` process a test starts would first import torch: a second or two of CPU, more than
 most commands then take on the tiny corpora here, and the suite starts a few hundred of them. So
 each test worker keeps one *preloader*: a process that imports torch and the other slow
-libraries once, then forks a child per command. The child imports tfm itself, fresh, under the
-environment it is given, leads a session of its own, takes the caller's standard streams and
-working directory, and runs ``tfm`` as ``python -m tfm`` does: the same program, output and
-exit status, in a process that can be signalled, killed and waited for like any other.
+libraries and tfm once, then forks a child per command. The child takes the environment it is
+given, leads a session of its own, takes the caller's standard streams and working directory,
+and runs ``tfm`` as ``python -m tfm`` does: the same program, output and exit status, in a
+process that can be signalled, killed and waited for like any other.
 
 Two ways in:
 - from a test, ``TfmPopen`` (``subprocess.Popen`` for such a child) and ``run``
@@ -33,9 +33,10 @@ import sys
 import tempfile
 import threading
 
-# What a `tfm` command imports that is slow to import and does not depend on the command's
-# environment: loaded once, in the preloader, before any fork.
-PRELOAD = ("torch", "numpy", "tokenizers", "safetensors.torch", "sacrebleu", "typer", "rich")
+# What a `tfm` command imports, loaded once, in the preloader, before any fork. None of it
+# depends on the environment of the command (tfm.cli.app decides its consoles' width in run()).
+PRELOAD = ("torch", "numpy", "datasets", "tokenizers", "safetensors.torch", "sacrebleu", "typer",
+           "rich", "tfm.cli", "tfm.data.prepare", "tfm.training.loop", "tfm.decoding.torch_engine")
 # The environment variable that tells tests/bin/tfm where the preloader listens.
 ADDRESS = "TFM_TEST_PRELOADER"
 BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin")

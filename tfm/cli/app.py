@@ -29,10 +29,14 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 out = Console()  # results go to stdout
-# Progress, reports and errors go to stderr. Written to a file or a pipe (a log), tables get
-# room to show whole numbers instead of rich's 80 columns (COLUMNS, if set, still decides).
-err = Console(stderr=True, soft_wrap=True,
-              width=None if sys.stderr.isatty() or "COLUMNS" in os.environ else 160)
+err = Console(stderr=True, soft_wrap=True)  # progress, reports and errors; its width: run()
+
+
+def log_width() -> int | None:
+    """The width of ``err`` for this process: written to a file or a pipe (a log), tables get
+    room to show whole numbers instead of rich's 80 columns; on a terminal, or with COLUMNS
+    set, rich decides (None)."""
+    return None if sys.stderr.isatty() or "COLUMNS" in os.environ else 160
 
 
 @app.callback()
@@ -76,6 +80,7 @@ def run() -> None:
     """Entry point: user errors become one line on stderr and an exit code."""
     debug = "--debug" in sys.argv[1:]
     keep_freed_memory()
+    err.width = log_width()  # decided when the command runs, not when this module was imported
     try:
         code = app(standalone_mode=False)
     except TfmError as e:
