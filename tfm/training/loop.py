@@ -241,7 +241,7 @@ class _Trainer:
             torch.manual_seed(distributed.dropout_seed(config.seed, dist.rank, run.step))
         # Made from the fp32 weights as loaded: initial, --init-from's or resumed.
         self.bf16 = Bf16Copy(self.model) if cpu_bf16 else None
-        # The model that runs the steps (and validation): the bf16 copy, else the model.
+        # The model that runs the steps: the bf16 copy, else the model.
         self.net = self.bf16.model if self.bf16 is not None else self.model
         wrapped = distributed.wrap_model(self.net, dist)
         self.no_sync = distributed.no_sync(wrapped)
@@ -432,10 +432,13 @@ class _Trainer:
         run = self.run
         if self.dist.is_main:
             elapsed = self.elapsed()  # the time it took to train the model validated
-            self.net.eval()
-            metrics = validate(self.net, self.valid_split, self.vocabs.tgt, self.config,
+            # The weights saved are validated: with bf16 on a CPU the fp32 masters, not their
+            # bf16 copy. Decoding the copy there also slowed the training steps after each
+            # validation (docs/BENCHMARKS.md, "Training in bf16 on a CPU with AMX").
+            self.model.eval()
+            metrics = validate(self.model, self.valid_split, self.vocabs.tgt, self.config,
                                 self.device, self.amp_dtype)
-            self.net.train()
+            self.model.train()
             metrics.update(step=run.step, epoch=run.epoch, kind="valid", elapsed=elapsed)
             if self.scores_bleu:
                 improved = run.best_bleu is None or metrics["bleu"] > run.best_bleu
