@@ -226,7 +226,7 @@ def spawn():
         return process
 
     def start_tfm(args, **options) -> subprocess.Popen:
-        process = forked.TfmPopen(args, **options)  # a session of its own already
+        process = forked.popen(args, **options)  # a session of its own
         started.append(process)
         return process
 

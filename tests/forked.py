@@ -17,7 +17,8 @@ Two ways in:
   included), so a script's process tree behaves as with the real ``tfm``.
 
 A test about how a process starts (the interpreter, an environment variable read before
-torch's import) starts a real ``python -m tfm`` instead. Linux only, where the tests run.
+torch's import) starts a real ``python -m tfm`` instead. The preloader needs Linux (pidfds,
+SOCK_SEQPACKET); elsewhere ``popen`` and ``run`` start ``python -m tfm`` as usual.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ PRELOAD = ("torch", "numpy", "datasets", "tokenizers", "safetensors.torch", "sac
 # The environment variable that tells tests/bin/tfm where the preloader listens.
 ADDRESS = "TFM_TEST_PRELOADER"
 BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin")
+PRELOADING = sys.platform.startswith("linux")
 
 
 class Preloader:
@@ -150,14 +152,29 @@ def read_status(fd: int, pid: int) -> int:
     return os.waitstatus_to_exitcode(int(data))
 
 
+def popen(args: list[str], **options) -> subprocess.Popen:
+    """``tfm ARGS`` started in a session of its own: forked from the preloader (TfmPopen) where
+    there is one, else ``python -m tfm``."""
+    if PRELOADING:
+        return TfmPopen(args, **options)
+    return subprocess.Popen([sys.executable, "-m", "tfm", *map(str, args)],
+                            start_new_session=True, **options)
+
+
+def script_environment(path: str) -> dict[str, str]:
+    """What a script's environment needs for its ``tfm`` commands to be forked from this
+    worker's preloader (nothing where there is none): see Preloader.environment."""
+    return preloader().environment(path) if PRELOADING else {}
+
+
 def run(args: list[str], *, input: str | bytes | None = None, timeout: float | None = None,
         check: bool = False, **options) -> subprocess.CompletedProcess:
-    """``subprocess.run(["tfm", *args], ...)`` forked from the preloader."""
+    """``subprocess.run(["tfm", *args], ...)``, started by ``popen``."""
     if input is not None:
         options["stdin"] = subprocess.PIPE
     if options.pop("capture_output", False):
         options["stdout"] = options["stderr"] = subprocess.PIPE
-    with TfmPopen(args, **options) as process:
+    with popen(args, **options) as process:
         try:
             stdout, stderr = process.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:

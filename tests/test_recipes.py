@@ -54,7 +54,7 @@ def run_recipe(spawn):
         path = recipe_env()["PATH"]
         recipe = spawn(["bash", str(ROOT / "recipes" / name), *args], cwd=ROOT,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       env=recipe_env(**forked.preloader().environment(path), **env))
+                       env=recipe_env(**forked.script_environment(path), **env))
         try:
             stdout, stderr = recipe.communicate(timeout=HANG)
         except subprocess.TimeoutExpired:

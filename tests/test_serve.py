@@ -93,7 +93,7 @@ def tfm_serve(model: Path, *args: str, env: dict[str, str] | None = None
               ) -> Iterator[Server]:
     """``tfm serve`` on a free loopback port, ready (/health 200) when this yields; killed at
     the end. Its stderr is read all along (a full pipe would stall the server)."""
-    process = forked.TfmPopen(
+    process = forked.popen(
         ["serve", "-m", str(model), "--host", "127.0.0.1", "--port", "0", *args],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **(env or {})})
