@@ -221,14 +221,12 @@ def spawn():
     started: list[subprocess.Popen] = []
 
     def start(args, **options) -> subprocess.Popen:
-        process = subprocess.Popen(args, start_new_session=True, **options)
-        started.append(process)
-        return process
+        started.append(subprocess.Popen(args, start_new_session=True, **options))
+        return started[-1]
 
     def start_tfm(args, **options) -> subprocess.Popen:
-        process = forked.popen(args, **options)  # a session of its own
-        started.append(process)
-        return process
+        started.append(forked.popen(args, **options))  # a session of its own
+        return started[-1]
 
     start.tfm = start_tfm
     yield start

@@ -93,8 +93,8 @@ def test_lines_of_100000_characters_are_dropped_as_too_long(tmp_path, tokenizer)
 
 
 def test_a_tokenizer_trains_on_lines_of_a_million_characters_without_a_space(tmp_path) -> None:
-    # (A word that long took the BPE trainer a quarter of a minute at 100,000 characters,
-    # growing with the square of its length: tfm learns from such runs in pieces.)
+    # (The BPE trainer's time grows with the square of a word's length: tfm learns from such
+    # runs in pieces, tfm.data.tokenizer.cut_long_words.)
     (tmp_path / "c.en").write_text("x" * 1_000_000 + "\nshort line\n")
     (tmp_path / "c.de").write_text("y" * 1_000_000 + "\nkurze Zeile\n")
     result = tfm("train-tokenizer", "--train", str(tmp_path / "c.en"), "--train",

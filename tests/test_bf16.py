@@ -129,6 +129,22 @@ def test_a_bf16_run_validates_and_its_model_decodes(dataset: Path, tmp_path: Pat
         assert len(out) == 1
 
 
+def test_a_bf16_run_validates_its_fp32_masters_the_weights_it_saves(
+        dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tfm.training.loop as loop
+
+    validated = []
+
+    def recording(model, *args, **kwargs):
+        validated.append({p.dtype for p in model.parameters()})
+        return real(model, *args, **kwargs)
+
+    real = loop.validate
+    monkeypatch.setattr(loop, "validate", recording)
+    train(dataset, tmp_path / "m", TINY, config(max_steps=2, valid_every=1))
+    assert validated == [{torch.float32}, {torch.float32}]
+
+
 @pytest.mark.parametrize("support", ["AMX", None], ids=["amx", "no-bf16"])
 def test_the_training_log_names_the_bf16_path_and_warns_where_it_is_emulated(
         dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -9,10 +9,8 @@ import time
 from pathlib import Path
 
 import torch
+from conftest import HANG
 from safetensors.torch import load_file
-
-# A bound that only catches a hang: how soon a run starts is the machine's.
-HANG = 600
 
 
 def wait_for_new_metrics(metrics: Path, process: subprocess.Popen, timeout: float = HANG) -> None:
@@ -47,7 +45,7 @@ def test_sigkill_at_random_moments_never_corrupts_a_checkpoint(
     for attempt in range(20):
         resume = (model / "train_state.pt").exists()
         process = spawn.tfm(command + (["--resume"] if resume else ["--overwrite"]),
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if attempt % 4 == 3:  # during start-up
             time.sleep(rng.uniform(0.2, 2.0))
         else:  # in training, where every step writes checkpoint files
@@ -64,8 +62,8 @@ def test_sigkill_at_random_moments_never_corrupts_a_checkpoint(
 
     limit = command.index("--max-steps") + 1
     command[limit] = str(steps_seen[-1] + 2)
-    final = spawn.tfm(command + ["--resume"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                  text=True)
+    final = spawn.tfm(command + ["--resume"], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.PIPE, text=True)
     _, stderr = final.communicate(timeout=HANG)
     assert final.returncode == 0, stderr
     assert f"Resuming at step {steps_seen[-1]}" in stderr

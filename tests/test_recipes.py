@@ -51,10 +51,11 @@ def run_recipe(spawn):
     commands are forked from the test worker's preloader (tests/forked.py: the same commands,
     without torch's import each time); the Ctrl-C test below runs the real one."""
     def run(name: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        path = recipe_env()["PATH"]
+        environment = recipe_env(**env)
+        environment.update(forked.script_environment(environment["PATH"]))
         recipe = spawn(["bash", str(ROOT / "recipes" / name), *args], cwd=ROOT,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       env=recipe_env(**forked.script_environment(path), **env))
+                       env=environment)
         try:
             stdout, stderr = recipe.communicate(timeout=HANG)
         except subprocess.TimeoutExpired:

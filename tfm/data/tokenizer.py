@@ -106,10 +106,10 @@ LONGEST_WORD = 256
 def cut_long_words(text: str, longest: int = LONGEST_WORD) -> str:
     """``text`` with every run of more than ``longest`` characters without whitespace cut by
     spaces into pieces of ``longest``. The BPE trainer's time grows with the square of a word's
-    length: one 100,000-character line of base64 or repeated letters took it a quarter of a
-    minute, a 1,000,000-character one would take half an hour. Cut, such a line costs what
-    ordinary text does; words of natural text (and sentences of scripts written without spaces)
-    are shorter and pass unchanged."""
+    length (docs/BENCHMARKS.md, "The test suite"), so one long line of base64 or repeated
+    letters could keep it busy for longer than the rest of a corpus; cut, it costs what
+    ordinary text does. Words of natural text (and sentences of scripts written without
+    spaces) are shorter and pass unchanged."""
     if len(text) <= longest:
         return text
     words = text.split()
