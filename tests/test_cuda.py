@@ -123,3 +123,61 @@ def test_the_command_line_translates_on_a_gpu(dataset: Path, tmp_path: Path) -> 
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 5
+
+
+def test_constrained_beam_search_on_a_gpu_meets_the_phrases_as_on_the_cpu(
+        dataset: Path, tmp_path: Path) -> None:
+    # Terminology constraints (tfm.decoding.constraints) keep their banks and automaton states
+    # on the GPU: the outputs are the CPU's, and each contains its phrases.
+    from tfm.decoding.constraints import ConstraintSpec
+
+    train(dataset, tmp_path / "m", TINY, config(max_steps=40))
+    gpu, cpu = load_translator(tmp_path / "m", "cuda"), load_translator(tmp_path / "m", "cpu")
+    references = (DEMO / "valid.de").read_text(encoding="utf-8").splitlines()
+    specs = [ConstraintSpec([" ".join(ref.split()[1:3])], None) if i % 2 else
+             ConstraintSpec([], " ".join(ref.split()[:2])) for i, ref in enumerate(references[:8])]
+    options = gpu.default_options(beam=4)
+    on_gpu = gpu.translate(sources(8), options, constraints=specs)
+    on_cpu = cpu.translate(sources(8), options, constraints=specs)
+    assert [t.text for t in on_gpu] == [t.text for t in on_cpu]
+    for spec, result in zip(specs, on_gpu):
+        assert all(phrase in result.text for phrase in spec.phrases), result.text
+        assert result.text.startswith(spec.prefix or "")
+
+
+def test_an_imported_marian_model_translates_and_fine_tunes_on_a_gpu(tmp_path: Path) -> None:
+    # tfm import's three additions to the model (the activation, the fixed output bias, scaled
+    # sinusoids of Marian's layout) run on the GPU as on the CPU, and train --init-from
+    # fine-tunes the import there, in the precision auto picks.
+    from test_import_marian import DE, EN, build_marian, generated_lines, train_spm_models
+
+    from tfm.data.corpus import CorpusSpec
+    from tfm.data.prepare import prepare
+    from tfm.interop.marian_import import import_marian
+    from tfm.training.state import initial_model_config
+
+    marian = build_marian(tmp_path / "marian", train_spm_models(), "swish-shared-languages")
+    imported = import_marian(marian, tmp_path / "imported")
+    lines = generated_lines(EN, 20, 5)
+    gpu, cpu = load_translator(imported, "cuda"), load_translator(imported, "cpu")
+    for beam in (1, 4):
+        options = gpu.default_options(beam=beam)
+        assert [t.text for t in gpu.translate(lines, options)] == \
+            [t.text for t in cpu.translate(lines, options)]
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "train.en").write_text("\n".join(generated_lines(EN, 200, 11)) + "\n")
+    (corpus / "train.de").write_text("\n".join(generated_lines(DE, 200, 12)) + "\n")
+    prepare(CorpusSpec((str(corpus / "train"),), "en", "de"), imported / "tokenizer.json",
+            tmp_path / "prepared")
+    result = train(tmp_path / "prepared", tmp_path / "tuned", initial_model_config(imported),
+                   config(max_steps=30, precision="auto", lr=1e-4), init_from=imported)
+    assert result.step == 30
+    weights = load_file(tmp_path / "tuned" / "model.safetensors")
+    base = load_file(imported / "model.safetensors")
+    assert all(t.dtype == torch.float32 and t.isfinite().all() for t in weights.values())
+    changed = [name for name in base if not torch.equal(weights[name], base[name])]
+    assert changed and "output_bias" not in changed  # fine-tuned; the bias stays fixed
+    tuned = load_translator(tmp_path / "tuned", "cuda")
+    assert all(t.text for t in tuned.translate(lines[:5], tuned.default_options(beam=4)))

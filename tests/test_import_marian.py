@@ -77,7 +77,11 @@ def generated_lines(words: list[str], n: int, seed: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def spm_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
+def spm_models() -> dict[str, bytes]:
+    return train_spm_models()
+
+
+def train_spm_models() -> dict[str, bytes]:
     """SentencePiece unigram models trained on 400 generated lines per language."""
     out = {}
     for name, words, size, seed in (("source", EN, 150, 1), ("target", DE, 120, 2)):
