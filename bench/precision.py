@@ -6,7 +6,8 @@ master weights that `tfm train --precision bf16` (and `auto` on CPUs with native
 DIR is a dataset prepared by `tfm prepare` (Multi30k en-de with a joint 8k BPE in
 docs/BENCHMARKS.md). Each variant is a `small` model (the same initial weights) trained by
 tfm's own update (`tfm.training.loop._update`: forward, label-smoothed loss, backward,
-clipping, Adam) on the same batches of --max-tokens positions: 3 untimed steps, then --rounds
+clipping, Adam) on the same batches of --max-tokens positions (the bf16 path pads them to a
+few widths, as `tfm train` does): 3 untimed steps, then --rounds
 rounds of --steps timed steps, the variants taking turns at every step, so that a machine whose
 speed drifts slows every variant alike. Prints non-padding source+target tokens/s per round and
 the median, and the ratio to fp32. --profile N: then N steps of the bf16 path under
@@ -35,7 +36,7 @@ from tfm.data.dataset import load_split  # noqa: E402
 from tfm.data.tokenizer import load_vocabularies  # noqa: E402
 from tfm.layout import TOKENIZER_FILE  # noqa: E402
 from tfm.model import Transformer  # noqa: E402
-from tfm.training.bf16 import Bf16Copy  # noqa: E402
+from tfm.training.bf16 import BATCH_WIDTH_MULTIPLE, Bf16Copy  # noqa: E402
 from tfm.training.loop import _update  # noqa: E402
 
 VARIANTS = ("fp32", "autocast", "bf16")
@@ -56,10 +57,15 @@ class Variant:
         self.bf16 = Bf16Copy(self.model) if name == "bf16" else None
         self.net = self.bf16.model if self.bf16 is not None else self.model
         self.amp = torch.bfloat16 if name == "autocast" else None
+        # As tfm train does: a bf16 run on a CPU pads its batches to a few widths.
+        self.width_multiple = BATCH_WIDTH_MULTIPLE if name == "bf16" else 1
         self.steps = 0
 
-    def step(self, batch) -> int:
+    def step(self, batches: dict[int, object]) -> int:
+        """One step on the batch collated at this variant's width multiple (``batches``:
+        by multiple); returns its non-padding tokens."""
         self.steps += 1
+        batch = batches[self.width_multiple]
         _update(self.net, self.optimizer, [batch], self.config, self.amp, self.steps,
                 bf16=self.bf16)
         return int(batch.n_src_tokens + batch.n_tgt_tokens)
@@ -87,8 +93,11 @@ def main() -> None:
         tgt_vocab_size=vocabs.tgt.get_vocab_size(), share_embeddings=vocabs.joint)
     config = TrainConfig(lr=1e-3, warmup_steps=400)
     batches = make_batches(split.src_lengths, split.tgt_lengths, args.max_tokens, 1, 0)
-    warmup = [collate(split, b) for b in batches[:3]]
-    timed = [collate(split, b) for b in batches[3:3 + args.steps]]
+    def collated(indices) -> dict[int, object]:
+        return {m: collate(split, indices, m) for m in (1, BATCH_WIDTH_MULTIPLE)}
+
+    warmup = [collated(b) for b in batches[:3]]
+    timed = [collated(b) for b in batches[3:3 + args.steps]]
     variants = [Variant(name, model_config, config) for name in args.variants.split(",")]
     print(f"{args.preset}, {args.max_tokens} positions per batch, {args.threads} thread(s), "
           f"{len(timed)} timed steps a round; tokens/s (non-padding source + target):")

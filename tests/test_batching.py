@@ -252,3 +252,16 @@ def test_batch_to_moves_all_three_tensors(split: TokenizedSplit) -> None:
     moved = batch.to(torch.device("cpu"))
     for name in ("src", "tgt_in", "tgt_out"):
         assert torch.equal(getattr(moved, name), getattr(batch, name))
+
+
+@pytest.mark.parametrize("multiple", [1, 4, 8])
+def test_collate_pads_wider_to_a_multiple_keeping_rows_and_tokens(split: TokenizedSplit,
+                                                                  multiple: int) -> None:
+    indices = np.array([0, 2, 1])
+    plain, wide = collate(split, indices), collate(split, indices, width_multiple=multiple)
+    for a, b in ((plain.src, wide.src), (plain.tgt_in, wide.tgt_in),
+                 (plain.tgt_out, wide.tgt_out)):
+        assert b.shape[0] == a.shape[0] and b.shape[1] % multiple == 0
+        assert a.shape[1] <= b.shape[1] < a.shape[1] + multiple
+        assert torch.equal(b[:, : a.shape[1]], a) and (b[:, a.shape[1]:] == PAD_ID).all()
+    assert (wide.n_src_tokens, wide.n_tgt_tokens) == (plain.n_src_tokens, plain.n_tgt_tokens)

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from tfm.config import ModelConfig, TrainConfig
 from tfm.layout import ModelDir
 from tfm.model import Transformer
-from tfm.training.bf16 import Bf16Copy
+from tfm.training.bf16 import BATCH_WIDTH_MULTIPLE, Bf16Copy
 from tfm.training.loop import _update, train
 from tfm.training.objective import label_smoothed_loss
 from tfm.training.state import Overrides
@@ -202,3 +202,47 @@ def test_a_run_may_change_its_precision_when_resumed(dataset: Path, tmp_path: Pa
     assert [r["step"] for r in records(tmp_path / "m")] == list(range(1, 9))
     weights = load_file(ModelDir(tmp_path / "m").last_weights)
     assert {t.dtype for t in weights.values()} == {torch.float32}
+
+
+def test_a_batch_padded_wider_gives_the_same_loss_and_gradients(dataset: Path) -> None:
+    # What lets a bf16 run pad its batches to a few widths (BATCH_WIDTH_MULTIPLE): the extra
+    # columns are masked keys and unlabelled positions, so they change nothing.
+    from tfm.data.batching import collate, make_batches
+    from tfm.data.dataset import load_split
+
+    split = load_split(dataset, "train")
+    indices = make_batches(split.src_lengths, split.tgt_lengths, 512, shuffle=False)[3]
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(**{**TINY.__dict__, "src_vocab_size": 400,
+                                       "tgt_vocab_size": 400, "dropout": 0.0}))
+    losses, gradients = [], []
+    for multiple in (1, 8):
+        batch = collate(split, indices, width_multiple=multiple)
+        model.zero_grad()
+        loss, _ = label_smoothed_loss(model(batch.src, batch.tgt_in), batch.tgt_out, 0.1)
+        loss.backward()
+        losses.append(loss.item())
+        gradients.append([p.grad.clone() for p in model.parameters()])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-6)
+    for a, b in zip(*gradients):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+
+
+def test_a_bf16_run_on_a_cpu_pads_its_batches_to_a_few_widths(
+        dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tfm.training.loop as loop
+    from tfm.data.batching import collate
+
+    widths: set[int] = set()
+
+    def recording(split, indices, width_multiple=1):
+        batch = collate(split, indices, width_multiple)
+        widths.update((batch.src.shape[1], batch.tgt_in.shape[1]))
+        return batch
+
+    monkeypatch.setattr(loop, "collate", recording)
+    train(dataset, tmp_path / "bf16", TINY, config(max_steps=12))
+    assert widths and all(w % BATCH_WIDTH_MULTIPLE == 0 for w in widths)
+    widths.clear()
+    train(dataset, tmp_path / "fp32", TINY, config(max_steps=12, precision="fp32"))
+    assert any(w % BATCH_WIDTH_MULTIPLE for w in widths)  # fp32 pads no wider

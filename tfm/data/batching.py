@@ -105,17 +105,23 @@ class Batch:
                                                                  self.tgt_out)))
 
 
-def collate(split: TokenizedSplit, indices: np.ndarray) -> Batch:
-    """Rows ``indices`` of a split -> a padded Batch."""
-    return pad_pairs([split.src(i) for i in indices], [split.tgt(i) for i in indices])
+def collate(split: TokenizedSplit, indices: np.ndarray, width_multiple: int = 1) -> Batch:
+    """Rows ``indices`` of a split -> a padded Batch (see ``pad_pairs``)."""
+    return pad_pairs([split.src(i) for i in indices], [split.tgt(i) for i in indices],
+                     width_multiple)
 
 
-def pad_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> Batch:
+def pad_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
+              width_multiple: int = 1) -> Batch:
     """Source ids (EOS included, as a split stores them) and target ids (no special tokens) ->
-    a padded Batch: ``tgt_in`` is BOS + target, ``tgt_out`` target + EOS."""
+    a padded Batch: ``tgt_in`` is BOS + target, ``tgt_out`` target + EOS. With
+    ``width_multiple`` > 1 each tensor is padded wider, to a multiple of it: the rows and their
+    tokens are the same, the extra columns are padding (masked, and no labels)."""
     b = len(sources)
-    src = np.full((b, max(len(s) for s in sources)), PAD_ID, dtype=np.int64)
-    tgt_in = np.full((b, max(len(t) for t in targets) + 1), PAD_ID, dtype=np.int64)
+    src = np.full((b, _round_up(max(len(s) for s in sources), width_multiple)), PAD_ID,
+                  dtype=np.int64)
+    tgt_in = np.full((b, _round_up(max(len(t) for t in targets) + 1, width_multiple)), PAD_ID,
+                     dtype=np.int64)
     tgt_out = np.full_like(tgt_in, PAD_ID)
     for row, (s, t) in enumerate(zip(sources, targets)):
         src[row, : len(s)] = s
@@ -124,3 +130,7 @@ def pad_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
         tgt_out[row, : len(t)] = t
         tgt_out[row, len(t)] = EOS_ID
     return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out))
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple

@@ -24,6 +24,14 @@ import copy
 import torch
 from torch import nn
 
+# A bf16 run on a CPU pads each batch's source and target widths up to a multiple of this.
+# oneDNN compiles a kernel for each bf16 matrix-product shape it meets and keeps the last 1,024;
+# batches of every width made more shapes than that, so kernels were compiled again all along
+# the run, its memory kept growing and its steps slowed down. Even widths make fewer shapes,
+# whose kernels stay cached. The extra column is padding, masked and unlabelled: it changes no
+# loss (docs/BENCHMARKS.md, "Training in bf16 on a CPU with AMX").
+BATCH_WIDTH_MULTIPLE = 2
+
 
 class Bf16Copy:
     """``model``, the bf16 copy of ``master`` (an fp32 model, tied weights tied again), and
