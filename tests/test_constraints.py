@@ -256,7 +256,12 @@ def test_an_ensemble_is_searched_with_constraints_unchanged():
     hyps = beam_search(models, src, beam=3, max_len_a=1.0, max_len_b=6,
                        constraints=constraints)
     assert hyps[0][0].tokens[0] == 16 and hyps[0][0].constraints_met == [True, True]
-    assert hyps[1] == beam_search(models, src[1:, :3], beam=3, max_len_a=1.0, max_len_b=6)[0]
+    # The unconstrained sentence finds what it finds alone (its scores summed in another order
+    # within a batch: equal to float precision, not to the last bit, on AVX2 kernels).
+    alone = beam_search(models, src[1:, :3], beam=3, max_len_a=1.0, max_len_b=6)[0]
+    assert [h.tokens for h in hyps[1]] == [h.tokens for h in alone]
+    assert [h.score for h in hyps[1]] == pytest.approx([h.score for h in alone], abs=1e-5)
+    assert [h.constraints_met for h in hyps[1]] == [h.constraints_met for h in alone]
 
 
 def test_greedy_search_refuses_phrases():
