@@ -146,9 +146,9 @@ def test_constrained_beam_search_on_a_gpu_meets_the_phrases_as_on_the_cpu(
 
 
 def test_an_imported_marian_model_translates_and_fine_tunes_on_a_gpu(tmp_path: Path) -> None:
-    # tfm import's three additions to the model (the activation, the fixed output bias, scaled
-    # sinusoids of Marian's layout) run on the GPU as on the CPU, and train --init-from
-    # fine-tunes the import there, in the precision auto picks.
+    # What tfm import adds to the model (the activation, the fixed output bias) runs on the GPU
+    # as on the CPU, and train --init-from fine-tunes the import there, in the precision auto
+    # picks.
     from test_import_marian import DE, EN, build_marian, generated_lines, train_spm_models
 
     from tfm.data.corpus import CorpusSpec

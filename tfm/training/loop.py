@@ -241,8 +241,6 @@ class _Trainer:
             torch.manual_seed(distributed.dropout_seed(config.seed, dist.rank, run.step))
         # Made from the fp32 weights as loaded: initial, --init-from's or resumed.
         self.bf16 = Bf16Copy(self.model) if cpu_bf16 else None
-        # A few batch widths in bf16 on a CPU: a few compiled kernels (tfm.training.bf16).
-        self.width_multiple = BATCH_WIDTH_MULTIPLE if cpu_bf16 else 1
         # The model that runs the steps: the bf16 copy, else the model.
         self.net = self.bf16.model if self.bf16 is not None else self.model
         wrapped = distributed.wrap_model(self.net, dist)
@@ -336,7 +334,9 @@ class _Trainer:
         """One optimizer step, then what follows it: logging, validation, the end of an epoch,
         saving. Returns why the run stops here, or ""."""
         run, config = self.run, self.config
-        group = [collate(self.train_split, b, self.width_multiple).to(self.device)
+        # bf16 on a CPU pads batches to a few widths: a few compiled kernels (tfm.training.bf16).
+        width = BATCH_WIDTH_MULTIPLE if self.bf16 is not None else 1
+        group = [collate(self.train_split, b, width).to(self.device)
                  for b in updates[run.batch_in_epoch]]
         # The schedule's progress through the budget, from the time all processes agreed on.
         progress = budget_progress(config, run.step,
