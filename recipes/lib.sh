@@ -69,3 +69,12 @@ lock_out() {
     echo "$(basename "$0") (process $$, since $(date '+%Y-%m-%d %H:%M:%S'))" > "$lock"
     export TFM_RECIPE_LOCKS="${TFM_RECIPE_LOCKS:-}:$lock"
 }
+
+# lc_tok_option: --lc-tok where sacremoses is installed (the moses extra: the lowercased,
+# Moses-tokenized BLEU that Multi30k papers report), nothing otherwise. Found without being
+# imported: the import compiles its patterns, most of a second.
+lc_tok_option() {
+    if python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("sacremoses") is None)' 2>/dev/null; then
+        echo --lc-tok
+    fi
+}

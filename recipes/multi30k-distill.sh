@@ -138,7 +138,7 @@ done
 trap - INT TERM HUP EXIT
 
 echo "== 4. scores"
-lc_tok=$(python3 -c "import sacremoses" 2>/dev/null && echo --lc-tok || true)
+lc_tok=$(lc_tok_option)
 metric=$([ -n "$lc_tok" ] && echo bleu_lc_tok || echo bleu)
 show() {  # the scores of `tfm eval --json` in $1, one a line
     python3 -c 'import json, sys

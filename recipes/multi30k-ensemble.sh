@@ -64,7 +64,7 @@ if [ ${#training[@]} -eq 0 ] && [ -e "$out/test_2016_flickr.hyp" ]; then
     exit 0
 fi
 
-lc_tok=$(python3 -c "import sacremoses" 2>/dev/null && echo --lc-tok || true)
+lc_tok=$(lc_tok_option)
 others=()
 for seed in $(seq 2 "$members"); do
     others+=(--ensemble "$out/member$seed")

@@ -41,7 +41,7 @@ if how_to_start "$out/model" model -; then
 fi
 # With the moses extra (pip install "tfm[moses]"), also the lowercased, Moses-tokenized BLEU
 # that Multi30k papers report, from the same translations.
-lc_tok=$(python3 -c "import sacremoses" 2>/dev/null && echo --lc-tok || true)
+lc_tok=$(lc_tok_option)
 for split in val test_2016_flickr; do
     echo "== $split"
     tfm eval --model "$out/model" --src "$data/$split.$src.gz" --ref "$data/$split.$tgt.gz" \

@@ -36,8 +36,14 @@ import threading
 
 # What a `tfm` command imports, loaded once, in the preloader, before any fork. None of it
 # depends on the environment of the command (tfm.cli.app decides its consoles' width in run()).
+# Some come late in a command, and cost more than the rest of it on a tiny corpus: torch's
+# optimizers import torch._dynamo when the first is made, `tfm train` draws its learning curve
+# with matplotlib at the end, and `tfm eval --lc-tok` imports sacremoses (an optional
+# dependency: preloaded where it is installed), which compiles its patterns.
 PRELOAD = ("torch", "numpy", "datasets", "tokenizers", "safetensors.torch", "sacrebleu", "typer",
-           "rich", "tfm.cli", "tfm.data.prepare", "tfm.training.loop", "tfm.decoding.torch_engine")
+           "rich", "tfm.cli", "tfm.data.prepare", "tfm.training.loop", "tfm.decoding.torch_engine",
+           "torch._dynamo", "matplotlib.figure", "matplotlib.backends.backend_agg")
+OPTIONAL_PRELOAD = ("sacremoses",)
 # The environment variable that tells tests/bin/tfm where the preloader listens.
 ADDRESS = "TFM_TEST_PRELOADER"
 BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin")
@@ -215,6 +221,11 @@ def _serve(fd: int, owner: int) -> None:
     owner_ended = os.pidfd_open(owner)
     for name in PRELOAD:
         __import__(name)
+    for name in OPTIONAL_PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
     # SIGCHLD wakes the loop to reap a child and pass its status on.
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_read, False)

@@ -50,7 +50,7 @@ def test_sigkill_at_random_moments_never_corrupts_a_checkpoint(
             time.sleep(rng.uniform(0.2, 2.0))
         else:  # in training, where every step writes checkpoint files
             wait_for_new_metrics(model / "metrics.jsonl", process)
-            time.sleep(rng.uniform(0.0, 1.0))
+            time.sleep(rng.uniform(0.0, 0.5))
         process.kill()
         _, stderr = process.communicate(timeout=HANG)
         assert process.returncode == -9, stderr
