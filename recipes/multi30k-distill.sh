@@ -14,9 +14,8 @@
 #    learning-rate schedule: warmup to the same peak, linear decay), side by side as the
 #    teachers were, for STUDENT_MINUTES (default 80, so that training and distilling take at
 #    most 3 hours), on the original pairs and the same sources with the teachers' translations
-#    (twice the pairs; seeds after the teachers', for the order of the batches). Fresh
-#    `small` students trained the same way scored 0.4-0.7 lower each on val and 0.13 lower as
-#    a pair on the CPU (about 1 point in a step-matched GPU round; docs/multi30k.md).
+#    (twice the pairs; seeds after the teachers', for the order of the batches). Students
+#    trained from the teachers' weights scored higher than fresh ones (docs/multi30k.md).
 # 4. Scores: each student alone on val (beam 5); on val, the students together and all the
 #    models together (teachers too), beam 5 and --mbr bleu; the better of the two on val (lc-tok
 #    BLEU where sacremoses is installed; the students on a tie within 0.1, at half the
@@ -26,19 +25,9 @@
 # adds the training targets translated back by it (new sources for the same targets: data
 # diversification, Nguyen et al. 2020), three times the pairs; the MEMBERS students all start
 # from the SRC→TGT teacher; step 4's second candidate is the students together with the
-# reverse teacher ranking their beam (beam 12, --mbr bleu, --reverse-model: on val, beam 8 0.2
-# lower, beam 16 0.1 lower). Measured (en→de, AVX2-only AMD EPYC, 2026-11-27): val 43.53 /
-# 43.65, test_2016_flickr 41.24 / 41.62 (the default on the same machine: 42.15 / 42.30 and
-# 41.08 / 41.59): a val gain that test did not keep, so it is not the default (docs/multi30k.md).
-# Measured (en→de, AMD EPYC, 2 cores, fp32, 2026-11-26): val 43.05 cased / 43.16 lc-tok for
-# all four models together, 42.93 / 43.03 for the students together; test_2016_flickr, all
-# four: 41.47 / 41.96 (the two-model recipe: 40.02 / 40.44; with fresh students as step 3 trained
-# until then, the students together: 41.10 / 41.58). de→en, steps 3-4 on the de→en two-model
-# run: val 45.71 / 45.98, test_2016_flickr 44.37 / 44.67, all four models (the two-model
-# recipe: 43.33 / 43.62). en→fr, the whole recipe on an AVX2-only AMD EPYC (2026-11-27; 5,594 and
-# 5,626 student steps): val 59.88 / 61.00, test_2016_flickr 61.48 / 62.47, the students together
-# (the two-model recipe: 60.01 / 61.08); en→de on the same machine (5,788 and 5,778 student
-# steps): val 42.15 / 42.30, test_2016_flickr 41.08 / 41.59, the students together. docs/multi30k.md.
+# reverse teacher ranking their beam (beam 12, --mbr bleu, --reverse-model; beam 12 was chosen
+# on val). It gained on val and not on test, so it is not the default.
+# What each variant scores, per language pair and CPU: docs/multi30k.md.
 # Run again with the same arguments after an interruption, it goes on where it stopped: the
 # models it finished are kept, a stopped training run resumes, the translations are kept once
 # complete (recipes/lib.sh).

@@ -13,11 +13,9 @@
 # its best checkpoint by validation BLEU; they are then scored alone on val (beam 5) and
 # together (`--ensemble`, their probabilities averaged at each step) on val and
 # test_2016_flickr, beam 5 and --mbr bleu (chosen on val), cased sacreBLEU and (with
-# sacremoses) the lowercased, Moses-tokenized BLEU of Multi30k papers. Measured (AMD EPYC,
-# 2 cores, 90 minutes, 2026-11-26), test_2016_flickr cased / lc-tok: en→de 40.02 / 40.44,
-# de→en 43.33 / 43.62; en→fr on an AVX2-only AMD EPYC (2026-11-27) 60.01 / 61.08
-# (docs/multi30k.md). Run again with the same arguments
-# after an interruption, it goes on where it stopped (recipes/lib.sh).
+# sacremoses) the lowercased, Moses-tokenized BLEU of Multi30k papers. What it scores:
+# docs/multi30k.md. Run again with the same arguments after an interruption, it goes on where
+# it stopped (recipes/lib.sh).
 set -euo pipefail
 set -m  # each training run in a process group of its own (recipes/lib.sh)
 data=${1:?usage: multi30k-ensemble.sh DATA_DIR SRC TGT [OUT_DIR] [train options...]}

@@ -5,20 +5,14 @@
 #   bash recipes/multi30k.sh ../shared/data/multi30k en de runs/m30k-en-de
 #
 # DATA_DIR holds {train,val,test_2016_flickr}.{lang}.gz. The model is the `small` preset
-# (d_model 256, 3+3 layers, 4 heads, d_ff 1024: 7.6M parameters with the joint 8k BPE),
-# trained for 45 minutes (--max-time; pass e.g. --max-time 120 to train longer) with the
-# batches of 1,024 positions and a peak learning rate of 1.5e-3 decaying linearly to zero at
-# the end of that time (chosen on val: docs/multi30k.md), then scored on val and
-# test_2016_flickr by sacrebleu on detokenised, cased output (and lowercased and
+# (d_model 256, 3+3 layers, 4 heads, d_ff 1024), trained for 45 minutes (--max-time; pass e.g.
+# --max-time 120 to train longer) with batches of 1,024 positions and a peak learning rate of
+# 1.5e-3 decaying linearly to zero at the end of that time (chosen on val), then scored on val
+# and test_2016_flickr by sacrebleu on detokenised, cased output (and lowercased and
 # Moses-tokenized as the Multi30k papers score, when sacremoses is installed). Decoding: beam
-# 5, then the hypothesis the others agree with most (--mbr bleu; chosen on val, where it gained
-# 0.4-0.7 BLEU in en-de and de-en and tied in en-fr). Expected test_2016_flickr BLEU in 45 min
-# on 2 CPU cores (AMD EPYC, --precision fp32), cased / papers' scale: en-de 38.2 / 38.6, de-en
-# 42.9 / 43.1, en-fr 59.0 / 60.0; on an AVX2-only AMD EPYC, with no options (`auto` picks fp32
-# there; 5,500-6,000 steps): en-de 38.7 / 39.2, de-en 41.1 / 41.4, en-fr 58.2 / 59.2; on an
-# Intel Xeon with AMX, no options (6,700-7,500 steps): en-de 38.3 / 38.7, de-en 41.8 / 42.1
-# (docs/multi30k.md). Run again with the same arguments after an interruption, it goes on
-# where it stopped (recipes/lib.sh).
+# 5, then the hypothesis the others agree with most (--mbr bleu; chosen on val). What it
+# scores, per language pair and CPU: docs/multi30k.md. Run again with the same arguments after
+# an interruption, it goes on where it stopped (recipes/lib.sh).
 set -euo pipefail
 data=${1:?usage: multi30k.sh DATA_DIR SRC TGT [OUT_DIR] [train options...]}
 src=${2:?source language, e.g. en}
