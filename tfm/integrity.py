@@ -2,7 +2,7 @@
 cut short, a bad sector, a bit flipped) is found before it is used, not trusted.
 
 ``manifest.json`` in a model or run directory records, for every file tfm wrote there, its size
-and sha256 (hashlib's; on the measured CPUs 400 MB/s or more, docs/FAULTS.md). A file is written
+and sha256 (hashlib's; its speed on the CPUs measured: docs/FAULTS.md). A file is written
 in three steps: its entry is dropped from the manifest, the file is written atomically, its new
 entry is recorded; so a kill at any moment leaves a file either checkable or not yet recorded,
 never recorded with another file's checksum. A file with no entry (a directory made before

@@ -31,10 +31,9 @@ that it finds what tfm's own search (tfm.decoding.search) finds:
   so the best hypothesis is the same. Otherwise it collects finished hypotheses until
   2 x beam have ended (patience 2; with patience 1, CTranslate2's default, it sometimes stops
   before the best has ended), while tfm stops once no live beam, ended now, would beat its worst
-  needed hypothesis. Measured on 150 Multi30k test sentences (a small model, beam 5, one
-  best): the same translations without a length penalty and with ``--no-stop-early``; with tfm's
-  defaults (length penalty 1, ``stop_early``) 7 best translations differed, CTranslate2's
-  scoring higher each time: tfm had stopped before reaching it. At the length limit
+  needed hypothesis: with a length penalty, CTranslate2 sometimes finds a better best
+  hypothesis that tfm had stopped before reaching, and the hypotheses below the best of an
+  n-best list may differ either way (docs/CLI.md has the counts). At the length limit
   CTranslate2 keeps its k best candidates of the last step where tfm keeps all k live
   beams. ``stop_early`` counts only in the first case: without it, CTranslate2 collects
   2 x beam finished hypotheses there too.
