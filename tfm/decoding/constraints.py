@@ -140,11 +140,11 @@ def read_requests(path: Path) -> tuple[list[str], list[ConstraintSpec | None]]:
     return sentences, specs
 
 
-def compile_constraints(tok: Tokenizer, spec: ConstraintSpec, max_tokens: int
+def compile_constraints(tok: Tokenizer, spec: ConstraintSpec, max_length: int
                         ) -> TargetConstraints:
     """``spec`` in tokens of the target tokenizer ``tok``, checked: each phrase non-empty, made
-    of tokens the model can write, at most ``max_tokens`` long (the sentence's length limit,
-    EOS not counted), at most MAX_CONSTRAINTS in all; the prefix at most ``max_tokens`` long.
+    of tokens the model can write, at most ``max_length`` long (the sentence's length limit,
+    EOS not counted), at most MAX_CONSTRAINTS in all; the prefix at most ``max_length`` long.
     A phrase given twice (or given and found by the glossary) counts once. Raises
     ConstraintError naming the field."""
     wanted: list[tuple[str, str, str | None]] = []  # (field, phrase, source term)
@@ -163,7 +163,7 @@ def compile_constraints(tok: Tokenizer, spec: ConstraintSpec, max_tokens: int
         raise ConstraintError("constraints", f"{len(wanted)} phrases (glossary terms "
                               f"included) are more than the {MAX_CONSTRAINTS} a sentence "
                               "may have: give fewer")
-    phrases = [Phrase(text, _forms(tok, name, text, max_tokens), source)
+    phrases = [Phrase(text, _forms(tok, name, text, max_length), source)
                for name, text, source in wanted]
     prefix: list[int] = []
     if spec.prefix is not None:
@@ -171,14 +171,14 @@ def compile_constraints(tok: Tokenizer, spec: ConstraintSpec, max_tokens: int
             raise ConstraintError("prefix", "the prefix must be a string")
         if normalize_text(spec.prefix):
             prefix = _tokens(tok, "prefix", normalize_text(spec.prefix))
-            if len(prefix) > max_tokens:
+            if len(prefix) > max_length:
                 raise ConstraintError("prefix", f"{len(prefix)} tokens, more than the "
-                                      f"{max_tokens} this sentence's translation may have "
+                                      f"{max_length} this sentence's translation may have "
                                       "(raise --max-len-b, or max_length)")
     return TargetConstraints(phrases, prefix)
 
 
-def _forms(tok: Tokenizer, name: str, text: str, max_tokens: int) -> tuple[tuple[int, ...], ...]:
+def _forms(tok: Tokenizer, name: str, text: str, max_length: int) -> tuple[tuple[int, ...], ...]:
     """The token forms of a phrase that count (see the module's docstring): inside a sentence
     (after a space), then, if it differs, at the start, marked by a leading BOS."""
     normal = normalize_text(text)
@@ -191,9 +191,9 @@ def _forms(tok: Tokenizer, name: str, text: str, max_tokens: int) -> tuple[tuple
     after = tok.encode("x " + normal, add_special_tokens=False).ids
     inside = after[len(anchor):] if after[: len(anchor)] == anchor and len(after) > len(
         anchor) else start
-    if min(len(inside), len(start)) > max_tokens:
+    if min(len(inside), len(start)) > max_length:
         raise ConstraintError(name, f"the phrase is {len(inside)} tokens, more than the "
-                              f"{max_tokens} this sentence's translation may have (raise "
+                              f"{max_length} this sentence's translation may have (raise "
                               "--max-len-b, or max_length)")
     if inside == start:
         return (tuple(inside),)

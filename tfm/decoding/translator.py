@@ -369,13 +369,13 @@ def _batches(ids: list[list[int]], positions: list[int], options: SearchOptions
     return length_batches([len(x) * options.beam for x in ids], positions, options.batch_tokens)
 
 
-def length_batches(lengths: Sequence[int], positions: Iterable[int], max_tokens: int
+def length_batches(lengths: Sequence[int], positions: Iterable[int], batch_tokens: int
                    ) -> Iterator[list[int]]:
     """``positions`` (indices into ``lengths``) sorted by length and grouped so that rows x the
-    longest row stays within ``max_tokens`` (a longer row alone makes a batch of one)."""
+    longest row stays within ``batch_tokens`` (a longer row alone makes a batch of one)."""
     batch: list[int] = []
     for i in sorted(positions, key=lambda i: lengths[i]):
-        if batch and lengths[i] * (len(batch) + 1) > max_tokens:
+        if batch and lengths[i] * (len(batch) + 1) > batch_tokens:
             yield batch
             batch = []
         batch.append(i)
