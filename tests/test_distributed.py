@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked
 import numpy as np
 import pytest
 import torch
@@ -32,10 +33,22 @@ SEED = 3
 
 
 def torchrun(*args: str, nproc: int = 2) -> list[str]:
-    """The command line of `torchrun --standalone --nproc_per_node=N -m tfm ARGS`, with this
-    interpreter's torch (a free port is chosen by the standalone rendezvous)."""
+    """The command line of `torchrun --standalone --nproc_per_node=N tfm ARGS`, with this
+    interpreter's torch (a free port is chosen by the standalone rendezvous). Its processes
+    are the `tfm` of tests/bin, forked from this worker's preloader as the recipes' commands
+    are (tests/forked.py; the environment of ``torchrun_env``): the same program, without
+    torch's import in each."""
+    if forked.PRELOADING:
+        command = ["--no-python", os.path.join(forked.BIN, "tfm")]
+    else:
+        command = ["-m", "tfm"]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={nproc}", "-m", "tfm", *args]
+            f"--nproc_per_node={nproc}", *command, *args]
+
+
+def torchrun_env(**env: str) -> dict[str, str]:
+    """The environment for ``torchrun``'s command line, with ``env``."""
+    return {**os.environ, **forked.script_environment(os.environ["PATH"]), **env}
 
 
 def train_args(data: Path, output: Path, *extra: str) -> list[str]:
@@ -57,7 +70,7 @@ def two_process_run(dataset: Path, tmp_path_factory: pytest.TempPathFactory
     model = tmp_path_factory.mktemp("ddp") / "model"
     result = subprocess.run(torchrun(*train_args(dataset, model, "--max-steps", "4",
                                                  "--update-freq", "2")),
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=300, env=torchrun_env())
     assert result.returncode == 0, result.stderr
     return model, result
 
@@ -179,7 +192,7 @@ def test_a_signal_to_one_process_stops_all_at_the_same_step_and_rank_0_saves(
         dataset: Path, tmp_path: Path, spawn) -> None:
     model = tmp_path / "model"
     marker = f"TFM_TEST_JOB={tmp_path}"
-    env = {**os.environ, "TFM_TEST_JOB": str(tmp_path)}
+    env = torchrun_env(TFM_TEST_JOB=str(tmp_path))
     # torchrun and its two training processes end with the test, passed or failed (spawn).
     process = spawn(torchrun(*train_args(dataset, model, "--max-steps", "100000")),
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
