@@ -46,8 +46,8 @@ def test_sigkill_at_random_moments_never_corrupts_a_checkpoint(
         resume = (model / "train_state.pt").exists()
         process = spawn.tfm(command + (["--resume"] if resume else ["--overwrite"]),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if attempt % 4 == 3:  # during start-up
-            time.sleep(rng.uniform(0.2, 2.0))
+        if attempt % 4 == 3:  # during start-up: forked, a run reaches its first step a
+            time.sleep(rng.uniform(0.0, 0.3))  # fraction of a second after it begins
         else:  # in training, where every step writes checkpoint files
             wait_for_new_metrics(model / "metrics.jsonl", process)
             time.sleep(rng.uniform(0.0, 0.5))
