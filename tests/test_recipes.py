@@ -5,6 +5,7 @@ passes on): each writes its translations and prints its scores."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import subprocess
@@ -77,6 +78,9 @@ def test_the_quick_recipe_trains_and_scores_val_and_test(multi30k_like, tmp_path
     assert len(lines(out / "val.hyp")) == 8
     assert len(lines(out / "test_2016_flickr.hyp")) == 6
     assert result.stdout.count("BLEU = ") >= 2  # val and test
+    # The papers' lc-tok BLEU too, exactly where sacremoses is installed (recipes/lib.sh).
+    assert ("BLEU-lc-tok = " in result.stdout) == (importlib.util.find_spec("sacremoses")
+                                                   is not None)
 
 
 def test_the_distillation_recipe_trains_the_teachers_on_with_their_translations(
