@@ -11,8 +11,8 @@
 #        avx512: AVX-512 without AVX-512 BF16, FP16 or AMX (an Intel Xeon without AMX).
 #        native: this CPU's kernels and flags (only CORES applies).
 # CORES  the CPU time the command may use, in cores (a CFS quota: 1.2 of 2 cores is "60% of
-#        the machine"), or "all". A quota throttles harder than a slower clock does: a command
-#        that ran at 1/0.6 = 1.67x its time took up to 1.97x (docs/BENCHMARKS.md).
+#        the machine"), or "all". A quota throttles harder than a slower clock does
+#        (docs/BENCHMARKS.md, "The test suite").
 #
 # What this cannot emulate: another microarchitecture's cache sizes and instruction timings,
 # and CTranslate2, which picks its kernels from CPUID (CT2_FORCE_CPU_ISA=AVX2 is set for avx2).
@@ -68,7 +68,5 @@ if [ -n "$hidden" ]; then
     sed -E "s/ ($hidden)\b//g" /proc/cpuinfo > "$cpuinfo"
 fi
 echo "emulated: $kind, ${cores} cores; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)" >&2
-status=0
-env "${isa[@]}" unshare -m bash -c 'mount --bind "$0" /proc/cpuinfo && exec "$@"' \
-    "$cpuinfo" "$@" || status=$?
-exit $status
+# (Its exit status is the script's; the EXIT trap removes the group after it.)
+env "${isa[@]}" unshare -m bash -c 'mount --bind "$0" /proc/cpuinfo && exec "$@"' "$cpuinfo" "$@"

@@ -72,7 +72,7 @@ lock_out() {
 
 # lc_tok_option: --lc-tok where sacremoses is installed (the moses extra: the lowercased,
 # Moses-tokenized BLEU that Multi30k papers report), nothing otherwise. Found without being
-# imported: the import compiles its patterns, most of a second.
+# imported: the import compiles its patterns, which is slow.
 lc_tok_option() {
     if python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("sacremoses") is None)' 2>/dev/null; then
         echo --lc-tok

@@ -45,7 +45,7 @@ def reversal_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
     prepare(train_spec, root / "tokenizer.json", root / "data", valid=valid_spec)
     # One encoder layer is enough to find the source's end; the decoder's two count back
     # from it. This model and schedule learn reversal as surely as two encoder layers and
-    # twice the positions a batch did, in half the time (docs/BENCHMARKS.md, the test suite).
+    # twice the positions a batch did, in less time (docs/BENCHMARKS.md, the test suite).
     model_config = ModelConfig(d_model=64, n_heads=4, encoder_layers=1, decoder_layers=2,
                                d_ff=128, dropout=0.0)
     # An epoch is about 20 steps: validate once an epoch and keep the best model.
