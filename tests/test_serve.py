@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
 import json
 import os
 import queue
@@ -21,6 +22,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -700,6 +703,97 @@ def test_a_body_without_length_over_the_limit_is_refused_as_it_streams(server):
                           headers={**auth(), "Content-Type": "application/json"})
     assert response.status_code == 413
     assert response.json()["limit"] == "max_request_bytes"
+
+
+def post_urllib(url: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    """POST ``body`` with urllib, which sends ``Connection: close`` and the whole body before
+    reading the answer: the status and JSON body of the answer."""
+    request = urllib.request.Request(f"{url}/v1/translate", data=body,
+                                     headers={**auth(), "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, json.loads(e.read())
+
+
+def post_http_client(url: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    """POST ``body`` with http.client, on a keep-alive connection, the whole body before
+    reading the answer."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        connection.request("POST", "/v1/translate", body=body,
+                           headers={**auth(), "Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def peak_rss_kib(pid: int) -> int:
+    """The most memory process ``pid`` has held since its peak was last reset (VmHWM)."""
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("send", [post_urllib, post_http_client])
+@pytest.mark.parametrize("size", [2 << 20, 64 << 20])
+def test_a_client_that_sends_a_body_over_the_limit_whole_reads_the_413(server, send, size):
+    """The 413 is answered from Content-Length, before the body; the server then reads and
+    throws away what the client goes on sending (a lingering close) so that a client that
+    reads only once it has sent everything gets the answer, not a reset connection; and
+    holds none of it."""
+    body = b'{"text": "' + b"x" * (size - 12) + b'"}'
+    pid = server.process.pid
+    with open(f"/proc/{pid}/clear_refs", "w") as clear:
+        clear.write("5")  # the peak is reset to what the server holds now
+    before = peak_rss_kib(pid)
+    for _ in range(3):
+        status, error = send(server.url, body)
+        assert status == 413, error
+        assert error["limit"] == "max_request_bytes" and "4000 bytes" in error["error"]
+    assert (peak_rss_kib(pid) - before) * 1024 < size // 8 + (1 << 20)
+    assert httpx.get(f"{server.url}/health").status_code == 200
+
+
+def sends_until_cut(conn: socket.socket, pause: float, within: float) -> bool:
+    """Whether the server cuts ``conn`` within ``within`` seconds of a client sending it 64 KiB
+    every ``pause`` seconds."""
+    deadline = time.monotonic() + within
+    try:
+        while time.monotonic() < deadline:
+            conn.sendall(b"x" * 65536)
+            time.sleep(pause)
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    return False
+
+
+def test_what_a_client_sends_after_its_413_is_read_for_a_bounded_time_and_size(
+        gated, monkeypatch):
+    """A client cannot hold a connection by sending a body without end after its 413: the
+    server throws away at most LINGER_BYTES, for at most request_timeout_s."""
+    from tfm.serve import protocol
+    from tfm.serve.app import create_app
+
+    monkeypatch.setattr(protocol, "LINGER_BYTES", 1 << 20)
+    app = create_app(gated, ServeConfig(max_wait_ms=0, max_request_bytes=100))
+    # Slowly, the time runs out first; as fast as it can, the bytes do (long before the time).
+    for timeout, pause in ((0.5, 0.05), (60.0, 0.0)):
+        with serving(app, request_timeout_s=timeout) as url:
+            address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+            with socket.create_connection(address) as conn:
+                conn.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                             b"application/json\r\nContent-Length: 1000000000\r\n\r\n")
+                conn.settimeout(10)
+                answer = b"".join(iter(lambda: conn.recv(65536), b""))  # the server's FIN
+                assert answer.startswith(b"HTTP/1.1 413 ")
+                assert b"connection: close" in answer.lower()
+                assert sends_until_cut(conn, pause, within=20)
+            assert httpx.get(f"{url}/health").status_code == 200
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},

@@ -580,8 +580,9 @@ def _field(e: ConstraintError, text: int, listed: bool) -> str:
 
 class _Guard:
     """Outermost ASGI layer: counts and times every request; refuses bodies over
-    max_request_bytes (413, before reading them when Content-Length says so) and, with an API
-    key set, requests to /v1/* and /metrics without it (401)."""
+    max_request_bytes (413, before reading them when Content-Length says so, then closing the
+    connection: tfm.serve.protocol reads the rest and throws it away) and, with an API key
+    set, requests to /v1/* and /metrics without it (401)."""
 
     def __init__(self, app: Any, service: _Service) -> None:
         self.app = app
@@ -665,7 +666,9 @@ class _Guard:
         length = headers.get(b"content-length")
         limit = self.service.config.max_request_bytes
         if length is not None and length.isdigit() and int(length) > limit:
-            return JSONResponse(_too_large(limit), 413)
+            # The body is never read: the connection cannot carry another request (the
+            # protocol closes it lingering, so that a client still sending reads this).
+            return JSONResponse(_too_large(limit), 413, headers={"Connection": "close"})
         return None
 
     def _limited(self, receive: Any) -> Any:
@@ -680,7 +683,8 @@ class _Guard:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
-                    raise ApiError(413, _too_large(limit)["error"], "max_request_bytes", limit)
+                    raise ApiError(413, _too_large(limit)["error"], "max_request_bytes", limit,
+                                   headers={"Connection": "close"})  # the rest goes unread
             return message
 
         return limited

@@ -14,6 +14,14 @@ Nor does uvicorn bound a request's headers: httptools gathers a header of any le
 (a 130 MB one grew the server by 320 MB before the connection broke). Here headers past
 ``MAX_HEADER_BYTES`` get 431 and the connection is closed.
 
+An answer given before the request's body was read (413 from Content-Length, 401, 431), on a
+connection that then closes, closes lingering (RFC 9112 section 9.6): the server stops writing
+(FIN after the answer) and reads and throws away what the client still sends, until the client
+closes, ``LINGER_BYTES`` have come or ``request_timeout_s`` has passed. Closed at once, the
+unread bytes would make the kernel reset the connection, and a client that reads only once it
+has sent its whole body (Python's urllib, http.client) would get "Connection reset by peer" or
+"Broken pipe" instead of the answer.
+
 Nor the number of connections: a client that opens idle connections until the process has no
 file descriptors left shuts every other client out (1,500 idle sockets against a limit of
 1,024 open files: /health was refused until they closed). Here at most ``max_connections``
@@ -34,6 +42,9 @@ from tfm.serve.app import error_body
 
 # A request line and headers longer than this are refused (nginx takes 4 x 8 KiB by default).
 MAX_HEADER_BYTES = 64 * 1024
+# The most bytes read and thrown away after such an early answer: a body a client has begun
+# sending is taken up to this size; a connection that sends more is cut.
+LINGER_BYTES = 256 * 1024 * 1024
 
 
 def http_protocol(request_timeout_s: float, max_connections: int | None = None
@@ -61,6 +72,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._events = 0
         self._stalled: asyncio.TimerHandle | None = None  # while the write buffer is full
         self._unsent = 0  # bytes of answers not yet taken by the client, at the last deadline
+        self._discarded: int | None = None  # bytes thrown away while closing (None: not)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -89,6 +101,11 @@ class _GuardedProtocol(HttpToolsProtocol):
         return True
 
     def data_received(self, data: bytes) -> None:
+        if self._discarded is not None:  # closing lingering: never parsed, never kept
+            self._discarded += len(data)
+            if self._discarded > LINGER_BYTES:
+                self.transport.abort()
+            return
         before = self._events
         super().data_received(data)
         # Counted after parsing, and only chunks in which no headers and no request ended: a
@@ -102,6 +119,9 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._events += 1
         self._header_bytes = None
         super().on_headers_complete()
+        # The request's cycle closes the connection after its answer when either side said
+        # "Connection: close": through this, lingering if the body is still coming.
+        self.cycle.transport = _ClosingAfterBody(self)  # type: ignore[assignment]
 
     def on_message_begin(self) -> None:
         self._arm()
@@ -114,7 +134,9 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():
+        if self._discarded is not None:
+            self._unset_keepalive_if_required()  # uvicorn's: lingering has its own bounds
+        elif not self.transport.is_closing():
             # The client's turn again: its next request (or the rest of one it is sending).
             self._arm()
 
@@ -170,17 +192,57 @@ class _GuardedProtocol(HttpToolsProtocol):
         else:
             self.transport.abort()  # close() would wait for a client that reads nothing
 
+    def close_after_answer(self) -> None:
+        """Close after the answer to the current request: lingering if its body is still
+        coming (the client has not sent it all), else at once."""
+        if self.transport.is_closing():
+            return
+        if self.cycle is not None and self.cycle.more_body:
+            self._linger()
+        else:
+            self.transport.close()
+
+    def _linger(self) -> None:
+        """Stop writing once the answer is sent, and read and throw away what the client still
+        sends until it closes, or for at most LINGER_BYTES and request_timeout_s."""
+        transport = self.transport
+        self._discarded = 0
+        self._disarm()
+        self._deadline = self.loop.call_later(self.request_timeout_s, transport.abort)
+        self.flow.resume_reading()  # paused if a body had filled uvicorn's buffer
+        if transport.can_write_eof():
+            transport.write_eof()  # once the answer is sent: the client reads it, then the end
+
     def _refuse_headers(self) -> None:
         self._refuse(431, "Request Header Fields Too Large", "the request's headers are over "
                      f"this server's limit of {MAX_HEADER_BYTES} bytes",
-                     limit="max_header_bytes", value=MAX_HEADER_BYTES)
+                     limit="max_header_bytes", value=MAX_HEADER_BYTES, linger=True)
 
     def _refuse(self, status: int, reason: str, message: str, *, limit: str, value: int,
-                retry_after: int | None = None) -> None:
-        """Answer ``status`` with the server's JSON error body, whatever was asked, and close."""
+                retry_after: int | None = None, linger: bool = False) -> None:
+        """Answer ``status`` with the server's JSON error body, whatever was asked, and close
+        (lingering: while the client is sending a request)."""
         body = json.dumps(error_body(status, message, limit=limit, value=value)).encode()
         retry = b"retry-after: %d\r\n" % retry_after if retry_after is not None else b""
         self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
                              b"content-length: %d\r\n%sconnection: close\r\n\r\n"
                              % (status, reason.encode(), len(body), retry) + body)
-        self.transport.close()
+        if linger:
+            self._linger()
+        else:
+            self.transport.close()
+
+
+class _ClosingAfterBody:
+    """A connection's transport as uvicorn's request cycle holds it: ``close`` (after an answer
+    that closes the connection) is the protocol's ``close_after_answer``; the rest is the
+    transport's own."""
+
+    def __init__(self, protocol: _GuardedProtocol) -> None:
+        self._protocol = protocol
+
+    def close(self) -> None:
+        self._protocol.close_after_answer()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._protocol.transport, name)
