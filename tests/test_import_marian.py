@@ -557,6 +557,26 @@ def test_translate_target_lang_puts_the_language_token_first_or_refuses(variant:
                           "has de, fr")
 
 
+def test_eval_target_lang_translates_as_translate_does_and_checks_that_language(
+        variant: dict, tmp_path: Path) -> None:
+    model = str(variant["tfm"])
+    src, ref, hyp = tmp_path / "src.en", tmp_path / "ref.fr", tmp_path / "hyp.fr"
+    src.write_text("A man is walking .\ntwo dogs\n")
+    ref.write_text("Un homme marche .\ndeux chiens\n")
+    result = tfm_cli("eval", "--model", model, "--src", str(src), "--ref", str(ref), "--beam",
+                     "1", "--target-lang", "fr", "--save-hyp", str(hyp), "--off-target",
+                     "--json")
+    if not VARIANTS[variant["name"]][2]:
+        assert_one_line_error(result, "no target-language tokens")
+        return
+    assert result.returncode == 0, result.stderr
+    translated = tfm_cli("translate", "--model", model, "--beam", "1", "--target-lang", "fr",
+                         "--input", str(src))
+    assert hyp.read_text() == translated.stdout
+    off_target = json.loads(result.stdout)[-1]
+    assert off_target["metric"] == "off_target" and "|lang:fr|" in off_target["signature"]
+
+
 def test_serve_lists_the_language_tokens_and_takes_target_lang(variant: dict) -> None:
     pytest.importorskip("fastapi")
     import httpx

@@ -22,8 +22,10 @@ import torch
 from conftest import tfm
 from sacrebleu.metrics import BLEU
 from tokenizers import Tokenizer
+from typer.testing import CliRunner
 
 from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.cli import app
 from tfm.config import ModelConfig
 from tfm.decoding.scoring import LC_TOK_METRIC, MosesLcTokenizer, bleu, bleu_lc_tok
 from tfm.errors import DataError, UsageError
@@ -202,7 +204,7 @@ def test_eval_lc_tok_of_hypothesis_files_needs_their_language(files: tuple[Path,
     line = one_error_line(tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--lc-tok"))
     assert "--tgt-lang" in line
     line = one_error_line(tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de"))
-    assert "--lc-tok" in line
+    assert "--lc-tok" in line and "--off-target" in line
 
 
 def tiny_model_dir(path: Path, tokenizer: Tokenizer, tgt_lang: str | None) -> Path:
@@ -231,4 +233,86 @@ def test_eval_lc_tok_takes_the_target_language_from_the_model(
     unknown = tiny_model_dir(tmp_path / "model", tokenizer, None)
     line = one_error_line(tfm("eval", "-m", str(unknown), "--src", str(src), "--ref", str(ref),
                               "--lc-tok", "--device", "cpu"))
+    assert "--tgt-lang" in line
+
+
+# --- tfm eval --off-target -----------------------------------------------------------------------
+
+GERMAN_AND_ENGLISH = [
+    "Zwei Hunde spielen im Schnee.",
+    "A man rides his bicycle through the city.",
+    "Die Frau liest ein Buch über Katzen.",
+    "Kinder spielen auf der Straße vor dem Haus.",
+]
+
+
+@pytest.fixture
+def mixed(tmp_path: Path) -> tuple[Path, Path]:
+    """Translations into German of which one is English, and their references."""
+    hyp, ref = tmp_path / "hyp.de", tmp_path / "ref.de"
+    hyp.write_text("".join(h + "\n" for h in GERMAN_AND_ENGLISH), encoding="utf-8")
+    ref.write_text("".join(r + "\n" for r in REFERENCES + REFERENCES[:1]), encoding="utf-8")
+    return hyp, ref
+
+
+def test_eval_off_target_prints_the_share_not_in_the_target_language(
+        mixed: tuple[Path, Path]) -> None:
+    hyp, ref = mixed
+    result = tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de",
+                 "--off-target")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 4 and lines[0].startswith("BLEU = ")
+    assert lines[2] == ("off-target 25.0% (1 of 4 not identified as de; 0 empty, "
+                        "0 unidentifiable)")
+    assert lines[3].startswith("langid:py3langid-") and lines[3].endswith(
+        "|lang:de|candidates:all")
+
+    as_json = tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de",
+                  "--off-target", "--no-bleu", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    (record,) = json.loads(as_json.stdout)
+    assert record == {"metric": "off_target", "score": 25.0, "text": lines[2],
+                      "signature": lines[3]}
+
+
+def test_eval_off_target_of_hypothesis_files_needs_their_language(
+        mixed: tuple[Path, Path]) -> None:
+    hyp, ref = mixed
+    line = one_error_line(tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--off-target"))
+    assert "--off-target with --hyp needs --tgt-lang" in line
+    line = one_error_line(tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--off-target",
+                              "--target-lang", "de"))
+    assert "--target-lang" in line and "--tgt-lang" in line
+    line = one_error_line(tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--off-target",
+                              "--tgt-lang", "xx"))
+    assert "language xx: py3langid does not know it" in line
+
+
+def test_eval_off_target_without_py3langid_names_the_extra(
+        mixed: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    hyp, ref = mixed
+    monkeypatch.setitem(sys.modules, "py3langid", None)  # makes `import py3langid` fail
+    result = CliRunner().invoke(app, ["eval", "--hyp", str(hyp), "--ref", str(ref),
+                                      "--tgt-lang", "de", "--off-target"])
+    assert isinstance(result.exception, UsageError)
+    assert 'pip install "tfm[langid]"' in str(result.exception)
+    assert "\n" not in str(result.exception)
+
+
+def test_eval_off_target_takes_the_target_language_from_the_model(
+        tmp_path: Path, tokenizer: Tokenizer, files: tuple[Path, Path]) -> None:
+    _, ref = files
+    src = tmp_path / "src.en"
+    src.write_text("A man says hello.\nTwo dogs play.\nA woman reads.\n", encoding="utf-8")
+    model = tiny_model_dir(tmp_path / "de-model", tokenizer, "de")
+    result = tfm("eval", "-m", str(model), "--src", str(src), "--ref", str(ref), "--beam", "1",
+                 "--max-len-b", "4", "--off-target", "--json", "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)[-1]
+    assert record["metric"] == "off_target" and "|lang:de|" in record["signature"]
+
+    unknown = tiny_model_dir(tmp_path / "model", tokenizer, None)
+    line = one_error_line(tfm("eval", "-m", str(unknown), "--src", str(src), "--ref", str(ref),
+                              "--off-target", "--device", "cpu"))
     assert "--tgt-lang" in line

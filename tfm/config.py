@@ -321,8 +321,12 @@ class ScoreOptions:
     ter: bool = option(False, "Also report TER.")
     lc_tok: bool = option(False, "Also report BLEU as the Multi30k papers do: lowercased, "
                           "punctuation-normalised, Moses-tokenized text (needs tfm\\[moses]).")
-    tgt_lang: str | None = option(None, "Target language for --lc-tok's tokenizer.",
-                                  shown_default="the model's")
+    off_target: bool = option(False, "Also report the share of translations that py3langid "
+                              "identifies as another language than the target (--tgt-lang; "
+                              "needs tfm\\[langid]).")
+    tgt_lang: str | None = option(None, "The translations' language: for --lc-tok's tokenizer "
+                                  "and --off-target's check.",
+                                  shown_default="--target-lang, else the model's")
 
 
 def _from_dict(cls: type[T], data: dict[str, Any]) -> T:

@@ -295,69 +295,118 @@ def eval_cmd(
     save_hyp: Annotated[Optional[Path], typer.Option(
         "--save-hyp", help="Also write the translations to this file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+    target_lang: Annotated[Optional[str], typer.Option(
+        "--target-lang", help="For a multilingual model: the language to translate --src into "
+        "(e.g. fr), whose >>fr<< token is put before each sentence; also the language "
+        "--off-target and --lc-tok take, unless --tgt-lang.", show_default=False)] = None,
     *,
     report: ScoreOptions,  # which scores
     search: dict[str, Any],  # SearchOptions' options, those given
     engine: EngineOptions,
 ) -> None:
     """Translate --src and score it against --ref with sacrebleu (or score --hyp); --lc-tok adds
-    the lowercased, Moses-tokenized BLEU that Multi30k results are reported in."""
+    the lowercased, Moses-tokenized BLEU that Multi30k results are reported in, --off-target
+    the share of translations in another language than the target."""
     from tfm.data.tokenizer import lowercases
-    from tfm.decoding.scoring import bleu_lc_tok, require_moses, score
+    from tfm.decoding.scoring import Score, bleu_lc_tok, score
 
     bleu_flag, chrf, ter, lc_tok = report.bleu, report.chrf, report.ter, report.lc_tok
     tgt_lang = report.tgt_lang
+    metrics = [m for m, on in (("bleu", bleu_flag), ("chrf", chrf), ("ter", ter)) if on]
+    # The options that need the translations' language.
+    needs_lang = " and ".join(o for o, on in (("--lc-tok", lc_tok),
+                                              ("--off-target", report.off_target)) if on)
 
     if ref is None:
         raise UsageError("missing --ref: the reference translations to score against")
     if (src is None) == (hyp is None):
         raise UsageError("give --src (to translate with --model) or --hyp (to score), not both")
-    if (engine.ensemble or engine.reverse_model) and hyp is not None:
-        raise UsageError("--ensemble and --reverse-model translate --src; --hyp is scored as "
-                         "it is")
-    if tgt_lang is not None and not lc_tok:
-        raise UsageError("--tgt-lang is only used by --lc-tok")
-    if lc_tok:
-        require_moses()
-        if hyp is not None and tgt_lang is None:
-            raise UsageError("--lc-tok with --hyp needs --tgt-lang (the language of the "
-                             "translations, e.g. de)")
+    if (engine.ensemble or engine.reverse_model or target_lang) and hyp is not None:
+        raise UsageError("--ensemble, --reverse-model and --target-lang translate --src; --hyp "
+                         "is scored as it is (--tgt-lang gives its language)")
+    if not metrics and not needs_lang:
+        raise UsageError("nothing to report: give --bleu, --chrf, --ter, --lc-tok or "
+                         "--off-target")
+    if tgt_lang is not None and not needs_lang:
+        raise UsageError("--tgt-lang is only used by --lc-tok and --off-target")
+    _require_scorers(report)
+    if hyp is not None and needs_lang and tgt_lang is None:
+        raise UsageError(f"{needs_lang} with --hyp needs --tgt-lang (the language of the "
+                         "translations, e.g. de)")
     references = _read_lines(ref)
     if hyp is not None:
         hypotheses = _read_lines(hyp)
+        language_check = _language_check(report, tgt_lang)
     else:
         sources = _read_lines(src)
         if len(sources) != len(references):
             raise UsageError(f"{src} has {len(sources)} lines but {ref} has "
                              f"{len(references)}: they must be aligned line by line")
         translator, options = _load_decoder(engine, search)
-        if lc_tok and tgt_lang is None:
-            tgt_lang = translator.info.tgt_lang
-            if not tgt_lang:
-                raise UsageError(f"--lc-tok: the model in {engine.model} does not record its "
-                                 "target language: give --tgt-lang")
+        language = _language(translator, target_lang)
+        if needs_lang and tgt_lang is None:
+            tgt_lang = _target_language(translator, language, needs_lang, engine)
+        language_check = _language_check(report, tgt_lang)  # an unknown language: refused now
         if lowercases(translator.vocabs.tgt) and (bleu_flag or chrf or ter):
             err.print(f"[yellow]note:[/] {engine.model} writes lowercased text (its tokenizer "
                       "lowercases): its cased scores compare that with the cased references; "
                       "--lc-tok scores it as the Multi30k papers do")
+        from tfm.decoding.languages import with_language
+
         with _translating(len(sources), _search_name(options, engine)) as progress:
-            hypotheses = [t.text for t in translator.translate(sources, options, progress)]
+            hypotheses = [t.text for t in translator.translate(with_language(sources, language),
+                                                               options, progress)]
         if save_hyp:
             from tfm.atomic import atomic_write_bytes
 
             atomic_write_bytes(save_hyp, "".join(h + "\n" for h in hypotheses).encode())
-    metrics = [m for m, on in (("bleu", bleu_flag), ("chrf", chrf), ("ter", ter)) if on]
-    if not metrics and not lc_tok:
-        raise UsageError("nothing to report: give --bleu, --chrf, --ter or --lc-tok")
     scores = [score(m, hypotheses, references) for m in metrics]
     if lc_tok:  # right after the cased BLEU it sits beside
         scores.insert(int(bleu_flag), bleu_lc_tok(hypotheses, references, tgt_lang))
+    if language_check is not None:
+        off = language_check(hypotheses)
+        scores.append(Score("off_target", off.rate, off.text, off.signature))
     if as_json:
         out.print_json(json.dumps([asdict(s) for s in scores]))
     else:
         for s in scores:  # one line each, never wrapped to the terminal's width
             out.print(s.text, highlight=False, soft_wrap=True)
             out.print(s.signature, highlight=False, soft_wrap=True)
+
+
+def _require_scorers(report: ScoreOptions) -> None:
+    """The optional packages the scores asked for need, checked before anything is read."""
+    if report.lc_tok:
+        from tfm.decoding.scoring import require_moses
+
+        require_moses()
+    if report.off_target:
+        from tfm.decoding.language_id import require_langid
+
+        require_langid()
+
+
+def _target_language(translator, language: str | None, needs: str,
+                     engine: EngineOptions) -> str:
+    """The language of the translations eval makes: --target-lang's (``language``, the
+    ``>>xx<<`` token it chose), else the one the model records, else a one-line refusal."""
+    if language is not None:
+        from tfm.decoding.language_id import language_code
+
+        return language_code(language)
+    if not translator.info.tgt_lang:
+        raise UsageError(f"{needs}: the model in {engine.model} does not record its target "
+                         "language: give --tgt-lang")
+    return translator.info.tgt_lang
+
+
+def _language_check(report: ScoreOptions, lang: str | None):
+    """--off-target's language identifier for ``lang``, or None without --off-target."""
+    if not report.off_target:
+        return None
+    from tfm.decoding.language_id import TargetLanguageCheck
+
+    return TargetLanguageCheck(lang)
 
 
 def _search_name(options: SearchOptions, engine: EngineOptions) -> str:
