@@ -22,7 +22,6 @@ import torch
 from conftest import tfm as tfm_cli
 
 from tfm.checkpoint import load_model_dir
-from tfm.data.text import normalize_text
 from tfm.data.tokenizer import decode, encode_batch
 from tfm.decoding.search import beam_search, greedy_search
 from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -239,16 +238,84 @@ def test_unknown_pieces_and_characters_map_to_unk_as_in_marian(variant: dict) ->
     assert sum(row.count(unk) for row in ids) > 0
 
 
-def test_normalised_text_gives_marian_ids_of_the_raw_line(variant: dict) -> None:
-    """translate and prepare apply tfm.data.text.normalize_text first (whitespace runs to one
-    space, ends stripped, invisible characters removed): on ordinary text SentencePiece's own
-    normalisation makes that change nothing. (Lines with control characters, U+200B or U+FEFF
-    differ: tfm removes them, SentencePiece reads some as spaces; docs/IMPORT.md.)"""
-    hf_tok, vocabs = variant["hf_tok"], variant["vocabs"]
-    ordinary = [x for x in TRICKY if not x.startswith(" ") and "\u200b" not in x]
-    for line in ordinary + ["a\t\tb  c ", "nbsp\u00a0 x", "ideographic\u3000space"]:
-        ours = encode_batch(vocabs.src, [normalize_text(line)])[0]
-        assert marian_ids(variant, ours, "src") == hf_tok(line)["input_ids"][:-1], repr(line)
+# Characters of every class tfm's own normalisation touches (tfm.data.text: _INVISIBLE,
+# _WHITESPACE), which an imported model's tokenizer leaves to SentencePiece.
+CHARACTER_CLASSES = {
+    "C0 controls, tab and line breaks": [*range(0x00, 0x20)],
+    "DEL, C1 controls, NEL": [*range(0x7F, 0xA0)],
+    "zero-width, joiners, direction marks": [*range(0x200B, 0x2010), 0x2060],
+    "line and paragraph separators": [0x2028, 0x2029],
+    "byte-order mark": [0xFEFF],
+    "spaces": [0xA0, 0x1680, *range(0x2000, 0x200B), 0x202F, 0x205F, 0x3000],
+}
+IN_SENTENCES = ["a man{}is walking", "{}the dog runs", "two dogs{}", "the  {}{} park ."]
+
+
+def lines_with_every_class() -> list[str]:
+    return [form.format(chr(c), chr(c)) for codes in CHARACTER_CLASSES.values()
+            for c in codes for form in IN_SENTENCES]
+
+
+def test_translate_hands_the_text_to_sentencepiece_as_marian_tokenizer_does(
+        variant: dict) -> None:
+    """tfm's own normalisation (control and zero-width characters removed, whitespace runs to
+    one space) is not applied before an imported model's segmenter: MarianTokenizer applies
+    none, and SentencePiece reads those characters its own way (U+200B is a space to it)."""
+    from tfm.decoding.engines import load_translator
+
+    translator = load_translator(variant["tfm"], "cpu")
+    lines = lines_with_every_class()
+    theirs = variant["hf_tok"](lines)["input_ids"]
+    for line, source, expected in zip(lines, translator.prepare(lines), theirs):
+        assert marian_ids(variant, source.ids, "src") == expected, repr(line)
+    # A line of which SentencePiece leaves no piece is an empty line: nothing to translate.
+    assert [source.ids for source in translator.prepare(["\u200b \u3000\t", "\xa0"])] == [[], []]
+    # The same through score(), which reads both sides.
+    assert translator.score(["two dogs\u200b"], ["zero\u200bwidth"]) == translator.score(
+        ["two dogs "], ["zero width"])
+
+
+def test_a_lone_surrogate_is_read_as_the_replacement_character(variant: dict) -> None:
+    """No tokenizer takes a lone surrogate (MarianTokenizer fails on one); tfm reads it as
+    U+FFFD, as it does for every model, and gives MarianTokenizer's ids of that text."""
+    from tfm.decoding.engines import load_translator
+
+    translator = load_translator(variant["tfm"], "cpu")
+    lines = ["a man \ud800 is walking", "\udfffthe dog", "two dogs\udbff"]
+    replaced = [line.replace(line[i], "\ufffd") for line, i in zip(lines, (6, 0, 8))]
+    assert replaced == ["a man \ufffd is walking", "\ufffdthe dog", "two dogs\ufffd"]
+    with pytest.raises(TypeError):
+        variant["hf_tok"](lines[0])
+    theirs = variant["hf_tok"](replaced)["input_ids"]
+    for line, source, expected in zip(lines, translator.prepare(lines), theirs):
+        assert marian_ids(variant, source.ids, "src") == expected, repr(line)
+
+
+def test_prepare_hands_both_sides_to_sentencepiece_as_marian_tokenizer_does(
+        variant: dict, tmp_path: Path) -> None:
+    from tfm.config import CleanConfig
+    from tfm.data.corpus import CorpusSpec
+    from tfm.data.dataset import load_split
+    from tfm.data.prepare import prepare
+    from tfm.data.sentencepiece import is_language_token
+
+    lines = lines_with_every_class()
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"en": x, "de": x}) + "\n" for x in lines),
+                      encoding="utf-8")
+    report = prepare(CorpusSpec((str(corpus),), "en", "de"), variant["tfm"] / "tokenizer.json",
+                     tmp_path / "prepared", clean=CleanConfig(max_ratio=0))
+    assert report.splits["train"].kept == len(lines)
+    assert report.splits["train"].invisible_removed == 0  # nothing removed: SentencePiece's
+    split = load_split(tmp_path / "prepared", "train")
+    hf_tok, src_tok = variant["hf_tok"], variant["vocabs"].src
+    for i, line in enumerate(lines):
+        src = split.src(i).tolist()
+        if is_language_token(src_tok.id_to_token(src[0])):  # the direction's, put first
+            src = src[1:]
+        assert marian_ids(variant, src, "src") == hf_tok(line)["input_ids"], repr(line)
+        assert marian_ids(variant, split.tgt(i).tolist(), "tgt") == hf_tok(  # without </s>
+            text_target=line)["input_ids"][:-1], repr(line)
 
 
 def test_a_literal_special_token_in_text_is_text(variant: dict) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, trainers
 
+from tfm.data.text import normalize_text
 from tfm.data.tokenizer import (
     BOS_ID,
     EOS_ID,
@@ -26,6 +27,7 @@ from tfm.data.tokenizer import (
     new_tokenizer,
     normalize_reference,
     save_tokenizer,
+    text_normalizer,
     train_tokenizer,
 )
 from tfm.errors import ModelError
@@ -143,6 +145,14 @@ def test_decode_strips_outer_whitespace_but_keeps_inner_spacing(tokenizer: Token
     assert decode(tokenizer, ids_of(tokenizer, "  Hallo Welt  ")) == "Hallo Welt"
     assert decode(tokenizer, ids_of(tokenizer, "Hallo  Welt\tund   mehr")) == (
         "Hallo  Welt\tund   mehr")
+
+
+def test_text_before_tfm_own_tokenizer_is_normalised_by_normalize_text(
+        tokenizer: Tokenizer) -> None:
+    """tfm's byte-level BPE reads text as tfm.data.text.normalize_text leaves it, exactly (an
+    imported model's SentencePiece segmenter does its own: tests/test_import_marian.py)."""
+    assert text_normalizer(tokenizer) is normalize_text
+    assert text_normalizer(tokenizer)(" zero\u200bwidth\x00\ttab ") == "zerowidth tab"
 
 
 def test_the_empty_string_encodes_to_nothing(tokenizer: Tokenizer) -> None:

@@ -36,6 +36,7 @@ from tfm.data.tokenizer import (
     encode_batch,
     load_vocabularies,
     save_vocabularies,
+    text_normalizer,
     tokenizer_from_json,
     tokenizer_to_json,
     train_tokenizer,
@@ -249,14 +250,19 @@ _REASONS = {_EMPTY: "empty", _TOO_LONG: "too long", _RATIO: "length ratio"}
 def _encode_chunk(raw: list[tuple[str, str]], vocabs: Vocabularies, clean: CleanConfig,
                   with_text: bool) -> _EncodedChunk:
     """Normalise, tokenize and judge a chunk of raw pairs; a pure function of its inputs."""
-    invisible = sum(1 for s, t in raw if has_invisible(s) or has_invisible(t))
-    pairs = [(normalize_text(s), normalize_text(t)) for s, t in raw]
+    src_norm, tgt_norm = text_normalizer(vocabs.src), text_normalizer(vocabs.tgt)
+    invisible = sum(1 for s, t in raw  # removed only by tfm's own normalisation
+                    if (src_norm is normalize_text and has_invisible(s))
+                    or (tgt_norm is normalize_text and has_invisible(t)))
+    pairs = [(src_norm(s), tgt_norm(t)) for s, t in raw]
     live = [i for i, (s, t) in enumerate(pairs) if s and t]
     src_ids = encode_batch(vocabs.src, [pairs[i][0] for i in live])
     tgt_ids = encode_batch(vocabs.tgt, [pairs[i][1] for i in live])
     status = [_EMPTY] * len(pairs)
     for i, src, tgt in zip(live, src_ids, tgt_ids):
         longest, shortest = max(len(src), len(tgt)), min(len(src), len(tgt))
+        if not shortest:  # a side a SentencePiece segmenter leaves no piece of (only spaces)
+            continue
         if longest > clean.max_length:
             status[i] = _TOO_LONG
         elif clean.max_ratio and (longest + 1) / (shortest + 1) > clean.max_ratio:

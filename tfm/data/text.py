@@ -1,6 +1,7 @@
 """Text normalisation applied to every sentence before tokenization, in ``prepare`` and in
 decoding alike, so that a model sees the same kind of text when it translates as when it
-learnt."""
+learnt. Not for the SentencePiece segmenter of an imported MarianMT model, which normalises on
+its own as MarianTokenizer leaves it to (tfm.data.tokenizer.text_normalizer)."""
 
 from __future__ import annotations
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from tfm.data.corpus import batched
+from tfm.data.text import normalize_text, replace_surrogates
 from tfm.errors import ModelError
 from tfm.special_tokens import (  # noqa: F401 (re-exported: the tokenizer's special tokens)
     BOS,
@@ -259,6 +260,18 @@ def save_vocabularies(vocabs: Vocabularies, path: Path) -> list[Path]:
     for old in stale:
         old.unlink(missing_ok=True)
     return written
+
+
+def text_normalizer(tok: Tokenizer) -> Callable[[str], str]:
+    """What tfm does to a text before ``tok`` encodes it, in ``prepare`` and in translation
+    alike: ``normalize_text`` (tfm.data.text); for a tokenizer with a SentencePiece segmenter
+    (an imported MarianMT model), only ``replace_surrogates``. MarianTokenizer hands the text
+    to SentencePiece as it is, and SentencePiece's own normalisation (its model's character
+    map, nmt_nfkc in OPUS-MT, and the removal of extra spaces) reads control characters,
+    zero-width and other spaces its own way: U+200B is a space there, where normalize_text
+    deletes it. Lone surrogates are replaced all the same: no tokenizer takes them
+    (MarianTokenizer fails on them)."""
+    return replace_surrogates if segmenter_of(tok) is not None else normalize_text
 
 
 def normalize_reference(tok: Tokenizer, text: str) -> str:

@@ -23,8 +23,7 @@ import torch
 
 from tfm.checkpoint import ModelInfo
 from tfm.config import SearchOptions
-from tfm.data.text import normalize_text
-from tfm.data.tokenizer import Vocabularies, decode, encode_batch
+from tfm.data.tokenizer import Vocabularies, decode, encode_batch, text_normalizer
 from tfm.decoding.alignment import align_words
 from tfm.decoding.constraints import (
     ConstraintError,
@@ -147,10 +146,11 @@ class Translator(ABC):
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         limit = self.max_source_tokens - 1  # room for EOS (the source's) or BOS (the target's)
+        src_norm, tgt_norm = text_normalizer(self.vocabs.src), text_normalizer(self.vocabs.tgt)
         src_ids = [x[:limit] + [EOS_ID] for x in encode_batch(
-            self.vocabs.src, [normalize_text(s) for s in sources])] if sources else []
+            self.vocabs.src, [src_norm(s) for s in sources])] if sources else []
         tgt_ids = [y[:limit] for y in encode_batch(
-            self.vocabs.tgt, [normalize_text(t) for t in targets])] if targets else []
+            self.vocabs.tgt, [tgt_norm(t) for t in targets])] if targets else []
         return [(sum(log_probs), len(log_probs))
                 for log_probs in self.forced_log_probs(src_ids, tgt_ids, batch_tokens)]
 
@@ -187,9 +187,12 @@ class Translator(ABC):
         ``constraints``: one per sentence (None: none), compiled and checked against the
         length limits of ``options`` (ConstraintError, with the sentence's position)."""
         limit = self.max_source_tokens - 1  # room for EOS
-        texts = [normalize_text(s) for s in sentences]
+        normalize = text_normalizer(self.vocabs.src)
+        texts = [normalize(s) for s in sentences]
         ids = encode_batch(self.vocabs.src, texts) if texts else []
-        sources = [Source(sentence, x[:limit] + [EOS_ID] if text else [], len(x) > limit)
+        # Nothing to translate: an empty text, or one of which a SentencePiece segmenter
+        # leaves no piece (only spaces; tfm's own normalisation would have stripped them).
+        sources = [Source(sentence, x[:limit] + [EOS_ID] if text and x else [], len(x) > limit)
                    for sentence, text, x in zip(sentences, texts, ids)]
         if constraints is not None:
             self._constrain(sources, constraints, options or self.default_options())
