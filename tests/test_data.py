@@ -287,7 +287,7 @@ def test_nothing_left_after_cleaning_is_a_data_error(
 ) -> None:
     files = write_corpus(tmp_path / "c", sentence_pairs)
     with pytest.raises(DataError, match=r"train\.en \+ train\.de: no pair is left after "
-                                        r"cleaning \(40 read\).*--max-tokens"):
+                                        r"cleaning \(40 read\).*--max-length"):
         prepare(files, tokenizer_path, tmp_path / "data", clean=CleanConfig(max_length=2))
     empty = write_corpus(tmp_path / "e", [("", "a"), (" ", "")])
     with pytest.raises(DataError, match=r"no pair is left after cleaning \(2 read\)"):

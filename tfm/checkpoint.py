@@ -103,6 +103,16 @@ class ModelInfo:
     tgt_lang: str | None = None
     generation: GenerationDefaults = field(default_factory=GenerationDefaults)
     provenance: dict[str, Any] = field(default_factory=dict)
+    # A multilingual model's directions ("en-de", ...; tfm.data.directions); empty for a model
+    # of one direction, whose languages are src_lang and tgt_lang.
+    directions: list[str] = field(default_factory=list)
+
+    @property
+    def target_languages(self) -> list[str]:
+        """The languages the model writes, sorted (one: its tgt_lang, where known)."""
+        if self.directions:
+            return sorted({d.split("-", 1)[1] for d in self.directions})
+        return [self.tgt_lang] if self.tgt_lang else []
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -122,6 +132,7 @@ class ModelInfo:
             "tgt_lang": self.tgt_lang,
             "generation": asdict(self.generation),
             "provenance": self.provenance,
+            **({"directions": self.directions} if self.directions else {}),
         }
 
 
@@ -216,6 +227,7 @@ def read_model_info(directory: Path) -> ModelInfo:
             tgt_lang=data.get("tgt_lang"),
             generation=GenerationDefaults(**data.get("generation", {})),
             provenance=data.get("provenance", {}),
+            directions=list(data.get("directions") or []),
         )
     except (TypeError, UsageError) as e:
         raise ModelError(f"{path}: invalid model config ({e})") from e

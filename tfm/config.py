@@ -171,6 +171,10 @@ class TrainConfig:
     max_epochs: int = option(0, "Stop after this many epochs (0: no limit).", min=0)
     max_time: float = option(0.0, "Stop after this many minutes of training (0: no limit).",
                              min=0)
+    sampling_temperature: float = option(
+        1.0, "A multilingual run: each epoch draws direction i with probability proportional "
+        "to its pairs ** (1/T): 1 in proportion to the data, higher values closer to uniform "
+        "(more of the small directions). Corpora given weights are drawn by those instead.")
     valid_every: int = option(1000, "Validate every N steps, and once more at the end of "
                               "training.", min=1)
     valid_bleu: bool = _cli(True, None)  # greedy BLEU on the validation set at each validation
@@ -195,6 +199,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if not self.sampling_temperature > 0:
+            raise UsageError(f"--sampling-temperature {self.sampling_temperature:g}: give a "
+                             "number above 0")
 
 
 def option_name(name: str) -> str | None:

@@ -18,8 +18,10 @@ from tfm.cli.options import (
     SplitOpt,
     SrcLangOpt,
     TgtLangOpt,
-    corpus_spec,
+    describe,
+    run_corpora,
 )
+from tfm.cli.run_config import with_config
 from tfm.config import CleanConfig
 from tfm.data.tokenizer import train_tokenizer
 
@@ -28,6 +30,7 @@ _BPE = {name: p.default for name, p in inspect.signature(train_tokenizer).parame
 
 
 @app.command("train-tokenizer")
+@with_config(only=("corpora",))
 def train_tokenizer_cmd(
     train: CorpusOpt = [],  # noqa: B006 (typer reads the default)
     output: Annotated[Path, typer.Option(
@@ -51,31 +54,35 @@ def train_tokenizer_cmd(
     tgt_lang: TgtLangOpt = None,
     split: SplitOpt = "train",
     hf_config: HfConfigOpt = None,
+    corpora: list | None = None,  # a run config's corpora (tfm.data.directions)
 ) -> None:
     """Train a byte-level BPE tokenizer on the source and target sides of a corpus: one joint
     vocabulary (default) or one per language (--separate).
 
     Special tokens: <pad>=0, <unk>=1, <s>=2 (begin), </s>=3 (end of sentence). Wherever a
     tokenizer is asked for (--tokenizer NAME.json), separate ones are found as NAME.src.json
-    and NAME.tgt.json.
+    and NAME.tgt.json. With several corpora (a run config's corpora:, each language read
+    once) that translate into more than one language, the vocabulary also gets a
+    target-language tag per target language (>>de<<), one token each.
     """
-    from tfm.data.corpus import resolve_corpus
     from tfm.data.prepare import train_vocabularies
     from tfm.data.tokenizer import save_vocabularies
 
-    spec = corpus_spec(train, src_lang, tgt_lang, split, hf_config)
-    resolved = resolve_corpus(spec)
+    runs = run_corpora(corpora, train, [], src_lang, tgt_lang, split, hf_config)
     start = time.monotonic()
-    with err.status(f"Training BPE on {resolved.description} ..."):
-        vocabs = train_vocabularies(spec, vocab_size, min_frequency, separate, lowercase)
+    with err.status(f"Training BPE on {describe(runs)} ..."):
+        vocabs = train_vocabularies(runs, vocab_size, min_frequency, separate, lowercase)
     files = save_vocabularies(vocabs, output)
     sizes = [vocabs.src.get_vocab_size()] if vocabs.joint else [
         vocabs.src.get_vocab_size(), vocabs.tgt.get_vocab_size()]
     written = ", ".join(f"{f} ({n} entries)" for f, n in zip(files, sizes))
-    err.print(f"[green]Wrote[/] {written} in {time.monotonic() - start:.1f} s")
+    tags = f"; target-language tags {' '.join(runs.tags)}" if runs.tags else ""
+    err.print(f"[green]Wrote[/] {written}{tags} in {time.monotonic() - start:.1f} s",
+              highlight=False)
 
 
 @app.command()
+@with_config(only=("corpora",))
 @derive(clean=Fields(CleanConfig))
 def prepare(
     train: CorpusOpt = [],  # noqa: B006
@@ -98,22 +105,23 @@ def prepare(
     hf_config: HfConfigOpt = None,
     *,
     clean: CleanConfig,  # which pairs to keep: its options
+    corpora: list | None = None,  # a run config's corpora (tfm.data.directions)
 ) -> None:
     """Clean and tokenize a parallel corpus into a dataset for `tfm train`.
 
     Drops empty pairs, over-long pairs and pairs of extreme length ratio, and reports how many
     were kept. The output is a Hugging Face dataset on disk (memory-mapped Arrow) with a copy of
-    the tokenizer; preparing the same input again is instant.
+    the tokenizer; preparing the same input again is instant. Several corpora and directions
+    (a multilingual model) are listed in a run config (--config, corpora:); each pair keeps its
+    direction, and where the tokenizer has target-language tags each source starts with its
+    own.
     """
     from tfm.data.prepare import prepare as run_prepare
 
-    train_spec = corpus_spec(train, src_lang, tgt_lang, split, hf_config)
-    valid_spec = corpus_spec(valid, src_lang, tgt_lang, "validation" if split == "train" else split,
-                       hf_config, "--valid") if valid else None
+    runs = run_corpora(corpora, train, valid, src_lang, tgt_lang, split, hf_config)
     start = time.monotonic()
     with writing_into(output, "tfm prepare"), err.status("Preparing ..."):
-        report = run_prepare(train_spec, tokenizer, output, valid_spec,
-                             clean, force, num_proc)
+        report = run_prepare(runs, tokenizer, output, None, clean, force, num_proc)
     if report.up_to_date:
         err.print(f"{output} is up to date (same input, tokenizer and options); "
                   "use --force to prepare again")
@@ -121,7 +129,11 @@ def prepare(
     for col in ("split", "read", "kept", "empty", "too long", "ratio", "duplicate",
                 "src tokens", "tgt tokens"):
         table.add_column(col, justify="right" if col != "split" else "left")
-    for name, r in report.splits.items():
+    rows = [(name, r) for name, r in report.splits.items()]
+    if len(runs.directions) > 1:  # each direction's row, then the split's
+        rows = [(f"{name} {d}", r) for name, by in report.directions.items()
+                for d, r in by.items()] + rows
+    for name, r in rows:
         table.add_row(name, f"{r.read:,}", f"{r.kept:,}",
                       *(f"{r.dropped[k]:,}" for k in ("empty", "too long", "length ratio",
                                                       "duplicate")),

@@ -28,6 +28,7 @@ from rich.text import Text
 from tfm.cli.app import app, err, out
 from tfm.cli.fields import Fields, derive
 from tfm.cli.options import GlossaryOpt
+from tfm.cli.run_config import with_config
 from tfm.config import EngineOptions, ScoreOptions, SearchOptions
 from tfm.errors import UsageError
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 
 @app.command()
+@with_config()
 @derive(search=Fields(SearchOptions, given_only=True), engine=Fields(EngineOptions))
 def translate(
     text: Annotated[Optional[list[str]], typer.Argument(
@@ -281,6 +283,7 @@ def _read_lines(path: Path, allow_empty: bool = False) -> list[str]:
 
 
 @app.command("eval")
+@with_config()
 @derive(report=Fields(ScoreOptions),
         search=Fields(SearchOptions, given_only=True, exclude=("n_best",)),
         engine=Fields(EngineOptions))

@@ -40,3 +40,33 @@ def corpus_spec(paths: list[str], src_lang: str | None, tgt_lang: str | None, sp
         raise UsageError(f"{option} was given {len(paths)} times; give it once (a prefix, TSV, "
                          "JSONL or dataset) or twice (source file, target file)")
     return CorpusSpec(tuple(paths), src_lang, tgt_lang, split, hf_config)
+
+
+def run_corpora(corpora: list | None, train: list[str], valid: list[str], src_lang: str | None,
+                tgt_lang: str | None, split: str, hf_config: str | None):
+    """The corpora of a command: a run config's ``corpora:`` list, or the command line's one
+    corpus (--train, --valid, --src-lang, --tgt-lang), never both."""
+    from tfm.data.directions import corpora_from_config, single_corpus
+
+    if corpora is not None:
+        given = [o for o, v in (("--train", train), ("--valid", valid), ("--src-lang", src_lang),
+                                ("--tgt-lang", tgt_lang)) if v]
+        if given:
+            raise UsageError(f"{given[0]} and the config's corpora: both name the data; give "
+                             "the corpora in one place")
+        return corpora_from_config(corpora, split, hf_config)
+    train_spec = corpus_spec(train, src_lang, tgt_lang, split, hf_config)
+    valid_spec = corpus_spec(valid, src_lang, tgt_lang,
+                             "validation" if split == "train" else split, hf_config,
+                             "--valid") if valid else None
+    return single_corpus(train_spec, valid_spec, src_lang, tgt_lang)
+
+
+def describe(corpora) -> str:
+    """The corpora as a progress line names them."""
+    from tfm.data.corpus import resolve_corpus
+
+    if len(corpora.items) == 1:
+        return resolve_corpus(corpora.items[0].train).description
+    names = ", ".join(d.name for d in corpora.directions)
+    return f"{len(corpora.items)} corpora ({names})"

@@ -12,12 +12,14 @@ import typer
 from tfm.cli.app import app, err
 from tfm.cli.fields import Fields, derive
 from tfm.cli.options import GlossaryOpt
+from tfm.cli.run_config import with_config
 from tfm.config import EngineOptions
 from tfm.errors import UsageError
 from tfm.serve.config import ServeConfig
 
 
 @app.command()
+@with_config()
 @derive(engine=Fields(EngineOptions, exclude=("ensemble", "reverse_model", "reverse_weight")),
         settings=Fields(ServeConfig))
 def serve(

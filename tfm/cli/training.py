@@ -9,11 +9,13 @@ import typer
 
 from tfm.cli.app import app, err, writing_into
 from tfm.cli.fields import Fields, default_note, derive
+from tfm.cli.run_config import with_config
 from tfm.config import ModelConfig, TrainConfig
 from tfm.errors import EXIT_INTERRUPTED, UsageError
 
 
 @app.command()
+@with_config()
 @derive(model=Fields(ModelConfig, given_only=True), options=Fields(TrainConfig, given_only=True))
 def train(
     data: Annotated[Path, typer.Option(

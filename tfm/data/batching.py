@@ -31,8 +31,11 @@ def make_batches(
     seed: int = 0,
     epoch: int = 0,
     shuffle: bool = True,
+    rows: np.ndarray | None = None,
 ) -> list[np.ndarray]:
-    """Indices of each batch, so that rows x longest example <= ``max_tokens``.
+    """Indices of each batch, so that rows x longest example <= ``max_tokens``; of the
+    examples ``rows`` (an epoch's draw over directions, tfm.data.sampling) where given, else
+    of every example once.
 
     Examples are sorted by their padded size (the longer of source and decoder input), then
     source and target length, with ties broken at random, so that a batch holds sentences of
@@ -40,6 +43,9 @@ def make_batches(
     epoch; then the order of the batches is shuffled. Sorting by the padded size first pads
     less than sorting by source length first (bench/data.py; docs/BENCHMARKS.md).
     """
+    if rows is not None:
+        return [rows[b] for b in make_batches(src_lengths[rows], tgt_lengths[rows], max_tokens,
+                                              seed, epoch, shuffle)]
     n = len(src_lengths)
     rng = np.random.default_rng([seed, epoch])
     tie_break = rng.permutation(n) if shuffle else np.arange(n)

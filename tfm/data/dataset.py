@@ -44,6 +44,9 @@ class TokenizedSplit:
     tgt_offsets: np.ndarray
     src_text: list[str] | None = None
     tgt_text: list[str] | None = None
+    # row i's direction: an index into the dataset's directions (``dataset_directions``);
+    # None: one direction, all rows 0
+    direction: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.src_offsets) - 1
@@ -55,6 +58,13 @@ class TokenizedSplit:
     @property
     def tgt_lengths(self) -> np.ndarray:
         return np.diff(self.tgt_offsets)
+
+    @property
+    def directions(self) -> np.ndarray:
+        """Each row's direction index (zeros for a dataset of one direction)."""
+        if self.direction is None:
+            return np.zeros(len(self), dtype=np.int16)
+        return self.direction
 
     def src(self, i: int) -> np.ndarray:
         return self.src_values[self.src_offsets[i]:self.src_offsets[i + 1]]
@@ -89,5 +99,16 @@ def load_split(directory: Path, split: str) -> TokenizedSplit:
     for column in ("src_text", "tgt_text"):
         if column in table.column_names:
             texts[column] = table.column(column).to_pylist()
+    direction = None
+    if "direction" in table.column_names:  # (datasets prepared before directions have none)
+        direction = table.column("direction").to_numpy()
     return TokenizedSplit(src_values, src_offsets, tgt_values, tgt_offsets,
-                          texts.get("src_text"), texts.get("tgt_text"))
+                          texts.get("src_text"), texts.get("tgt_text"), direction)
+
+
+def dataset_directions(info: dict[str, Any]) -> list[str]:
+    """The directions of a prepared dataset (its prepare.json), in the order its rows'
+    direction indices count: ``["en-de"]`` for a bilingual one."""
+    if info.get("directions"):
+        return list(info["directions"])
+    return [f"{info.get('src_lang') or '?'}-{info.get('tgt_lang') or '?'}"]

@@ -13,7 +13,7 @@ import hashlib
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +29,17 @@ from tfm.data.corpus import (
     resolve_corpus,
 )
 from tfm.data.dataset import PREPARE_FILE, read_prepare_info
+from tfm.data.directions import (
+    Corpora,
+    Corpus,
+    corpus_texts,
+    direction_names,
+    find_tag,
+    single_corpus,
+    source_tag,
+    tagged,
+    vocabulary_tags,
+)
 from tfm.data.text import has_invisible, normalize_text
 from tfm.data.tokenizer import (
     EOS_ID,
@@ -45,7 +56,7 @@ from tfm.data.tokenizer import (
 from tfm.errors import DataError, WriteError
 from tfm.layout import TOKENIZER_FILE
 
-PREPARE_VERSION = 2  # 2: control and zero-width characters removed
+PREPARE_VERSION = 3  # 2: control and zero-width characters removed; 3: directions
 _CHUNK = 20_000  # pairs tokenized at a time
 
 
@@ -66,29 +77,37 @@ class SplitReport:
 class PrepareReport:
     output: str
     up_to_date: bool
-    splits: dict[str, SplitReport]
+    splits: dict[str, SplitReport]  # each split's pairs, all directions together
+    # split -> direction (``en-de``) -> its pairs
+    directions: dict[str, dict[str, SplitReport]] = field(default_factory=dict)
 
 
-def train_vocabularies(spec: CorpusSpec, vocab_size: int = 8000, min_frequency: int = 2,
-                       separate: bool = False, lowercase: bool = False) -> Vocabularies:
-    """BPE on the normalised text of a corpus, streamed: one joint vocabulary learnt from both
-    sides, or (``separate``) one per side, each of ``vocab_size`` entries; ``lowercase``: the
-    tokenizers lowercase what they encode (see ``new_tokenizer``)."""
+def train_vocabularies(corpora: Corpora | CorpusSpec, vocab_size: int = 8000,
+                       min_frequency: int = 2, separate: bool = False,
+                       lowercase: bool = False) -> Vocabularies:
+    """BPE on the normalised text of the corpora, streamed: one joint vocabulary learnt from
+    both sides, or (``separate``) one per side, each of ``vocab_size`` entries; ``lowercase``:
+    the tokenizers lowercase what they encode (see ``new_tokenizer``). Each language of a
+    corpus is read once, however many directions it serves in; where the corpora translate
+    into several languages, the (source) vocabulary gets their tags (tfm.data.directions)."""
+    if isinstance(corpora, CorpusSpec):
+        corpora = single_corpus(corpora, None, None, None)
+    tags = corpora.tags
     if not separate:
-        from tfm.data.corpus import iter_texts
-
-        texts = (normalize_text(t) for t in iter_texts(spec))
+        texts = (normalize_text(t) for t in corpus_texts(corpora))
         return Vocabularies.shared(train_tokenizer(texts, vocab_size, min_frequency,
-                                                   lowercase=lowercase))
-    src = train_tokenizer((normalize_text(s) for s, _ in iter_pairs(spec)), vocab_size,
-                          min_frequency, lowercase=lowercase)
-    tgt = train_tokenizer((normalize_text(t) for _, t in iter_pairs(spec)), vocab_size,
-                          min_frequency, lowercase=lowercase)
+                                                   lowercase=lowercase, tags=tags))
+    src = train_tokenizer((normalize_text(s) for c in corpora.items
+                           for s, _ in iter_pairs(c.train)), vocab_size, min_frequency,
+                          lowercase=lowercase, tags=tags)
+    tgt = train_tokenizer((normalize_text(t) for c in corpora.items
+                           for _, t in iter_pairs(c.train)), vocab_size, min_frequency,
+                          lowercase=lowercase)
     return Vocabularies(src, tgt)
 
 
 def prepare(
-    train: CorpusSpec,
+    train: Corpora | CorpusSpec,
     tokenizer_path: Path,
     output: Path,
     valid: CorpusSpec | None = None,
@@ -96,28 +115,66 @@ def prepare(
     force: bool = False,
     num_proc: int = 1,
 ) -> PrepareReport:
-    """Clean and tokenize ``train`` (and ``valid``) into the dataset directory ``output``,
+    """Clean and tokenize the corpora ``train`` (one CorpusSpec, and ``valid``, for a
+    bilingual run given on the command line) into the dataset directory ``output``,
     ``num_proc`` worker processes tokenizing chunks of pairs in parallel (1: in this process,
-    with the tokenizers library's own threads). The result does not depend on ``num_proc``."""
+    with the tokenizers library's own threads). The result does not depend on ``num_proc``.
+
+    Every pair is stored with its direction; where the tokenizer has target-language tags,
+    each source starts with its direction's (tfm.data.directions)."""
     clean = clean or CleanConfig()
     output = Path(output)
+    corpora = train if isinstance(train, Corpora) else single_corpus(train, valid, None, None)
     vocabs = load_vocabularies(tokenizer_path)
-    splits = {"train": train} if valid is None else {"train": train, "valid": valid}
-    resolved = {name: resolve_corpus(spec) for name, spec in splits.items()}
-    fingerprint = _fingerprint(splits, Path(tokenizer_path), clean)
+    tags = vocabulary_tags(vocabs.src)
+    source_tags = [source_tag(tags, d, "tfm prepare") for d in corpora.directions]
+    splits = _splits(corpora)
+    resolved = {name: [resolve_corpus(c.train if name == "train" else c.valid)
+                       for c in items] for name, items in splits.items()}
+    fingerprint = _fingerprint(corpora, Path(tokenizer_path), clean)
 
     previous = _previous_info(output)
     if previous and previous.get("fingerprint") == fingerprint and not force:
         return PrepareReport(str(output), True, {
-            name: SplitReport(**report) for name, report in previous["splits"].items()})
+            name: SplitReport(**report) for name, report in previous["splits"].items()},
+            _by_direction(previous))
 
     import datasets
     import pyarrow as pa
 
+    job = _Job(corpora, splits, resolved, vocabs, source_tags, tags, clean, fingerprint)
     with _quiet_datasets(datasets):
-        reports = _write_dataset(splits, resolved, vocabs, clean, output, fingerprint,
-                                 datasets, pa, num_proc)
-    return PrepareReport(str(output), False, reports)
+        reports, by_direction = _write_dataset(job, output, datasets, pa, num_proc)
+    return PrepareReport(str(output), False, reports, by_direction)
+
+
+def _splits(corpora: Corpora) -> dict[str, list[Corpus]]:
+    """The corpora each split reads: every corpus for train, those with validation data for
+    valid (none: no valid split)."""
+    splits = {"train": list(corpora.items)}
+    valid = [c for c in corpora.items if c.valid is not None]
+    if valid:
+        splits["valid"] = valid
+    return splits
+
+
+def _by_direction(info: dict[str, Any]) -> dict[str, dict[str, SplitReport]]:
+    return {name: {d: SplitReport(**r) for d, r in reports.items()}
+            for name, reports in info.get("direction_splits", {}).items()}
+
+
+@dataclass
+class _Job:
+    """What one prepare writes: the corpora by split, their tokenizer and tags, the rules."""
+
+    corpora: Corpora
+    splits: dict[str, list[Corpus]]
+    resolved: dict[str, list[Any]]
+    vocabs: Vocabularies
+    source_tags: list[str | None]  # per direction: the tag its sources start with
+    tags: list[str]  # the tokenizer's tags: none may be written inside a text
+    clean: CleanConfig
+    fingerprint: str
 
 
 def _previous_info(output: Path) -> dict[str, Any] | None:
@@ -149,9 +206,8 @@ def _quiet_datasets(datasets: Any) -> Iterator[None]:
             datasets.enable_progress_bars()
 
 
-def _write_dataset(splits: dict[str, CorpusSpec], resolved: dict[str, Any], vocabs: Vocabularies,
-                   clean: CleanConfig, output: Path, fingerprint: str, datasets: Any,
-                   pa: Any, num_proc: int = 1) -> dict[str, SplitReport]:
+def _write_dataset(job: _Job, output: Path, datasets: Any, pa: Any, num_proc: int = 1
+                   ) -> tuple[dict[str, SplitReport], dict[str, dict[str, SplitReport]]]:
     """Write the dataset in a work directory beside ``output`` and swap it in whole. A full
     disk (or a read-only one) raises WriteError with the work directory removed and the
     previous dataset, if any, intact."""
@@ -162,8 +218,7 @@ def _write_dataset(splits: dict[str, CorpusSpec], resolved: dict[str, Any], voca
     except OSError as e:
         raise (write_error(output, e, kept=kept) or e) from e
     try:
-        return _write_in(work, splits, resolved, vocabs, clean, output, fingerprint, datasets,
-                         pa, num_proc)
+        return _write_in(work, job, output, datasets, pa, num_proc)
     except OSError as e:
         written = sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
         fault = write_error(output, e, kept=kept)
@@ -175,35 +230,59 @@ def _write_dataset(splits: dict[str, CorpusSpec], resolved: dict[str, Any], voca
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _write_in(work: Path, splits: dict[str, CorpusSpec], resolved: dict[str, Any],
-              vocabs: Vocabularies, clean: CleanConfig, output: Path, fingerprint: str,
-              datasets: Any, pa: Any, num_proc: int) -> dict[str, SplitReport]:
+def _write_in(work: Path, job: _Job, output: Path, datasets: Any, pa: Any, num_proc: int
+              ) -> tuple[dict[str, SplitReport], dict[str, dict[str, SplitReport]]]:
     reports: dict[str, SplitReport] = {}
+    by_direction: dict[str, dict[str, SplitReport]] = {}
     tables = {}
-    for name, spec in splits.items():
-        report = SplitReport()
+    directions = list(job.corpora.directions)
+    for name, items in job.splits.items():
+        with_text = name != "train"
         arrow_path = work / f"{name}.arrow"
-        schema = _schema(pa, with_text=name != "train")
+        schema = _schema(pa, with_text)
+        mine: dict[str, SplitReport] = {}
+        seen: dict[str, set[bytes]] = {}  # per direction, for --dedup
         with pa.OSFile(str(arrow_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
-            for batch in _tokenized_chunks(spec, vocabs, clean, report, name != "train",
-                                           num_proc):
-                w.write_batch(pa.RecordBatch.from_pydict(batch, schema=schema))
-        if report.kept == 0:
-            raise DataError(f"{resolved[name].description}: no pair is left after cleaning "
-                            f"({report.read} read); check the files and --max-tokens")
-        reports[name] = report
+            for corpus, resolved in zip(items, job.resolved[name]):
+                index = directions.index(corpus.direction)
+                report = mine.setdefault(corpus.direction.name, SplitReport())
+                spec = corpus.train if name == "train" else corpus.valid
+                assert spec is not None
+                read = _Reading(spec, resolved.description, index, job.source_tags[index],
+                                job.tags, with_text)
+                for batch in _tokenized_chunks(read, job.vocabs, job.clean, report,
+                                               seen.setdefault(corpus.direction.name, set()),
+                                               num_proc):
+                    w.write_batch(pa.RecordBatch.from_pydict(batch, schema=schema))
+        for direction, report in mine.items():
+            if report.kept == 0:
+                what = ", ".join(r.description for c, r in zip(items, job.resolved[name])
+                                 if c.direction.name == direction)
+                which = f" of direction {direction}" if len(directions) > 1 else ""
+                raise DataError(f"{what}: no pair{which} is left after cleaning "
+                                f"({report.read} read); check the files and --max-length")
+        reports[name] = _total(mine.values())
+        by_direction[name] = mine
         tables[name] = datasets.Dataset.from_file(str(arrow_path))
     final = work / "dataset"
     datasets.DatasetDict(tables).save_to_disk(str(final))
-    save_vocabularies(vocabs, final / TOKENIZER_FILE)
+    save_vocabularies(job.vocabs, final / TOKENIZER_FILE)
+    one = directions[0] if len(directions) == 1 else None
     info = {
         "prepare_version": PREPARE_VERSION,
-        "fingerprint": fingerprint,
-        "src_lang": resolved["train"].src_lang,
-        "tgt_lang": resolved["train"].tgt_lang,
-        "inputs": {name: r.description for name, r in resolved.items()},
-        "clean": asdict(clean),
+        "fingerprint": job.fingerprint,
+        "src_lang": one.src if one else None,
+        "tgt_lang": one.tgt if one else None,
+        "directions": direction_names(directions),
+        "tags": job.tags,
+        "weights": job.corpora.weights(),
+        "inputs": {name: [f"{c.direction}: {r.description}" for c, r in
+                          zip(job.splits[name], job.resolved[name])] if one is None else
+                   job.resolved[name][0].description for name in job.splits},
+        "clean": asdict(job.clean),
         "splits": {name: asdict(r) for name, r in reports.items()},
+        "direction_splits": {name: {d: asdict(r) for d, r in mine.items()}
+                             for name, mine in by_direction.items()},
     }
     (final / PREPARE_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     # Swap the finished directory in: an interrupted prepare leaves the old one intact.
@@ -217,15 +296,42 @@ def _write_in(work: Path, splits: dict[str, CorpusSpec], resolved: dict[str, Any
             raise
     else:
         final.rename(output)
-    return reports
+    return reports, by_direction
+
+
+def _total(reports: Iterable[SplitReport]) -> SplitReport:
+    """The sum of several reports (a split's, over its directions)."""
+    total = SplitReport()
+    for r in reports:
+        total.read += r.read
+        total.kept += r.kept
+        for k, v in r.dropped.items():
+            total.dropped[k] += v
+        total.src_tokens += r.src_tokens
+        total.tgt_tokens += r.tgt_tokens
+        total.invisible_removed += r.invisible_removed
+    return total
 
 
 def _schema(pa: Any, with_text: bool) -> Any:
     ids = pa.list_(pa.int32())
-    columns = [("src_ids", ids), ("tgt_ids", ids)]
+    columns = [("src_ids", ids), ("tgt_ids", ids), ("direction", pa.int16())]
     if with_text:  # validation keeps the text: references for BLEU
         columns += [("src_text", pa.string()), ("tgt_text", pa.string())]
     return pa.schema(columns)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """One corpus of a split as it is read: its direction (an index into the dataset's
+    directions), the tag its sources start with, the tags no text may contain."""
+
+    spec: CorpusSpec
+    description: str
+    direction: int
+    source_tag: str | None
+    tags: list[str]
+    with_text: bool
 
 
 @dataclass
@@ -233,7 +339,8 @@ class _EncodedChunk:
     """What tokenizing one chunk of raw pairs gave, pair by pair in corpus order (computed in
     a worker process with --num-proc): ``status`` 0 for a pair to keep, else the reason to
     drop it; ``keys`` identify the normalised pairs for de-duplication (stable across
-    processes, unlike ``hash``)."""
+    processes, unlike ``hash``); ``tag_at``: the first pair that writes a tag inside its text
+    (refused), with the tag."""
 
     status: list[int]
     invisible: int
@@ -241,6 +348,7 @@ class _EncodedChunk:
     src_ids: list[list[int]]
     tgt_ids: list[list[int]]
     texts: list[tuple[str, str]] | None
+    tag_at: tuple[int, str] | None = None
 
 
 _KEEP, _EMPTY, _TOO_LONG, _RATIO = range(4)
@@ -248,15 +356,18 @@ _REASONS = {_EMPTY: "empty", _TOO_LONG: "too long", _RATIO: "length ratio"}
 
 
 def _encode_chunk(raw: list[tuple[str, str]], vocabs: Vocabularies, clean: CleanConfig,
-                  with_text: bool) -> _EncodedChunk:
+                  read: _Reading) -> _EncodedChunk:
     """Normalise, tokenize and judge a chunk of raw pairs; a pure function of its inputs."""
     src_norm, tgt_norm = text_normalizer(vocabs.src), text_normalizer(vocabs.tgt)
     invisible = sum(1 for s, t in raw  # removed only by tfm's own normalisation
                     if (src_norm is normalize_text and has_invisible(s))
                     or (tgt_norm is normalize_text and has_invisible(t)))
     pairs = [(src_norm(s), tgt_norm(t)) for s, t in raw]
+    tag_at = _tag_inside(pairs, read.tags)
+    if tag_at is not None:
+        return _EncodedChunk([], invisible, None, [], [], None, tag_at)
     live = [i for i, (s, t) in enumerate(pairs) if s and t]
-    src_ids = encode_batch(vocabs.src, [pairs[i][0] for i in live])
+    src_ids = encode_batch(vocabs.src, [tagged(pairs[i][0], read.source_tag) for i in live])
     tgt_ids = encode_batch(vocabs.tgt, [pairs[i][1] for i in live])
     status = [_EMPTY] * len(pairs)
     for i, src, tgt in zip(live, src_ids, tgt_ids):
@@ -277,7 +388,20 @@ def _encode_chunk(raw: list[tuple[str, str]], vocabs: Vocabularies, clean: Clean
                 else b"" for s, t in pairs]
     return _EncodedChunk(status, invisible, keys, [ids[i][0] for i in kept],
                          [ids[i][1] for i in kept],
-                         [pairs[i] for i in kept] if with_text else None)
+                         [pairs[i] for i in kept] if read.with_text else None)
+
+
+def _tag_inside(pairs: list[tuple[str, str]], tags: list[str]) -> tuple[int, str] | None:
+    """The first pair whose text writes one of the tokenizer's tags, and the tag: the
+    tokenizer would read it as the tag itself, so a corpus may not contain one."""
+    if not tags:
+        return None
+    for i, (s, t) in enumerate(pairs):
+        for text in (s, t):
+            found = find_tag(text)
+            if found is not None and found in tags:
+                return i, found
+    return None
 
 
 # One worker process's tokenizers, set once by its initializer (--num-proc).
@@ -291,20 +415,20 @@ def _init_worker(src_json: str, tgt_json: str | None) -> None:
         Vocabularies.shared(src)
 
 
-def _encode_in_worker(raw: list[tuple[str, str]], clean: CleanConfig, with_text: bool
+def _encode_in_worker(raw: list[tuple[str, str]], clean: CleanConfig, read: _Reading
                       ) -> _EncodedChunk:
     assert _worker_vocabs is not None
-    return _encode_chunk(raw, _worker_vocabs, clean, with_text)
+    return _encode_chunk(raw, _worker_vocabs, clean, read)
 
 
-def _encoded_chunks(spec: CorpusSpec, vocabs: Vocabularies, clean: CleanConfig,
-                    with_text: bool, num_proc: int) -> Iterator[_EncodedChunk]:
+def _encoded_chunks(read: _Reading, vocabs: Vocabularies, clean: CleanConfig,
+                    num_proc: int) -> Iterator[_EncodedChunk]:
     """Every chunk of the corpus encoded, in corpus order: here (num_proc 1, where the
     tokenizers library already uses every core), or by ``num_proc`` worker processes that
     each normalise and tokenize a chunk at a time, a few chunks ahead of the writer."""
     if num_proc <= 1:
-        for raw in batched(iter_pairs(spec), _CHUNK):
-            yield _encode_chunk(raw, vocabs, clean, with_text)
+        for raw in batched(iter_pairs(read.spec), _CHUNK):
+            yield _encode_chunk(raw, vocabs, clean, read)
         return
     import multiprocessing
     import os
@@ -319,26 +443,33 @@ def _encoded_chunks(spec: CorpusSpec, vocabs: Vocabularies, clean: CleanConfig,
             None if vocabs.src is vocabs.tgt else tokenizer_to_json(vocabs.tgt))
     with context.Pool(num_proc, initializer=_init_worker, initargs=init) as pool:
         pending: deque = deque()
-        for raw in batched(iter_pairs(spec), _CHUNK):
-            pending.append(pool.apply_async(_encode_in_worker, (raw, clean, with_text)))
+        for raw in batched(iter_pairs(read.spec), _CHUNK):
+            pending.append(pool.apply_async(_encode_in_worker, (raw, clean, read)))
             if len(pending) >= 2 * num_proc:  # bounded memory: a few chunks in flight
                 yield pending.popleft().get()
         while pending:
             yield pending.popleft().get()
 
 
-def _tokenized_chunks(spec: CorpusSpec, vocabs: Vocabularies, clean: CleanConfig,
-                      report: SplitReport, with_text: bool, num_proc: int = 1
+def _tokenized_chunks(read: _Reading, vocabs: Vocabularies, clean: CleanConfig,
+                      report: SplitReport, seen: set[bytes], num_proc: int = 1
                       ) -> Iterator[dict[str, list]]:
-    """Arrow-ready columns of the kept pairs, chunk by chunk, counting into ``report``.
-    De-duplication happens here, in corpus order, so that the result does not depend on
-    ``num_proc``: a pair is a duplicate if an equal non-empty pair came before it."""
-    seen: set[bytes] = set()
-    for chunk in _encoded_chunks(spec, vocabs, clean, with_text, num_proc):
+    """Arrow-ready columns of the kept pairs, chunk by chunk, counting into ``report`` (its
+    direction's, which may gather several corpora). De-duplication happens here, in corpus
+    order, so that the result does not depend on ``num_proc``: a pair is a duplicate if an
+    equal non-empty pair of the same direction came before it (``seen``: the direction's
+    pairs so far)."""
+    for chunk in _encoded_chunks(read, vocabs, clean, num_proc):
+        if chunk.tag_at is not None:
+            line, found = chunk.tag_at
+            raise DataError(f"{read.description}, pair {report.read + line + 1}: the text "
+                            f"writes the target-language tag {found}, which the tokenizer "
+                            "reads as the tag itself; tfm prepare adds the tags, remove it "
+                            "from the corpus")
         report.read += len(chunk.status)
         report.invisible_removed += chunk.invisible
-        out: dict[str, list] = {"src_ids": [], "tgt_ids": []}
-        if with_text:
+        out: dict[str, list] = {"src_ids": [], "tgt_ids": [], "direction": []}
+        if read.with_text:
             out["src_text"], out["tgt_text"] = [], []
         kept = 0  # index into the chunk's kept pairs
         for i, status in enumerate(chunk.status):
@@ -357,6 +488,7 @@ def _tokenized_chunks(spec: CorpusSpec, vocabs: Vocabularies, clean: CleanConfig
             src, tgt = chunk.src_ids[kept], chunk.tgt_ids[kept]
             out["src_ids"].append(src + [EOS_ID])
             out["tgt_ids"].append(tgt)
+            out["direction"].append(read.direction)
             if chunk.texts is not None:
                 out["src_text"].append(chunk.texts[kept][0])
                 out["tgt_text"].append(chunk.texts[kept][1])
@@ -367,12 +499,15 @@ def _tokenized_chunks(spec: CorpusSpec, vocabs: Vocabularies, clean: CleanConfig
         yield out
 
 
-def _fingerprint(splits: dict[str, CorpusSpec], tokenizer_path: Path, clean: CleanConfig) -> str:
+def _fingerprint(corpora: Corpora, tokenizer_path: Path, clean: CleanConfig) -> str:
     h = hashlib.sha256()
-    h.update(json.dumps([PREPARE_VERSION, asdict(clean)]).encode())
+    h.update(json.dumps([PREPARE_VERSION, asdict(clean), corpora.weights()]).encode())
     for path in vocabulary_files(tokenizer_path):
         h.update(path.read_bytes())
-    for name, spec in splits.items():
-        h.update(name.encode())
-        h.update(corpus_fingerprint(spec).encode())
+    for c in corpora.items:
+        h.update(c.direction.name.encode())
+        for name, spec in (("train", c.train), ("valid", c.valid)):
+            if spec is not None:
+                h.update(name.encode())
+                h.update(corpus_fingerprint(spec).encode())
     return h.hexdigest()

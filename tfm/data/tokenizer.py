@@ -24,11 +24,19 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import (
+    AddedToken,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
 
 from tfm.data.corpus import batched
 from tfm.data.text import normalize_text, replace_surrogates
@@ -124,10 +132,12 @@ def cut_long_words(text: str, longest: int = LONGEST_WORD) -> str:
 
 def train_tokenizer(
     texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2,
-    length: int | None = None, lowercase: bool = False,
+    length: int | None = None, lowercase: bool = False, tags: Sequence[str] = (),
 ) -> Tokenizer:
     """Learn BPE merges from a stream of sentences (never held in memory all at once). Runs of
     over LONGEST_WORD characters without a space are learnt from in pieces (``cut_long_words``).
+    ``tags``: target-language tags (``>>de<<``, tfm.data.directions) added after the BPE's
+    entries, each one token wherever it is written, never split or lowercased.
     """
     texts = (cut_long_words(text) for text in texts)
     tok = new_tokenizer(lowercase)
@@ -139,6 +149,8 @@ def train_tokenizer(
         show_progress=False,
     )
     tok.train_from_iterator(batched(texts, 1000), trainer=trainer, length=length)
+    if tags:
+        tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in tags])
     return tok
 
 

@@ -46,7 +46,8 @@ from tfm.checkpoint import (
 )
 from tfm.config import ModelConfig, TrainConfig
 from tfm.data.batching import Batch, collate, make_batches, shard
-from tfm.data.dataset import load_split, read_prepare_info
+from tfm.data.dataset import TokenizedSplit, dataset_directions, load_split, read_prepare_info
+from tfm.data.sampling import direction_probabilities, epoch_rows
 from tfm.data.tokenizer import Vocabularies, load_vocabularies
 from tfm.device import (
     autocast,
@@ -214,6 +215,9 @@ class _Trainer:
         self.model_config = model_config
         self.train_split = load_split(data_dir, "train")
         self.valid_split = load_split(data_dir, "valid") if "valid" in prep["splits"] else None
+        self.directions = dataset_directions(prep)
+        self.probabilities, self.sampling = _sampling(prep, self.directions,
+                                                      self.train_split, config)
         # The best model has the highest BLEU, or the lowest validation loss without BLEU.
         self.scores_bleu = bool(config.valid_bleu and self.valid_split is not None
                                 and self.valid_split.tgt_text is not None)
@@ -257,7 +261,8 @@ class _Trainer:
         if init_from is not None:
             provenance["init_from"] = str(init_from)
         self.info = ModelInfo(model_config, prep.get("src_lang"), prep.get("tgt_lang"),
-                              provenance=provenance)
+                              provenance=provenance,
+                              directions=self.directions if len(self.directions) > 1 else [])
         if saved is None and dist.is_main:
             output.mkdir(parents=True, exist_ok=True)
             self.files.metrics.unlink(missing_ok=True)
@@ -284,8 +289,9 @@ class _Trainer:
         """This process's updates of ``epoch``: its shard of the epoch's batches, in groups of
         ``update_freq``."""
         c = self.config
+        rows = epoch_rows(self.train_split.directions, self.probabilities, c.seed, epoch)
         batches = make_batches(self.train_split.src_lengths, self.train_split.tgt_lengths,
-                               c.max_tokens, c.seed, epoch)
+                               c.max_tokens, c.seed, epoch, rows=rows)
         mine = shard(batches, self.dist.rank, self.dist.world_size)
         if not mine:
             raise UsageError(f"an epoch of the training data is {len(batches)} batches, fewer "
@@ -307,7 +313,10 @@ class _Trainer:
             "resumed_step": run.step if self.resumed else None,
             "max_steps": config.max_steps or None, "max_epochs": config.max_epochs or None,
             "max_time": config.max_time or None, "processes": self.dist.world_size,
+            "sampling": self.sampling,
         })
+        if len(self.directions) > 1 and not self.resumed:
+            self.record({"kind": "sampling", **self.sampling})
         if self.dist.enabled:
             self.reporter.message(f"{self.dist.world_size} processes ({self.dist.backend})")
         self.start_time = time.monotonic()
@@ -439,7 +448,7 @@ class _Trainer:
             # validation (docs/BENCHMARKS.md, "Training in bf16 on a CPU with AMX").
             self.model.eval()
             metrics = validate(self.model, self.valid_split, self.vocabs.tgt, self.config,
-                                self.device, self.amp_dtype)
+                               self.device, self.amp_dtype, self.directions)
             self.model.train()
             metrics.update(step=run.step, epoch=run.epoch, kind="valid", elapsed=elapsed)
             if self.scores_bleu:
@@ -526,6 +535,23 @@ class _Window:
         self.nll += nll
         self.tokens += tokens
         self.src_tokens += src_tokens
+
+
+def _sampling(prep: dict[str, Any], directions: list[str], split: TokenizedSplit,
+              config: TrainConfig) -> tuple[np.ndarray, dict[str, Any]]:
+    """How the run draws its directions (tfm.data.sampling): their probabilities, and as the
+    run reports them: each direction's pairs and probability, and by what (the temperature,
+    or the corpora's weights)."""
+    sizes = np.bincount(split.directions, minlength=len(directions))
+    weights = prep.get("weights")
+    if weights is not None and config.sampling_temperature != 1.0:
+        raise UsageError("--sampling-temperature: the corpora of this dataset give weights, "
+                         "which decide the sampling; give one or the other")
+    p = direction_probabilities(sizes.tolist(), config.sampling_temperature, weights)
+    return p, {"directions": list(directions), "pairs": sizes.tolist(),
+               "probabilities": [round(float(x), 6) for x in p],
+               "by": "weights" if weights is not None else
+               f"temperature {config.sampling_temperature:g}"}
 
 
 def _draw_learning_curve(files: ModelDir, reporter: TrainReporter) -> None:

@@ -27,6 +27,14 @@ TRAIN_SCALARS = ("loss", "nll", "ppl", "lr", "tokens_per_s")
 VALID_SCALARS = ("loss", "nll", "ppl", "bleu")
 
 
+def sampling_line(sampling: dict[str, Any]) -> str:
+    """How a multilingual run draws its directions, as the start of training says it:
+    ``Directions (temperature 1): en-de 50.0% of 29,000 pairs, ...``."""
+    parts = [f"{d} {p:.1%} of {n:,} pairs" for d, p, n in
+             zip(sampling["directions"], sampling["probabilities"], sampling["pairs"])]
+    return f"Directions (by {sampling['by']}): " + ", ".join(parts)
+
+
 class TrainReporter:
     """Receives progress; the CLI draws it, tests ignore it."""
 
@@ -77,6 +85,9 @@ class RichTrainReporter(TrainReporter):
         c.print(f"Model: {info['parameters']:,} parameters on {info['device']} "
                 f"({info['precision']}); data: {info['train_pairs']:,} training pairs in "
                 f"{info['batches_per_epoch']:,} batches, {info['valid_pairs']:,} validation pairs")
+        sampling = info.get("sampling") or {}
+        if len(sampling.get("directions", [])) > 1:
+            c.print(sampling_line(sampling), highlight=False)
         if info.get("resumed_step") is not None:
             limit = f" of {info['max_steps']}" if info.get("max_steps") else ""
             c.print(f"Resuming at step {info['resumed_step']}{limit}")
@@ -107,6 +118,9 @@ class RichTrainReporter(TrainReporter):
                 f"(best {m['best_bleu']:.2f})"
         else:  # the best model is the one of the lowest loss
             score = f"loss {m['loss']:.3f} (best {m['best_loss']:.3f}) ppl {m['ppl']:.2f}"
+        if m.get("directions"):  # BLEU above is their macro-average
+            score += " | " + " ".join(f"{d} {v['bleu']:.2f}/{v['chrf']:.1f}"
+                                      for d, v in m["directions"].items())
         self.console.print(f"[cyan]valid[/] step {m['step']} {score}", highlight=False)
 
     def message(self, text: str) -> None:
@@ -154,6 +168,9 @@ class TensorBoardReporter(TrainReporter):
 
     def validation(self, metrics: dict[str, Any]) -> None:
         self._add("valid", VALID_SCALARS, metrics)
+        for direction, scores in (metrics.get("directions") or {}).items():  # valid/en-de/bleu
+            self._add(f"valid/{direction}", ("bleu", "chrf"),
+                      {**scores, "step": metrics["step"]})
 
     def end(self) -> None:
         if self.writer is not None:

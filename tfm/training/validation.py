@@ -11,7 +11,7 @@ from tfm.config import TrainConfig
 from tfm.data.batching import collate, make_batches
 from tfm.data.dataset import TokenizedSplit
 from tfm.data.tokenizer import decode_batch, normalize_reference
-from tfm.decoding.scoring import bleu
+from tfm.decoding.scoring import bleu, score
 from tfm.decoding.search import greedy_search
 from tfm.device import autocast
 from tfm.model import Transformer
@@ -20,8 +20,14 @@ from tfm.training.objective import label_smoothed_loss
 
 @torch.inference_mode()
 def validate(model: Transformer, split: TokenizedSplit, tokenizer: Any, config: TrainConfig,
-              device: torch.device, amp_dtype: torch.dtype | None) -> dict[str, Any]:
-    """Validation loss and perplexity, and greedy BLEU against the reference text."""
+             device: torch.device, amp_dtype: torch.dtype | None,
+             directions: list[str] | None = None) -> dict[str, Any]:
+    """Validation loss and perplexity, and greedy BLEU and chrF against the reference text.
+
+    With several ``directions`` (the dataset's, which the split's rows index), BLEU and chrF
+    of each under ``directions``, and ``bleu`` their macro-average (each direction counts
+    alike, whatever its size): the score the best checkpoint and --patience go by. With one,
+    ``bleu`` is its corpus BLEU."""
     batches = make_batches(split.src_lengths, split.tgt_lengths, config.max_tokens,
                            shuffle=False)
     loss_sum = nll_sum = 0.0
@@ -43,8 +49,28 @@ def validate(model: Transformer, split: TokenizedSplit, tokenizer: Any, config: 
     metrics: dict[str, Any] = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens,
                                "ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
     if hypotheses and split.tgt_text is not None:
-        # References as the tokenizer normalises text (lowercased, for a lowercasing one).
-        refs = [normalize_reference(tokenizer, t) for t in split.tgt_text]
-        score = bleu([hypotheses[i] for i in range(len(split))], refs)
-        metrics.update(bleu=score.score, bleu_signature=score.signature)
+        metrics.update(_scores(split, tokenizer, hypotheses, directions or ["?"]))
     return metrics
+
+
+def _scores(split: TokenizedSplit, tokenizer: Any, hypotheses: dict[int, str],
+            directions: list[str]) -> dict[str, Any]:
+    """BLEU (and chrF) of the hypotheses, per direction where the split has several."""
+    # References as the tokenizer normalises text (lowercased, for a lowercasing one).
+    refs = [normalize_reference(tokenizer, t) for t in split.tgt_text or []]
+    rows = split.directions
+    present = sorted(set(rows.tolist()))
+    if len(present) == 1:  # one direction: the corpus BLEU of the whole split
+        whole = bleu([hypotheses[i] for i in range(len(split))], refs)
+        return {"bleu": whole.score, "bleu_signature": whole.signature}
+    each: dict[str, dict[str, float]] = {}
+    signature = ""
+    for d in present:
+        mine = [i for i in range(len(split)) if rows[i] == d]
+        hyps, their_refs = [hypotheses[i] for i in mine], [refs[i] for i in mine]
+        b = bleu(hyps, their_refs)
+        signature = b.signature
+        each[directions[d]] = {"bleu": b.score, "chrf": score("chrf", hyps, their_refs).score}
+    macro = sum(v["bleu"] for v in each.values()) / len(each)
+    return {"bleu": macro, "bleu_signature": f"macro-average of {len(each)} directions; "
+            f"each {signature}", "directions": each}

@@ -1,0 +1,272 @@
+"""Translation directions: which corpora a run reads, in which direction each, and the
+target-language tags that tell a model of several target languages which one to write.
+
+A run translates one direction (``en-de``) or several (a multilingual model). Its corpora are
+listed once, with their languages and an optional sampling weight: on the command line as
+one corpus (``--train``, ``--src-lang``, ``--tgt-lang``), or in a run config (``--config
+run.yaml``) as a list, the shape OpenNMT-py users know::
+
+    corpora:
+      - train: data/multi30k/train        # a prefix, two files, TSV, JSONL, a dataset ...
+        valid: data/multi30k/val          # optional: validated per direction
+        directions: [en-de, de-en, en-fr, fr-en]   # a multi-way corpus gives any pair
+      - train: [extra.en, extra.de]
+        src_lang: en
+        tgt_lang: de
+        weight: 2                         # optional: sampling weight of its direction
+
+Where the directions have more than one target language, each source sentence starts with the
+tag of its target language, ``>>de<<`` (OPUS-MT's convention, so that CTranslate2 and MarianMT
+exports and imported OPUS-MT models need nothing new): one token of the tokenizer, which the
+BPE never splits, put before the text by the same function when data is prepared and when a
+sentence is translated (``tagged``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfm.data.corpus import CorpusSpec
+from tfm.errors import UsageError
+
+_LANG = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")  # en, pt_BR, zh_Hant, ...
+_TAG = re.compile(r">>[A-Za-z][A-Za-z0-9_]{0,15}<<")
+
+
+def check_language(lang: str, what: str) -> str:
+    """``lang`` if it can name a language in a tag (letters, digits, ``_``), else one line."""
+    if not _LANG.match(lang):
+        raise UsageError(f"{what} {lang!r}: a language code is letters, digits and _ "
+                         "(e.g. de, pt_BR)")
+    return lang
+
+
+@dataclass(frozen=True, order=True)
+class Direction:
+    """A translation direction, ``src`` -> ``tgt``; written ``en-de``."""
+
+    src: str | None  # None: not known (a bilingual corpus without language names)
+    tgt: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.src or '?'}-{self.tgt or '?'}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def parse(cls, text: str, what: str = "direction") -> Direction:
+        """``en-de`` -> Direction("en", "de"), or one line saying what is wrong."""
+        parts = str(text).split("-")
+        if len(parts) != 2 or not all(parts):
+            raise UsageError(f"{what} {text!r}: write a direction as SRC-TGT, e.g. en-de")
+        src, tgt = (check_language(p, what) for p in parts)
+        if src == tgt:
+            raise UsageError(f"{what} {text}: the source and target languages are the same")
+        return cls(src, tgt)
+
+
+def tag(lang: str) -> str:
+    """The target-language tag of ``lang``: ``>>de<<``."""
+    return f">>{lang}<<"
+
+
+def tags_for(directions: Iterable[Direction]) -> list[str]:
+    """The tags a set of directions needs: one per target language where there are several,
+    none where all translate into one language (a bilingual run, or many sources into one).
+    A tokenizer trained for the directions has them (``tfm train-tokenizer``)."""
+    targets = sorted({d.tgt for d in directions if d.tgt})
+    return [tag(t) for t in targets] if len(targets) > 1 else []
+
+
+def find_tag(text: str) -> str | None:
+    """The first ``>>xx<<`` written anywhere in ``text``, or None."""
+    match = _TAG.search(text)
+    return match.group(0) if match else None
+
+
+def vocabulary_tags(tok: Any) -> list[str]:
+    """The ``>>xx<<`` tokens of a tokenizer's vocabulary, sorted: empty for a tokenizer of one
+    target language. A tokenizer that has them makes every source sentence start with one."""
+    from tfm.data.sentencepiece import is_language_token
+
+    return sorted(t for t in tok.get_vocab() if is_language_token(t))
+
+
+def source_tag(tags: Sequence[str], direction: Direction, where: str) -> str | None:
+    """The tag that sources of ``direction`` start with, for a tokenizer with ``tags``
+    (None: it has none); one line where it lacks the direction's."""
+    if not tags:
+        return None
+    wanted = tag(direction.tgt or "?")
+    if wanted not in tags:
+        raise UsageError(f"{where}: the tokenizer has no {wanted} tag for direction "
+                         f"{direction} (it has {', '.join(tags)}); train it with "
+                         "`tfm train-tokenizer` on the same corpora")
+    return wanted
+
+
+def tagged(text: str, tag_text: str | None) -> str:
+    """``text`` as a model with tags reads it: its tag, a space, the text (an empty text stays
+    empty, for the cleaning to drop)."""
+    return f"{tag_text} {text}" if tag_text is not None and text else text
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """One corpus of a run, read in one direction: its training and (optional) validation
+    data, and the sampling weight of its direction (None: the temperature decides)."""
+
+    direction: Direction
+    train: CorpusSpec
+    valid: CorpusSpec | None = None
+    weight: float | None = None
+
+
+@dataclass(frozen=True)
+class Corpora:
+    """The corpora of a run, in the order given, and the directions they make."""
+
+    items: tuple[Corpus, ...]
+    directions: tuple[Direction, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        seen: dict[Direction, None] = {}
+        for c in self.items:
+            seen.setdefault(c.direction)
+        object.__setattr__(self, "directions", tuple(seen))
+
+    @property
+    def tags(self) -> list[str]:
+        """The tags a tokenizer for these corpora needs (``tags_for``)."""
+        return tags_for(self.directions)
+
+    def weights(self) -> list[float] | None:
+        """Each direction's sampling weight, or None where no corpus gives one. A direction
+        given by several corpora takes their one weight (refused where they differ)."""
+        given = {c.direction: c.weight for c in self.items if c.weight is not None}
+        if not given:
+            return None
+        missing = [d.name for d in self.directions if d not in given]
+        if missing:
+            raise UsageError(f"corpora: weights are given for some directions but not for "
+                             f"{', '.join(missing)}: give every direction a weight, or none")
+        for c in self.items:
+            if c.weight is not None and c.weight != given[c.direction]:
+                raise UsageError(f"corpora: direction {c.direction} is given weights "
+                                 f"{given[c.direction]:g} and {c.weight:g}; give it one")
+        return [float(given[d]) for d in self.directions]
+
+
+def single_corpus(train: CorpusSpec, valid: CorpusSpec | None, src_lang: str | None,
+                  tgt_lang: str | None) -> Corpora:
+    """The one corpus of the command line (``--train``, ``--valid``, ``-s``, ``-t``); its
+    languages may come from the file names (resolved here)."""
+    from tfm.data.corpus import resolve_corpus
+
+    resolved = resolve_corpus(train)
+    direction = Direction(src_lang or resolved.src_lang, tgt_lang or resolved.tgt_lang)
+    return Corpora((Corpus(direction, train, valid),))
+
+
+_ENTRY_KEYS = ("train", "valid", "src_lang", "tgt_lang", "directions", "weight")
+
+
+def corpora_from_config(entries: Any, split: str = "train", hf_config: str | None = None
+                        ) -> Corpora:
+    """The ``corpora`` list of a run config (see the module's docstring) as Corpora; each
+    mistake is one line naming the entry and the key."""
+    if not isinstance(entries, list) or not entries:
+        raise UsageError("corpora: give a list of corpora, each with train: and its languages "
+                         "(src_lang: and tgt_lang:, or directions:)")
+    items: list[Corpus] = []
+    for n, entry in enumerate(entries, 1):
+        where = f"corpora, entry {n}"
+        if not isinstance(entry, dict):
+            raise UsageError(f"{where}: give a mapping (train:, src_lang:, tgt_lang:, ...)")
+        unknown = [k for k in entry if k not in _ENTRY_KEYS]
+        if unknown:
+            from difflib import get_close_matches
+
+            near = get_close_matches(str(unknown[0]), _ENTRY_KEYS, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else \
+                f" (a corpus has {', '.join(_ENTRY_KEYS)})"
+            raise UsageError(f"{where}: unknown key {unknown[0]!r}{hint}")
+        train = _paths(entry.get("train"), f"{where}, train")
+        valid = _paths(entry["valid"], f"{where}, valid") if entry.get("valid") else None
+        weight = entry.get("weight")
+        if weight is not None and (isinstance(weight, bool)
+                                   or not isinstance(weight, (int, float)) or weight <= 0):
+            raise UsageError(f"{where}, weight {weight!r}: give a number above 0")
+        if "directions" in entry:
+            if "src_lang" in entry or "tgt_lang" in entry:
+                raise UsageError(f"{where}: give directions: or src_lang:/tgt_lang:, not both")
+            names = entry["directions"]
+            if isinstance(names, str):
+                names = [names]
+            if not isinstance(names, list) or not names:
+                raise UsageError(f"{where}, directions: give a list such as [en-de, de-en]")
+            directions = [Direction.parse(d, f"{where}, directions:") for d in names]
+        else:
+            if not entry.get("src_lang") or not entry.get("tgt_lang"):
+                raise UsageError(f"{where}: give its languages (src_lang: and tgt_lang:, or "
+                                 "directions: [en-de, ...])")
+            directions = [Direction.parse(f"{entry['src_lang']}-{entry['tgt_lang']}", where)]
+        for d in directions:
+            spec = CorpusSpec(train, d.src, d.tgt, split, hf_config)
+            valid_spec = CorpusSpec(valid, d.src, d.tgt, _valid_split(split), hf_config) \
+                if valid else None
+            items.append(Corpus(d, spec, valid_spec, None if weight is None else float(weight)))
+    seen: set[tuple] = set()
+    for c in items:
+        key = (c.direction, c.train)
+        if key in seen:
+            raise UsageError(f"corpora: {' '.join(c.train.paths)} is listed twice for "
+                             f"{c.direction}")
+        seen.add(key)
+    corpora = Corpora(tuple(items))
+    corpora.weights()  # checked now: a mistake is found before any work
+    return corpora
+
+
+def _valid_split(split: str) -> str:
+    return "validation" if split == "train" else split
+
+
+def _paths(value: Any, where: str) -> tuple[str, ...]:
+    """A corpus's ``train:`` / ``valid:``: one path or a list of two aligned files."""
+    if isinstance(value, str) and value:
+        return (value,)
+    if isinstance(value, list) and 1 <= len(value) <= 2 and all(
+            isinstance(v, str) and v for v in value):
+        return tuple(value)
+    raise UsageError(f"{where}: give a path (a prefix, a TSV or JSONL file, a dataset) or a "
+                     "list of two aligned files")
+
+
+def corpus_texts(corpora: Corpora) -> Iterator[str]:
+    """Every text of the corpora, each (corpus, language) once although a multi-way corpus
+    gives it in several directions: what a joint tokenizer learns from. A corpus's pairs are
+    read source, target, source, ... (as ``iter_texts`` reads one corpus)."""
+    from tfm.data.corpus import iter_pairs
+
+    seen: set[tuple] = set()
+    for c in corpora.items:
+        wanted = []
+        for side, lang in enumerate((c.direction.src, c.direction.tgt)):
+            key = (c.train.paths, c.train.split, c.train.hf_config, lang)
+            if key not in seen:
+                seen.add(key)
+                wanted.append(side)
+        if wanted:
+            for pair in iter_pairs(c.train):
+                for side in wanted:
+                    yield pair[side]
+
+
+def direction_names(directions: Sequence[Direction]) -> list[str]:
+    return [d.name for d in directions]
