@@ -78,3 +78,11 @@ lc_tok_option() {
         echo --lc-tok
     fi
 }
+
+# off_target_option: --off-target where py3langid is installed (the langid extra: the share
+# of translations in another language than the target), nothing otherwise.
+off_target_option() {
+    if python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("py3langid") is None)' 2>/dev/null; then
+        echo --off-target
+    fi
+}

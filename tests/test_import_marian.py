@@ -505,8 +505,12 @@ def test_prepare_with_the_imported_tokenizer_and_train_init_from_fine_tune_it(
     base, _, _ = load_model_dir(imported)
     assert torch.equal(model.output_bias, base.output_bias)  # kept fixed, as transformers does
     assert not torch.equal(model.src_embed.token.weight, base.src_embed.token.weight)
+    # Trained on en->de through the model's >>de<< tag (prepare put it before each source),
+    # it still translates into several languages: the one wanted is named.
+    assert_one_line_error(tfm_cli("translate", "--model", str(tmp_path / "tuned"),
+                                  stdin="a man is walking\n"), "--target-lang is needed")
     result = tfm_cli("translate", "--model", str(tmp_path / "tuned"), "--beam", "1",
-                     stdin="a man is walking\n")
+                     "--target-lang", "de", stdin="a man is walking\n")
     assert result.returncode == 0 and len(result.stdout.splitlines()) == 1, result.stderr
     result = tfm_cli("export", str(tmp_path / "tuned"), "--to", "marian", "-o",
                      str(tmp_path / "out"))
@@ -619,7 +623,11 @@ def test_translate_target_lang_puts_the_language_token_first_or_refuses(variant:
     direct = tfm_cli("translate", "--model", model, "--beam", "1", ">>fr<< A man is walking .",
                      "", ">>fr<< two dogs")
     assert result.stdout == direct.stdout and result.stdout.split("\n")[1] == ""
-    assert "warning" in direct.stderr and "--target-lang" in direct.stderr
+    assert direct.returncode == 0 and direct.stderr == ""  # each sentence names its language
+    assert_one_line_error(tfm_cli("translate", "--model", model, "A man is walking ."),
+                          "--target-lang is needed: this model translates into de, fr")
+    assert_one_line_error(tfm_cli("translate", "--model", model, "--target-lang", "fr",
+                                  "A man >>de<< is walking ."), "inside the sentence")
     assert_one_line_error(tfm_cli("translate", "--model", model, "--target-lang", "xx", "a"),
                           "has de, fr")
 

@@ -166,6 +166,7 @@ def test_tfm_translate_hands_the_search_the_options_given(monkeypatch: pytest.Mo
 
     class Fake:
         info = SimpleNamespace(generation=GenerationDefaults(max_len_b=7))
+        vocabs = SimpleNamespace(src=SimpleNamespace(get_vocab=dict))  # no language tags
         supports_attention, engine, reranker = True, "fake", None
         default_options = Translator.default_options
 

@@ -118,7 +118,7 @@ def test_the_reranker_ranks_by_score_plus_weight_times_reverse_log_prob_per_sour
 def test_attaching_a_reverse_model_checks_directions_beam_and_weight(
         forward_dir: Path, reverse_dir: Path) -> None:
     translator = load_translator(forward_dir, "cpu")
-    with pytest.raises(UsageError, match="needs a de->en model"):
+    with pytest.raises(UsageError, match="needs a model of de-en"):
         attach_reverse_model(translator, [forward_dir], device="cpu", beam=4)
     with pytest.raises(UsageError, match="--beam 2"):
         attach_reverse_model(translator, [reverse_dir], device="cpu", beam=1)
@@ -143,7 +143,7 @@ def test_the_command_line_takes_a_reverse_model_in_translate_and_eval(
     assert evaluated.returncode == 0, evaluated.stderr
     assert "BLEU" in evaluated.stdout and "reranked by the reverse model" in evaluated.stderr
     for wrong, message in ((["--reverse-model", str(reverse_dir), "--beam", "1"], "--beam 2"),
-                           (["--reverse-model", str(forward_dir)], "needs a de->en model")):
+                           (["--reverse-model", str(forward_dir)], "needs a model of de-en")):
         refused = tfm("translate", "-m", str(forward_dir), "--device", "cpu", *wrong, "Hello.")
         assert refused.returncode == 2
         lines = [line for line in refused.stderr.splitlines() if line.strip()]

@@ -108,6 +108,14 @@ class ModelInfo:
     directions: list[str] = field(default_factory=list)
 
     @property
+    def direction_names(self) -> list[str]:
+        """The directions the model translates: its ``directions``, else its one pair
+        (``?`` for a language it does not record)."""
+        if self.directions:
+            return list(self.directions)
+        return [f"{self.src_lang or '?'}-{self.tgt_lang or '?'}"]
+
+    @property
     def target_languages(self) -> list[str]:
         """The languages the model writes, sorted (one: its tgt_lang, where known)."""
         if self.directions:

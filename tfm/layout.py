@@ -14,6 +14,8 @@ its file names are spelt.
     manifest.json                    size and sha256 of every file above (tfm.integrity),
                                      checked before a file is used
     train_config.json                the TrainConfig of the run
+    run.yaml                         the command's options resolved, a run config that
+                                     repeats the run (`tfm train --config run.yaml`)
     metrics.jsonl                    one JSON line per logged step and per validation
     learning_curve.png               losses and validation BLEU against step
     averaged/                        the default output of `tfm average`
@@ -84,6 +86,10 @@ class ModelDir:
         return self.root / "train_config.json"
 
     @property
+    def run_config(self) -> Path:
+        return self.root / "run.yaml"
+
+    @property
     def metrics(self) -> Path:
         return self.root / "metrics.jsonl"
 
@@ -114,6 +120,7 @@ class ModelDir:
         ``tfm train --overwrite`` deletes, and nothing else."""
         tokenizers = [self.tokenizer, self.tokenizer.with_suffix(".src.json"),
                       self.tokenizer.with_suffix(".tgt.json")]
-        return [self.train_state, self.previous_train_state, self.train_config, self.metrics,
+        return [self.train_state, self.previous_train_state, self.train_config,
+                self.run_config, self.metrics,
                 self.curve, self.last_weights, self.weights, self.config, *tokenizers,
                 self.manifest]

@@ -72,8 +72,10 @@ def translate(
         "--plot", help="For one sentence: save the cross-attention as a heatmap picture "
         "(PNG).")] = None,
     target_lang: Annotated[Optional[str], typer.Option(
-        "--target-lang", help="For a multilingual model imported from MarianMT: the language "
-        "to translate into (e.g. fr), whose >>fr<< token is put before each sentence.",
+        "--target-lang", help="For a model of several target languages (a multilingual tfm "
+        "model, or one imported from MarianMT): the language to translate into (e.g. fr), "
+        "whose >>fr<< tag is put before each sentence. Needed by such a model unless each "
+        "sentence starts with its own tag.",
         show_default=False)] = None,
     *,
     search: dict[str, Any],  # SearchOptions' options, those given
@@ -100,7 +102,7 @@ def translate(
     translator, options = _load_decoder(
         engine, search, attention=alignments or show_attention or plot is not None)
     language = _language(translator, target_lang)
-    from tfm.decoding.languages import with_language
+    from tfm.decoding.languages import tagged_sources
     # Everything read and checked before the output is opened: bad input writes nothing.
     constrained = jsonl or terms is not None or prefix is not None or bool(constraint)
     if text or input is not None:
@@ -113,9 +115,11 @@ def translate(
         else:
             sentences = _read_lines(input, allow_empty=True)
             own = [None] * len(sentences)
-        sentences = with_language(sentences, language)
+        # Constraints and glossary terms are found in the sentence as written, then the
+        # sentence gets its target-language tag (as the server does).
         specs = ([_spec(s, o, constraint, prefix, terms) for s, o in zip(sentences, own)]
                  if constrained else None)
+        sentences = tagged_sources(translator.vocabs, sentences, language)
         sources = _prepared(translator, sentences, specs, options, input)
     sink = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     unmet = 0
@@ -126,9 +130,10 @@ def translate(
             with _translating(len(sources), _search_name(options, engine)) as progress:
                 results = translator.translate_prepared(sources, options, progress)
         else:  # standard input: translate line by line as it arrives (pipes, interactive)
-            constrain = ((lambda line: _spec(line, None, constraint, prefix, terms))
+            constrain = ((lambda line: _spec(_untagged(line), None, constraint, prefix, terms))
                          if constrained else None)
-            lines = (with_language([line], language)[0] for line in sys.stdin)
+            lines = (tagged_sources(translator.vocabs, [line], language, first=n)[0]
+                     for n, line in enumerate(sys.stdin))
             results = translator.translate_stream(lines, options, chunk=1,
                                                   constrain=constrain)
         for r in results:
@@ -168,17 +173,22 @@ def translate(
 
 
 def _language(translator, target_lang: str | None) -> str | None:
-    """The >>xx<< token --target-lang asks for (refused in one line if the model has none);
-    without it, a warning for a model that translates into several languages."""
-    from tfm.decoding.languages import language_token, language_tokens
+    """The >>xx<< token --target-lang asks for, refused in one line if the model has none
+    (a model of several target languages without it: refused by ``tagged_sources`` at the
+    first sentence that names no language either)."""
+    from tfm.decoding.languages import language_token
 
-    if target_lang is not None:
-        return language_token(translator.vocabs, target_lang)
-    if language_tokens(translator.vocabs):
-        err.print("[yellow]warning[/]: this model translates into several languages: give "
-                  "--target-lang, or start each sentence with its >>xx<< token",
-                  highlight=False)
-    return None
+    return language_token(translator.vocabs, target_lang) if target_lang is not None else None
+
+
+def _untagged(line: str) -> str:
+    """A line without the target-language tag it was given (glossary terms are looked for in
+    the sentence as written)."""
+    from tfm.data.directions import find_tag
+
+    text = line.lstrip()
+    own = find_tag(text)
+    return text[len(own):].lstrip() if own is not None and text.startswith(own) else line
 
 
 def _input_is_jsonl(path: Path | None, input_format: str) -> bool:
@@ -354,11 +364,11 @@ def eval_cmd(
             err.print(f"[yellow]note:[/] {engine.model} writes lowercased text (its tokenizer "
                       "lowercases): its cased scores compare that with the cased references; "
                       "--lc-tok scores it as the Multi30k papers do")
-        from tfm.decoding.languages import with_language
+        from tfm.decoding.languages import tagged_sources
 
+        sources = tagged_sources(translator.vocabs, sources, language)
         with _translating(len(sources), _search_name(options, engine)) as progress:
-            hypotheses = [t.text for t in translator.translate(with_language(sources, language),
-                                                               options, progress)]
+            hypotheses = [t.text for t in translator.translate(sources, options, progress)]
         if save_hyp:
             from tfm.atomic import atomic_write_bytes
 

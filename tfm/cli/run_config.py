@@ -114,12 +114,30 @@ def _loader(only: tuple[str, ...]) -> Callable[..., Any]:
                 item = [item]
             if param.name in defaults:
                 raise UsageError(f"{value}: {key} is given twice (under two spellings)")
+            try:  # checked here, to fail as one line naming the file and the key
+                _check_value(ctx, param, item)
+            except Exception as e:  # click's BadParameter, or the type's own error
+                message = getattr(e, "message", None) or str(e)
+                raise UsageError(f"{value}: {key}: {item!r} is not valid "
+                                 f"({message.splitlines()[0] if message else e})") from None
             defaults[param.name] = item
         ctx.default_map = {**(ctx.default_map or {}), **defaults}
         ctx.meta[_ONLY] = extra
         return value
 
     return load
+
+
+def _check_value(ctx: Any, param: Any, item: Any) -> None:
+    """Converts ``item`` as the command line's value of ``param`` would be (raising what that
+    raises), without running the option's callback."""
+    if isinstance(item, bool) and getattr(param, "is_flag", False):
+        return
+    runtime = getattr(param, "get_runtime_param", None)
+    if runtime is not None:  # Typer's own parameters
+        runtime().coerce(item, param=param, ctx=ctx)
+    else:
+        param.type_cast_value(ctx, item)
 
 
 def _key(key: Any) -> str:

@@ -78,7 +78,10 @@ def train(
     with writing_into(output, "tfm train") if ranks is None or ranks[0] == 0 else nullcontext():
         result = run_train(data, output, model_config, config, resume,
                            reporter=RichTrainReporter(err), overwrite=overwrite,
-                           tensorboard=tensorboard, init_from=init_from)
+                           tensorboard=tensorboard, init_from=init_from,
+                           run_config=None if resume else _resolved(
+                               data, output, preset, init_from, tensorboard, model_config,
+                               config))
     if not result.is_main:  # another process of a torchrun job: rank 0 reports
         if result.stopped.startswith("interrupted"):
             raise typer.Exit(EXIT_INTERRUPTED)
@@ -97,6 +100,24 @@ def train(
         raise typer.Exit(EXIT_INTERRUPTED)
     err.print(f"[green]Done[/]: {result.stopped} at step {result.step} "
               f"({result.elapsed / 60:.1f} min){best}. Model: {result.output}")
+
+
+def _resolved(data: Path, output: Path, preset: str | None, init_from: Path | None,
+              tensorboard: Path | None, model_config: ModelConfig, config: TrainConfig) -> str:
+    """The run as a run config: every option of `tfm train` with the value it took (the
+    preset's sizes spelt out), so that `tfm train --config run.yaml` starts the same run."""
+    from tfm.cli.run_config import dump_config
+
+    values: dict[str, Any] = {"data": data, "output": output, "preset": preset or "small"}
+    if init_from is not None:
+        values["init_from"] = init_from
+    if tensorboard is not None:
+        values["tensorboard"] = tensorboard
+    for group, source in ((Fields(ModelConfig), model_config), (Fields(TrainConfig), config)):
+        for f in group.fields():
+            values[f.name] = getattr(source, f.name)
+    return "# tfm train's options for this run: `tfm train --config run.yaml` repeats it\n" \
+        + dump_config(values)
 
 
 @app.command()

@@ -148,7 +148,10 @@ class Corpora:
     def weights(self) -> list[float] | None:
         """Each direction's sampling weight, or None where no corpus gives one. A direction
         given by several corpora takes their one weight (refused where they differ)."""
-        given = {c.direction: c.weight for c in self.items if c.weight is not None}
+        given: dict[Direction, float] = {}
+        for c in self.items:
+            if c.weight is not None:
+                given.setdefault(c.direction, c.weight)
         if not given:
             return None
         missing = [d.name for d in self.directions if d not in given]

@@ -327,7 +327,8 @@ def _model_info(path: Path, record: dict[str, Any]) -> ModelInfo:
         return ModelInfo(model=model_config_from_dict(record["model"]),
                          src_lang=record.get("src_lang"), tgt_lang=record.get("tgt_lang"),
                          generation=GenerationDefaults(**record.get("generation") or {}),
-                         provenance=record.get("provenance") or {})
+                         provenance=record.get("provenance") or {},
+                         directions=list(record.get("directions") or []))
     except (KeyError, TypeError, TfmError) as e:
         raise ModelError(f"{path}: tfm_export.json does not describe a tfm model ({e})") from e
 

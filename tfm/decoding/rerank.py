@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfm.config import REVERSE_WEIGHT
+from tfm.decoding.languages import language_tokens
 from tfm.decoding.translator import Translator
 from tfm.errors import UsageError
 
@@ -55,6 +56,11 @@ class ReverseModelReranker:
         return combined
 
 
+def _reverse(direction: str) -> str:
+    src, tgt = direction.split("-", 1)
+    return f"{tgt}-{src}"
+
+
 def attach_reverse_model(translator: Translator, reverse_models: Sequence[Path],
                          weight: float = REVERSE_WEIGHT, device: str = "auto",
                          precision: str = "fp32", beam: int = 2) -> None:
@@ -76,11 +82,13 @@ def attach_reverse_model(translator: Translator, reverse_models: Sequence[Path],
             raise UsageError(f"--reverse-model {path}: a CTranslate2 export cannot score given "
                              "translations; give the tfm model directory it was exported from")
     reverse = TorchTranslator(first, device, precision=precision, ensemble=rest, workers=1)
-    forward_langs = (translator.info.src_lang, translator.info.tgt_lang)
-    reverse_langs = (reverse.info.tgt_lang, reverse.info.src_lang)
-    if all(forward_langs + reverse_langs) and forward_langs != reverse_langs:
-        raise UsageError(f"--reverse-model {first} translates {reverse.info.src_lang}->"
-                         f"{reverse.info.tgt_lang}; reranking {forward_langs[0]}->"
-                         f"{forward_langs[1]} needs a {forward_langs[1]}->{forward_langs[0]} "
-                         "model")
+    if language_tokens(reverse.vocabs):
+        raise UsageError(f"--reverse-model {first} translates into several languages: "
+                         "reranking needs a model of one direction, the reverse of --model's")
+    wanted = {_reverse(d) for d in translator.info.direction_names}
+    have = set(reverse.info.direction_names)
+    if not any("?" in d for d in wanted | have) and wanted != have:
+        raise UsageError(f"--reverse-model {first} translates {', '.join(sorted(have))}; "
+                         f"reranking {', '.join(translator.info.direction_names)} needs a "
+                         f"model of {', '.join(sorted(wanted))}")
     translator.reranker = ReverseModelReranker(reverse, weight)

@@ -71,10 +71,11 @@ class TorchTranslator(Translator):
         if not same:
             raise UsageError(f"--ensemble {directory}: its tokenizer differs from {first}'s; "
                              "an ensemble's models must share their tokenizer")
-        if (info.src_lang, info.tgt_lang) != (self.info.src_lang, self.info.tgt_lang):
-            raise UsageError(f"--ensemble {directory} translates {info.src_lang}->"
-                             f"{info.tgt_lang}, {first} {self.info.src_lang}->"
-                             f"{self.info.tgt_lang}")
+        if sorted(info.direction_names) != sorted(self.info.direction_names):
+            raise UsageError(f"--ensemble {directory} translates "
+                             f"{', '.join(info.direction_names)}; {first} "
+                             f"{', '.join(self.info.direction_names)}: an ensemble's models "
+                             "translate the same directions")
         return model
 
     def describe(self) -> dict[str, Any]:

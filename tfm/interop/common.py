@@ -77,6 +77,7 @@ def write_export_info(directory: Path, fmt: str, source: Path, info: Any,
         "model": info.to_json()["model"],
         "generation": info.to_json()["generation"],
         "provenance": info.provenance,
+        **({"directions": info.directions} if info.directions else {}),
         **extra,
     }
     (Path(directory) / EXPORT_INFO_FILE).write_text(

@@ -34,7 +34,7 @@ from tfm.config import SearchOptions
 from tfm.data.text import replace_surrogates
 from tfm.decoding.constraints import MAX_CONSTRAINTS, ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary, sentence_constraints
-from tfm.decoding.languages import language_token, language_tokens, with_language
+from tfm.decoding.languages import language_tokens, tagged_sources
 from tfm.decoding.translator import Source, Translation, Translator
 from tfm.errors import UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
@@ -103,9 +103,10 @@ class TranslateRequest(BaseModel):
     glossary: bool = Field(True, description="Apply the server's glossary (tfm serve "
                            "--glossary), if it has one: the target term of each of its source "
                            "terms found in a sentence becomes a constraint.")
-    target_lang: Optional[str] = Field(None, description="For a multilingual model imported "
-                                       "from MarianMT: the language to translate into (one of "
-                                       "GET /v1/info's language_tokens, e.g. fr).")
+    target_lang: Optional[str] = Field(None, description="For a model of several target "
+                                       "languages (GET /v1/info's language_tokens, e.g. fr): "
+                                       "the language to translate into; needed unless each "
+                                       "text starts with its own >>xx<< tag.")
 
     @field_validator("constraints", mode="before")
     @classmethod
@@ -276,13 +277,11 @@ class _Service:
             for s, t in zip(sentences, owner)]
         if not any(specs):
             specs = None
-        model_sentences = sentences
-        if body.target_lang is not None:  # the >>xx<< token before each sentence
-            try:
-                token = language_token(self.translator.vocabs, body.target_lang, "target_lang")
-            except UsageError as e:
-                raise ApiError(422, f"invalid request: {e}") from e
-            model_sentences = with_language(sentences, token)
+        try:  # the >>xx<< tag before each sentence (needed where the model has several)
+            model_sentences = tagged_sources(self.translator.vocabs, sentences,
+                                             body.target_lang, "target_lang")
+        except UsageError as e:
+            raise ApiError(422, f"invalid request: {e}") from e
         try:
             sources = self.translator.prepare(model_sentences, specs, options)
         except ConstraintError as e:
@@ -314,6 +313,7 @@ class _Service:
                 "generation": asdict(model.generation),
                 "provenance": model.provenance,
                 "language_tokens": language_tokens(translator.vocabs),
+                "directions": model.directions,
                 "decoding": {"beam": d.beam, "n_best": d.n_best,
                              "length_penalty": d.length_penalty, "max_len_a": d.max_len_a,
                              "max_len_b": d.max_len_b},

@@ -108,6 +108,7 @@ def train(
     overwrite: bool = False,
     tensorboard: Path | None = None,
     init_from: Path | None = None,
+    run_config: str | None = None,
 ) -> TrainResult:
     """Train a model on a prepared dataset into the model directory ``output``.
 
@@ -119,6 +120,8 @@ def train(
     ``init_from``: a trained model directory whose weights the new run starts from (its
     architecture is ``model_config``'s, see tfm.training.state.initial_model_config); the
     optimizer and the learning-rate schedule start afresh at step 0.
+    ``run_config``: the command's options as a YAML run config, kept as ``run.yaml`` by a
+    run that starts (a resumed run keeps the one it started with).
 
     Started by torchrun, each process trains on its shard of every epoch's batches with
     DistributedDataParallel (see tfm.distributed); rank 0 alone writes files and reports.
@@ -157,7 +160,7 @@ def train(
         if dist.is_main and output.is_dir():
             remove_stale_temporaries(output)  # left by a process killed mid-write
         trainer = _Trainer(data_dir, output, model_config, config, run, saved, dist, device,
-                           reporter, init_from)
+                           reporter, init_from, run_config)
         stopped = trainer.train()
         distributed.barrier(dist)
     return TrainResult(str(output), run.step, run.epoch, stopped, run.best_bleu, run.best_step,
@@ -182,7 +185,8 @@ class _Trainer:
     def __init__(self, data_dir: Path, output: Path, model_config: ModelConfig,
                  config: TrainConfig, run: RunState, saved: dict[str, Any] | None,
                  dist: distributed.Distributed, device: torch.device,
-                 reporter: TrainReporter, init_from: Path | None = None) -> None:
+                 reporter: TrainReporter, init_from: Path | None = None,
+                 run_config: str | None = None) -> None:
         self.output, self.config, self.run, self.dist = output, config, run, dist
         self.files = ModelDir(output)
         self.device, self.reporter = device, reporter
@@ -270,6 +274,8 @@ class _Trainer:
             # again from step 0 with these settings until it has a checkpoint.
             atomic_write_bytes(self.files.train_config,
                                (json.dumps(asdict(config), indent=2) + "\n").encode())
+            if run_config is not None:
+                atomic_write_bytes(self.files.run_config, run_config.encode())
             save_model_dir(output, self.model, self.vocabs, self.info)
         self.n_params = count_parameters(self.model)
         self.metrics_file = AppendLog(self.files.metrics) if dist.is_main else None
