@@ -220,3 +220,11 @@ def test_bad_corpora_are_refused_in_one_line_and_nothing_is_written(toy: Path,
     refused(tfm("prepare", "--config", str(run_config(toy)), "--train", str(corpus / "train"),
                 "-o", str(tmp_path / "out")), 2, "--train and the config's corpora")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_learning_curve_draws_each_direction_beside_the_average(toy: Path) -> None:
+    from tfm.plotting import learning_curve_figure, read_metrics
+
+    figure = learning_curve_figure(read_metrics(toy / "model" / "metrics.jsonl"), "toy")
+    labels = [line.get_label() for line in figure.axes[1].get_lines()]
+    assert labels == ["valid BLEU (macro-average)", *DIRECTIONS]

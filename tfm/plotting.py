@@ -41,9 +41,9 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 def learning_curve_figure(records: list[dict[str, Any]], title: str,
                           against: str = "step") -> Figure:
     """Train and validation loss and, in a second panel when validation has BLEU, validation
-    BLEU, from metrics.jsonl records: against the step, or with ``against="time"`` against
-    the minutes of training (records written before tfm timed validations have no time and
-    are left out)."""
+    BLEU (a multilingual run's macro-average and each direction's), from metrics.jsonl
+    records: against the step, or with ``against="time"`` against the minutes of training
+    (records written before tfm timed validations have no time and are left out)."""
     if against not in ("step", "time"):
         raise ValueError(f"against must be 'step' or 'time', not {against!r}")
     if against == "time":
@@ -71,8 +71,14 @@ def learning_curve_figure(records: list[dict[str, Any]], title: str,
     loss_axes.grid(alpha=0.3)
     loss_axes.legend()
     if bleu:
+        directions = list(dict.fromkeys(d for r in bleu for d in r.get("directions") or {}))
         axes[1].plot(x(bleu), [r["bleu"] for r in bleu],
-                     label="valid BLEU", marker="o", markersize=3, color="tab:green")
+                     label="valid BLEU" + (" (macro-average)" if directions else ""),
+                     marker="o", markersize=3, color="black" if directions else "tab:green")
+        for direction in directions:  # a multilingual run: each direction's BLEU too
+            rows = [r for r in bleu if direction in (r.get("directions") or {})]
+            axes[1].plot(x(rows), [r["directions"][direction]["bleu"] for r in rows],
+                         label=direction, linewidth=1, linestyle="--", marker=".")
         axes[1].set_ylabel("BLEU")
         axes[1].grid(alpha=0.3)
         axes[1].legend()
