@@ -92,7 +92,7 @@ def test_models_with_another_tokenizer_or_direction_are_refused(
         load_translator(a, "cpu", ensemble=[foreign])
     reverse = random_model_dir(tmp_path / "en-fr", load_translator(a, "cpu").vocabs.src, 4,
                                tgt="fr")
-    with pytest.raises(UsageError, match="en->fr"):
+    with pytest.raises(UsageError, match="translates en-fr"):
         load_translator(a, "cpu", ensemble=[reverse])
 
 

@@ -518,6 +518,36 @@ def test_prepare_with_the_imported_tokenizer_and_train_init_from_fine_tune_it(
     assert transformers.MarianTokenizer.from_pretrained(tmp_path / "out")("a man")["input_ids"]
 
 
+def test_a_multi_target_import_prepares_several_directions_each_with_its_tag(
+        tmp_path: Path, spm_models: dict[str, bytes]) -> None:
+    """Fine-tuning an imported OPUS-MT model of several target languages on several
+    directions goes through the same path as tfm's own multilingual models: each source
+    starts with its direction's tag, found in the imported vocabulary."""
+    from tfm.data.dataset import load_split
+    from tfm.interop.marian_import import import_marian
+
+    imported = import_marian(build_marian(tmp_path / "marian", spm_models,
+                                          "swish-shared-languages"), tmp_path / "imported")
+    data = tmp_path / "corpus"
+    data.mkdir()
+    for lang, words, seed in (("en", EN, 1), ("de", DE, 2), ("fr", DE, 3)):
+        (data / f"train.{lang}").write_text("\n".join(generated_lines(words, 30, seed)) + "\n")
+    config = tmp_path / "run.yaml"
+    config.write_text(f"corpora:\n  - train: {data / 'train'}\n    directions: [en-de, en-fr]\n"
+                      f"tokenizer: {imported / 'tokenizer.json'}\noutput: {tmp_path / 'prep'}\n")
+    result = tfm_cli("prepare", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    _, vocabs, _ = load_model_dir(imported)
+    split = load_split(tmp_path / "prep", "train")
+    tags = {0: vocabs.src.token_to_id(">>de<<"), 1: vocabs.src.token_to_id(">>fr<<")}
+    assert sorted(set(split.directions.tolist())) == [0, 1]
+    for i in range(len(split)):
+        assert split.src(i)[0] == tags[int(split.directions[i])]
+    # A direction into a language the imported model has no tag for is refused.
+    config.write_text(config.read_text().replace("en-fr", "en-it"))
+    assert_one_line_error(tfm_cli("prepare", "--config", str(config)), "no >>it<< tag")
+
+
 def test_the_ctranslate2_export_of_an_import_translates_as_tfm(variant: dict,
                                                                 tmp_path: Path) -> None:
     pytest.importorskip("ctranslate2")

@@ -143,7 +143,8 @@ def test_a_multilingual_run_stopped_and_resumed_ends_with_identical_weights(
     model = ModelConfig(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64,
                         dropout=0.1)
     config = TrainConfig(max_tokens=4096, max_steps=24, warmup_steps=4, valid_every=10**6,
-                         save_every=10**6, keep_last=0, precision="fp32", device="cpu")
+                         valid_bleu=False, save_every=10**6, keep_last=0, precision="fp32",
+                         device="cpu")
     straight = train(data, tmp_path / "straight", model, config)
     assert straight.epoch >= 1  # crossed an epoch: a second sample of the directions
     train(data, tmp_path / "resumed", model, replace(config, max_steps=10))
@@ -228,3 +229,29 @@ def test_the_learning_curve_draws_each_direction_beside_the_average(toy: Path) -
     figure = learning_curve_figure(read_metrics(toy / "model" / "metrics.jsonl"), "toy")
     labels = [line.get_label() for line in figure.axes[1].get_lines()]
     assert labels == ["valid BLEU (macro-average)", *DIRECTIONS]
+
+
+def test_the_server_names_the_directions_and_translates_as_the_command_line(toy: Path) -> None:
+    """One request path: a request's target language reaches the model as --target-lang
+    does, and is refused alike where it is missing."""
+    pytest.importorskip("fastapi")
+    import httpx
+    from test_serve import post, serving
+
+    from tfm.decoding.engines import load_translator
+    from tfm.serve.app import create_app
+    from tfm.serve.config import ServeConfig
+
+    sentences = (toy / "corpus" / "test.aa").read_text().splitlines()[:5]
+    cli = ok(tfm("translate", "--model", str(toy / "model"), "--target-lang", "cc", "--beam",
+                 "2", *sentences)).splitlines()
+    translator = load_translator(toy / "model", "cpu")
+    with serving(create_app(translator, ServeConfig(max_wait_ms=0))) as url:
+        info = httpx.get(f"{url}/v1/info").json()
+        assert info["directions"] == DIRECTIONS
+        assert info["language_tokens"] == [">>aa<<", ">>bb<<", ">>cc<<"]
+        answer = post(url, {"text": sentences, "beam": 2, "target_lang": "cc"}, key=None)
+        assert answer.status_code == 200, answer.text
+        assert [t["text"] for t in answer.json()["translations"]] == cli
+        missing = post(url, {"text": sentences[0]}, key=None)
+        assert missing.status_code == 422 and "target_lang is needed" in missing.text

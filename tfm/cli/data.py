@@ -118,9 +118,9 @@ def prepare(
     """
     from tfm.data.prepare import prepare as run_prepare
 
-    runs = run_corpora(corpora, train, valid, src_lang, tgt_lang, split, hf_config)
     start = time.monotonic()
     with writing_into(output, "tfm prepare"), err.status("Preparing ..."):
+        runs = run_corpora(corpora, train, valid, src_lang, tgt_lang, split, hf_config)
         report = run_prepare(runs, tokenizer, output, None, clean, force, num_proc)
     if report.up_to_date:
         err.print(f"{output} is up to date (same input, tokenizer and options); "
