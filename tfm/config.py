@@ -71,6 +71,11 @@ def check_fields(config: Any) -> None:
             raise UsageError(f"{spelled} {value}: give {low} or more")
 
 
+# The FFN's activations (tfm.model.layers.ACTIVATIONS has their functions): the paper's ReLU,
+# and those of imported MarianMT models.
+ACTIVATION_NAMES = ("relu", "swish", "gelu")
+
+
 @dataclass
 class ModelConfig:
     """The encoder-decoder Transformer of "Attention is all you need" (Vaswani et al., 2017)."""
@@ -104,9 +109,9 @@ class ModelConfig:
                 f"d_model ({self.d_model}) must be divisible by the number of heads "
                 f"({self.n_heads})"
             )
-        if self.activation not in ("relu", "swish", "gelu"):
-            raise UsageError(f"unknown activation {self.activation!r}; tfm has relu, swish "
-                             "and gelu")
+        if self.activation not in ACTIVATION_NAMES:
+            raise UsageError(f"unknown activation {self.activation!r}; tfm has "
+                             f"{', '.join(ACTIVATION_NAMES)}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise UsageError(
                 "shared embeddings need one joint vocabulary, but the source has "

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,37 @@ def residual_permutation(d_model: int) -> Tensor:
     return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
 
 
+def layer_names(c: ModelConfig) -> Iterator[tuple[str, str, bool, bool]]:
+    """Every Linear and LayerNorm of the encoder and decoder layers: its name in tfm, its name
+    in MarianMTModel, whether it reads the residual stream (its weight's columns are on the
+    residual axis) and whether it writes it (its rows and bias are). The one map between the
+    two, read one way by the export and the other by the import (marian_import)."""
+    for side, n in (("encoder", c.encoder_layers), ("decoder", c.decoder_layers)):
+        for i in range(n):
+            tfm, marian = f"{side}_layers.{i}", f"model.{side}.layers.{i}"
+            blocks = ["self_attn", "encoder_attn"] if side == "decoder" else ["self_attn"]
+            for block in blocks:
+                for proj in ("q_proj", "k_proj", "v_proj"):
+                    yield f"{tfm}.{block}.{proj}", f"{marian}.{block}.{proj}", True, False
+                yield f"{tfm}.{block}.out_proj", f"{marian}.{block}.out_proj", False, True
+                yield f"{tfm}.{block}_layer_norm", f"{marian}.{block}_layer_norm", False, True
+            yield f"{tfm}.ffn.fc1", f"{marian}.fc1", True, False
+            yield f"{tfm}.ffn.fc2", f"{marian}.fc2", False, True
+            yield f"{tfm}.final_layer_norm", f"{marian}.final_layer_norm", False, True
+
+
+def permuted(weight: Tensor, bias: Tensor, perm: Tensor, reads: bool, writes: bool
+             ) -> tuple[Tensor, Tensor]:
+    """A layer's weight and bias with the residual axis reordered by ``perm`` where the layer
+    reads it (the weight's columns) and where it writes it (its rows and bias; a LayerNorm's
+    weight is a row)."""
+    if reads:
+        weight = weight[:, perm]
+    if writes:
+        weight, bias = weight[perm], bias[perm]
+    return weight, bias
+
+
 def marian_state_dict(model: Transformer) -> dict[str, Tensor]:
     """The model's weights under MarianMTModel's names, the residual axis permuted.
 
@@ -154,46 +186,12 @@ def marian_state_dict(model: Transformer) -> dict[str, Tensor]:
     def cols(t: Tensor) -> Tensor:  # reads the residual stream
         return t[:, perm]
 
-    def rows(t: Tensor) -> Tensor:  # writes to it
-        return t[perm]
-
     out: dict[str, Tensor] = {}
-
-    def linear(name: str, layer: torch.nn.Linear, reads: bool, writes: bool) -> None:
-        w, b = layer.weight.detach(), layer.bias.detach()
-        if reads:
-            w = cols(w)
-        if writes:
-            w, b = rows(w), rows(b)
-        out[f"{name}.weight"], out[f"{name}.bias"] = w, b
-
-    def norm(name: str, layer: torch.nn.LayerNorm) -> None:
-        out[f"{name}.weight"] = rows(layer.weight.detach())
-        out[f"{name}.bias"] = rows(layer.bias.detach())
-
-    def attention(name: str, attn: Any) -> None:
-        for proj in ("q_proj", "k_proj", "v_proj"):
-            linear(f"{name}.{proj}", getattr(attn, proj), reads=True, writes=False)
-        linear(f"{name}.out_proj", attn.out_proj, reads=False, writes=True)
-
-    def ffn(name: str, layer: Any) -> None:
-        linear(f"{name}.fc1", layer.ffn.fc1, reads=True, writes=False)
-        linear(f"{name}.fc2", layer.ffn.fc2, reads=False, writes=True)
-
-    for i, layer in enumerate(model.encoder_layers):
-        name = f"model.encoder.layers.{i}"
-        attention(f"{name}.self_attn", layer.self_attn)
-        norm(f"{name}.self_attn_layer_norm", layer.self_attn_layer_norm)
-        ffn(name, layer)
-        norm(f"{name}.final_layer_norm", layer.final_layer_norm)
-    for i, layer in enumerate(model.decoder_layers):
-        name = f"model.decoder.layers.{i}"
-        attention(f"{name}.self_attn", layer.self_attn)
-        norm(f"{name}.self_attn_layer_norm", layer.self_attn_layer_norm)
-        attention(f"{name}.encoder_attn", layer.encoder_attn)
-        norm(f"{name}.encoder_attn_layer_norm", layer.encoder_attn_layer_norm)
-        ffn(name, layer)
-        norm(f"{name}.final_layer_norm", layer.final_layer_norm)
+    state = model.state_dict()
+    for tfm_name, marian_name, reads, writes in layer_names(c):
+        out[f"{marian_name}.weight"], out[f"{marian_name}.bias"] = permuted(
+            state[f"{tfm_name}.weight"].detach(), state[f"{tfm_name}.bias"].detach(), perm,
+            reads, writes)
 
     # Marian's table is a function of the shape too; writing tfm's (permuted) makes the
     # exported model add exactly what tfm adds.

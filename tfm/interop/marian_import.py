@@ -53,12 +53,12 @@ from tokenizers import Tokenizer, models
 from torch import Tensor
 
 from tfm.checkpoint import ModelInfo, save_model_dir
-from tfm.config import GenerationDefaults, ModelConfig
+from tfm.config import ACTIVATION_NAMES, GenerationDefaults, ModelConfig
 from tfm.data.sentencepiece import vocabulary_decoder
 from tfm.data.tokenizer import Vocabularies, attach_segmenter, tokenizer_from_json
 from tfm.errors import ModelError, UsageError
 from tfm.interop.common import EXPORT_INFO_FILE, read_export_info, staged_output
-from tfm.interop.marian import residual_permutation
+from tfm.interop.marian import layer_names, permuted, residual_permutation
 from tfm.model import Transformer
 from tfm.model.layers import sinusoidal_positions
 from tfm.special_tokens import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, SPECIAL_TOKENS, UNK, UNK_ID
@@ -68,7 +68,8 @@ from tfm.special_tokens import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, SPECIAL_TO
 # still finite, so label smoothing (which averages the log-probabilities of every token) stays
 # finite when the model is fine-tuned.
 PAD_LOGIT_BIAS = -1e4
-ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
+# transformers' names of tfm's activations (silu is its other name of swish)
+ACTIVATIONS = {**{name: name for name in ACTIVATION_NAMES}, "silu": "swish"}
 
 
 def import_marian(marian_dir: Path, output: Path, overwrite: bool = False) -> Path:
@@ -325,35 +326,9 @@ def tfm_state_dict(w: dict[str, Tensor], config: dict[str, Any], c: ModelConfig,
         raise ModelError(f"{marian_dir}: the weights have no {name}")
 
     out: dict[str, Tensor] = {}
-
-    def linear(tfm: str, marian: str, reads: bool, writes: bool) -> None:
-        weight, bias = get(f"{marian}.weight"), get(f"{marian}.bias")
-        if reads:
-            weight = weight[:, inv]
-        if writes:
-            weight, bias = weight[inv], bias[inv]
-        out[f"{tfm}.weight"], out[f"{tfm}.bias"] = weight, bias
-
-    def norm(tfm: str, marian: str) -> None:
-        out[f"{tfm}.weight"] = get(f"{marian}.weight")[inv]
-        out[f"{tfm}.bias"] = get(f"{marian}.bias")[inv]
-
-    def attention(tfm: str, marian: str) -> None:
-        for proj in ("q_proj", "k_proj", "v_proj"):
-            linear(f"{tfm}.{proj}", f"{marian}.{proj}", reads=True, writes=False)
-        linear(f"{tfm}.out_proj", f"{marian}.out_proj", reads=False, writes=True)
-
-    for side, n in (("encoder", c.encoder_layers), ("decoder", c.decoder_layers)):
-        for i in range(n):
-            tfm, marian = f"{side}_layers.{i}", f"model.{side}.layers.{i}"
-            attention(f"{tfm}.self_attn", f"{marian}.self_attn")
-            norm(f"{tfm}.self_attn_layer_norm", f"{marian}.self_attn_layer_norm")
-            if side == "decoder":
-                attention(f"{tfm}.encoder_attn", f"{marian}.encoder_attn")
-                norm(f"{tfm}.encoder_attn_layer_norm", f"{marian}.encoder_attn_layer_norm")
-            linear(f"{tfm}.ffn.fc1", f"{marian}.fc1", reads=True, writes=False)
-            linear(f"{tfm}.ffn.fc2", f"{marian}.fc2", reads=False, writes=True)
-            norm(f"{tfm}.final_layer_norm", f"{marian}.final_layer_norm")
+    for tfm_name, marian_name, reads, writes in layer_names(c):
+        out[f"{tfm_name}.weight"], out[f"{tfm_name}.bias"] = permuted(
+            get(f"{marian_name}.weight"), get(f"{marian_name}.bias"), inv, reads, writes)
     extra = [k for k in w if "layernorm_embedding" in k or k.startswith(
         ("model.encoder.layer_norm.", "model.decoder.layer_norm."))]
     if extra:

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tfm.config import ACTIVATION_NAMES
 from tfm.model.attention import MultiHeadAttention
 from tfm.model.dropout import Dropout, dropout
 
@@ -59,7 +60,7 @@ class Embeddings(nn.Module):
 # The FFN's activation functions (ModelConfig.activation): the paper's ReLU, and those of
 # imported MarianMT models: swish (= SiLU, x * sigmoid(x)) and GELU (exact, with erf: what
 # transformers' "gelu" computes).
-ACTIVATIONS = {"relu": F.relu, "swish": F.silu, "gelu": F.gelu}
+ACTIVATIONS = dict(zip(ACTIVATION_NAMES, (F.relu, F.silu, F.gelu)))
 
 
 class FeedForward(nn.Module):
