@@ -244,7 +244,7 @@ _G = GenerationDefaults  # the defaults a model directory starts with
 MBR_UTILITIES = ("bleu", "chrf")  # sentence-level metrics --mbr can choose by (tfm.decoding.mbr)
 
 
-# --reverse-model's weight (tfm.decoding.rerank), chosen on Multi30k's validation set.
+# --reverse-model's weight (tfm.decoding.rerank): how it was chosen, docs/multi30k-log.md.
 REVERSE_WEIGHT = 0.25
 
 
@@ -309,15 +309,14 @@ class EngineOptions:
         "useful with --mbr.")
     reverse_weight: float = option(
         REVERSE_WEIGHT, "With --reverse-model: hypothesis score + this x the reverse model's "
-        "log-probability of the source per source token (chosen on Multi30k's val).")
+        "log-probability of the source per source token.")
     device: str = option("auto", "auto (CUDA if available, else CPU), cpu or cuda.")
     precision: str = option("fp32", "Weights for decoding: fp32, bf16, fp16 (CUDA) or auto "
                             "(bf16 on CUDA and on CPUs with native bf16, else fp32).")
     workers: int | None = option(
         None, "Batches decoded at once (tfm's search), each by a thread with its share of the "
-        "CPU threads: a decoding step leaves a second core idle much of the time, so on a CPU "
-        "two single-threaded workers keep the cores busier than one with two threads "
-        "(docs/BENCHMARKS.md). The output is the same whatever the number.", min=1,
+        "CPU threads, so that the cores stay busy between the small steps of one search. The "
+        "output is the same whatever the number.", min=1,
         shown_default="2 on a CPU with 2 threads or more, else 1")
 
     def __post_init__(self) -> None:
