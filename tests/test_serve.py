@@ -56,10 +56,11 @@ LONG = " ".join(["the dog runs through the snow"] * 20)  # over the model's 64 p
 
 # --- the model and the servers --------------------------------------------------------------
 
-def write_tiny_model(directory: Path) -> Path:
+def write_tiny_model(directory: Path, tags: tuple[str, ...] = ()) -> Path:
     """A model directory with fixed random weights (d_model 32, one layer each side, at most
-    64 positions), a BPE trained on the test pairs, beam 4 by default and short outputs."""
-    tokenizer = train_tokenizer((t for pair in PAIRS for t in pair), vocab_size=300)
+    64 positions), a BPE trained on the test pairs, beam 4 by default and short outputs;
+    ``tags``: target-language tags (``>>fr<<``) of a multilingual model."""
+    tokenizer = train_tokenizer((t for pair in PAIRS for t in pair), vocab_size=300, tags=tags)
     vocab = tokenizer.get_vocab_size()
     torch.manual_seed(0)
     config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=2,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
 import typer
 from rich.progress import (
@@ -33,7 +33,10 @@ from tfm.config import EngineOptions, ScoreOptions, SearchOptions
 from tfm.errors import UsageError
 
 if TYPE_CHECKING:
-    from tfm.decoding.translator import Translator
+    from tfm.decoding.constraints import ConstraintSpec
+    from tfm.decoding.glossary import Glossary
+    from tfm.decoding.language_id import TargetLanguageCheck
+    from tfm.decoding.translator import Source, Translation, Translator
 
 
 @app.command()
@@ -82,6 +85,34 @@ def translate(
     engine: EngineOptions,
 ) -> None:
     """Translate sentences with a trained model (greedy or beam search)."""
+    _check_options(text, input, fmt, alignments, show_attention, plot)
+    jsonl = _input_is_jsonl(input, input_format)
+    terms = _load_glossary(glossary)
+    translator, options = _load_decoder(
+        engine, search, attention=alignments or show_attention or plot is not None)
+    ask = _Asks(constraint, prefix, terms, _language(translator, target_lang))
+    # Everything read and checked before the output is opened: bad input writes nothing.
+    sources = (_read_request(translator, options, ask, text, input, jsonl)
+               if text or input is not None else None)
+    sink = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    try:
+        if sources is None:  # standard input: translated line by line as it arrives
+            results: Iterable[Translation] = _stream(translator, options, ask)
+        else:
+            results = _translated(translator, sources, options, engine, progress=not text)
+        unmet = _write(results, sink, fmt, alignments, show_attention, plot)
+    finally:
+        if output:
+            sink.close()
+    if unmet:
+        err.print(f"[yellow]warning[/]: {unmet} translation{'s' if unmet > 1 else ''} miss a "
+                  "constraint: the phrases do not all fit the length limit (--max-len-a/b); "
+                  "--format jsonl says which", highlight=False)
+
+
+def _check_options(text: list[str] | None, input: Path | None, fmt: str, alignments: bool,
+                   show_attention: bool, plot: Path | None) -> None:
+    """Options of ``translate`` that contradict each other, refused before the model loads."""
     if fmt not in ("text", "jsonl"):
         raise UsageError(f"--format {fmt}: choose text or jsonl")
     if alignments and fmt != "jsonl":
@@ -93,83 +124,113 @@ def translate(
         raise UsageError("give sentences as arguments or --input, not both")
     if input is not None and not input.is_file():
         raise UsageError(f"--input {input}: no such file")
-    jsonl = _input_is_jsonl(input, input_format)
-    terms = None
-    if glossary is not None:
-        from tfm.decoding.glossary import load_glossary
 
-        terms = load_glossary(glossary)
-    translator, options = _load_decoder(
-        engine, search, attention=alignments or show_attention or plot is not None)
-    language = _language(translator, target_lang)
-    from tfm.decoding.languages import tagged_sources
-    # Everything read and checked before the output is opened: bad input writes nothing.
-    constrained = jsonl or terms is not None or prefix is not None or bool(constraint)
-    if text or input is not None:
-        if text:
-            sentences, own = list(text), [None] * len(text)
-        elif jsonl:
-            from tfm.decoding.constraints import read_requests
 
-            sentences, own = read_requests(input)
-        else:
-            sentences = _read_lines(input, allow_empty=True)
-            own = [None] * len(sentences)
-        # Constraints and glossary terms are found in the sentence as written, then the
-        # sentence gets its target-language tag (as the server does).
-        specs = ([_spec(s, o, constraint, prefix, terms) for s, o in zip(sentences, own)]
-                 if constrained else None)
-        sentences = tagged_sources(translator.vocabs, sentences, language)
-        sources = _prepared(translator, sentences, specs, options, input)
-    sink = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
-    unmet = 0
+def _load_glossary(path: Path | None) -> Glossary | None:
+    if path is None:
+        return None
+    from tfm.decoding.glossary import load_glossary
+
+    return load_glossary(path)
+
+
+@dataclass
+class _Asks:
+    """What ``translate``'s options ask of every sentence: --constraint phrases (added to a
+    jsonl line's own), --prefix (a jsonl line's own wins), --glossary terms, --target-lang's
+    tag."""
+
+    phrases: list[str] | None
+    prefix: str | None
+    glossary: Glossary | None
+    language: str | None
+
+    def of(self, own: list[ConstraintSpec | None]) -> list[ConstraintSpec | None]:
+        """Each sentence's phrases and prefix, from its own request (``own``) and the
+        options."""
+        from tfm.decoding.constraints import ConstraintSpec
+
+        return [ConstraintSpec([*(o.phrases if o else []), *(self.phrases or [])],
+                               o.prefix if o is not None and o.prefix is not None
+                               else self.prefix) for o in own]
+
+
+def _read_request(translator: Translator, options: SearchOptions, ask: _Asks,
+                  text: list[str] | None, input: Path | None, jsonl: bool) -> list[Source]:
+    """The sentences given as arguments, or read from --input (text or jsonl requests),
+    prepared with what they ask; a bad one is one line naming it."""
+    if text:
+        sentences, own = list(text), [None] * len(text)
+    elif jsonl:
+        from tfm.decoding.constraints import read_requests
+
+        sentences, own = read_requests(input)
+    else:
+        sentences = _read_lines(input, allow_empty=True)
+        own = [None] * len(sentences)
+    return _prepared(translator, options, ask, sentences, own,
+                     lambda n: f"{input}, line {n}" if input is not None else f"sentence {n}")
+
+
+def _prepared(translator: Translator, options: SearchOptions, ask: _Asks, sentences: list[str],
+              own: list[ConstraintSpec | None], where: Callable[[int], str],
+              first: int = 0) -> list[Source]:
+    """The sentences through the request path (tfm.decoding.requests); a constraint that
+    cannot be used is one line naming ``where`` its sentence is."""
+    from tfm.decoding.constraints import ConstraintError
+    from tfm.decoding.requests import prepare_request
+
     try:
-        if text:
-            results = translator.translate_prepared(sources, options)
-        elif input is not None:
-            with _translating(len(sources), _search_name(options, engine)) as progress:
-                results = translator.translate_prepared(sources, options, progress)
-        else:  # standard input: translate line by line as it arrives (pipes, interactive)
-            constrain = ((lambda line: _spec(_untagged(line), None, constraint, prefix, terms))
-                         if constrained else None)
-            lines = (tagged_sources(translator.vocabs, [line], language, first=n)[0]
-                     for n, line in enumerate(sys.stdin))
-            results = translator.translate_stream(lines, options, chunk=1,
-                                                  constrain=constrain)
-        for r in results:
-            unmet += r.constraints_met is False
-            if r.truncated:
-                err.print("[yellow]warning[/]: a sentence longer than the model's maximum "
-                          "length was truncated")
-            if fmt == "text":
-                sink.write(r.text + "\n")
-            else:
-                record = {"source": r.source, "translation": r.text,
-                          "score": r.hypotheses[0][1],
-                          "n_best": [{"translation": t, "score": s} for t, s in r.hypotheses]}
-                if r.constraints is not None:
-                    _add_constraints(record, r)
-                if alignments and r.alignment is not None:
-                    from tfm.decoding.alignment import pharaoh
+        return prepare_request(translator, sentences, options, ask.of(own), ask.glossary,
+                               ask.language, first=first)
+    except ConstraintError as e:
+        raise UsageError(f"{where((e.sentence or 0) + 1)}: {e}") from None
 
-                    record["alignment"] = pharaoh(r.alignment)
-                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
-            sink.flush()
-            if show_attention and r.attention:
-                err.print(_attention_table(r))
-            if plot is not None and r.attention:
-                from tfm.plotting import plot_attention
 
-                plot_attention(r.attention, _readable(r.source_symbols),
-                               _readable(r.target_symbols), plot)
-                err.print(f"Wrote {plot}")
-    finally:
-        if output:
-            sink.close()
-    if unmet:
-        err.print(f"[yellow]warning[/]: {unmet} translation{'s' if unmet > 1 else ''} miss a "
-                  "constraint: the phrases do not all fit the length limit (--max-len-a/b); "
-                  "--format jsonl says which", highlight=False)
+def _stream(translator: Translator, options: SearchOptions, ask: _Asks
+            ) -> Iterator[Translation]:
+    """Standard input translated a line at a time as it arrives (pipes, interactive use)."""
+    for n, line in enumerate(sys.stdin):
+        sources = _prepared(translator, options, ask, [line.rstrip("\r\n")], [None],
+                            lambda k: f"standard input, line {k}", first=n)
+        yield from translator.translate_prepared(sources, options)
+
+
+def _translated(translator: Translator, sources: list[Source], options: SearchOptions,
+                engine: EngineOptions, progress: bool) -> list[Translation]:
+    """The sources translated, with a progress bar and a summary line if ``progress``."""
+    if not progress:
+        return translator.translate_prepared(sources, options)
+    with _translating(len(sources), _search_name(options, engine)) as advance:
+        return translator.translate_prepared(sources, options, advance)
+
+
+def _write(results: Iterable[Translation], sink: TextIO, fmt: str, alignments: bool,
+           show_attention: bool, plot: Path | None) -> int:
+    """Each translation written as it comes (a line of text, or its JSON record), its
+    attention drawn or plotted if asked; the number of those that miss a constraint."""
+    from tfm.decoding.requests import translation_record
+
+    unmet = 0
+    for r in results:
+        unmet += r.constraints_met is False
+        if r.truncated:
+            err.print("[yellow]warning[/]: a sentence longer than the model's maximum "
+                      "length was truncated")
+        if fmt == "text":
+            sink.write(r.text + "\n")
+        else:
+            sink.write(json.dumps(translation_record(r, alignments), ensure_ascii=False) + "\n")
+        sink.flush()
+        if show_attention and r.attention:
+            err.print(_attention_table(r))
+        if plot is not None and r.attention:
+            from tfm.plotting import plot_attention
+
+            plot_attention(r.attention, _readable(r.source_symbols),
+                           _readable(r.target_symbols), plot)
+            err.print(f"Wrote {plot}")
+    return unmet
 
 
 def _language(translator, target_lang: str | None) -> str | None:
@@ -179,16 +240,6 @@ def _language(translator, target_lang: str | None) -> str | None:
     from tfm.decoding.languages import language_token
 
     return language_token(translator.vocabs, target_lang) if target_lang is not None else None
-
-
-def _untagged(line: str) -> str:
-    """A line without the target-language tag it was given (glossary terms are looked for in
-    the sentence as written)."""
-    from tfm.data.directions import find_tag
-
-    text = line.lstrip()
-    own = find_tag(text)
-    return text[len(own):].lstrip() if own is not None and text.startswith(own) else line
 
 
 def _input_is_jsonl(path: Path | None, input_format: str) -> bool:
@@ -202,40 +253,6 @@ def _input_is_jsonl(path: Path | None, input_format: str) -> bool:
     if input_format == "auto":
         return path.name.endswith((".jsonl", ".jsonl.gz"))
     return input_format == "jsonl"
-
-
-def _spec(sentence: str, own, phrases: list[str] | None, prefix: str | None, glossary):
-    """What one sentence's translation must have: its own request's (a jsonl line's), the
-    command line's --constraint and --prefix, and the --glossary terms found in it."""
-    from tfm.decoding.glossary import sentence_constraints
-
-    mine = own.phrases if own is not None else []
-    if own is not None and own.prefix is not None:
-        prefix = own.prefix
-    return sentence_constraints(sentence, [*mine, *(phrases or [])], prefix, glossary)
-
-
-def _prepared(translator, sentences: list[str], specs, options, input: Path | None):
-    """The sentences prepared with their constraints; a bad one is one line naming it."""
-    from tfm.decoding.constraints import ConstraintError
-
-    try:
-        return translator.prepare(sentences, specs, options)
-    except ConstraintError as e:
-        where = (f"{input}, line {e.sentence + 1}" if input is not None
-                 else f"sentence {e.sentence + 1}")
-        raise UsageError(f"{where}: {e}") from None
-
-
-def _add_constraints(record: dict, result) -> None:
-    """A jsonl record's report of the constraint phrases: each with whether the translation
-    contains it (and the glossary term that asked for it), and a flag for all of them."""
-    record["constraints"] = [
-        {"phrase": phrase, "met": met, **({"source_term": term} if term else {})}
-        for phrase, met, term in result.constraints]
-    record["constraints_met"] = result.constraints_met
-    for entry, met in zip(record["n_best"], result.hypotheses_met or []):
-        entry["constraints_met"] = met
 
 
 def _readable(symbols: list[str] | None) -> list[str]:
@@ -320,7 +337,6 @@ def eval_cmd(
     """Translate --src and score it against --ref with sacrebleu (or score --hyp); --lc-tok adds
     the lowercased, Moses-tokenized BLEU that Multi30k results are reported in, --off-target
     the share of translations in another language than the target."""
-    from tfm.data.tokenizer import lowercases
     from tfm.decoding.scoring import Score, bleu_lc_tok, score
 
     bleu_flag, chrf, ter, lc_tok = report.bleu, report.chrf, report.ter, report.lc_tok
@@ -355,20 +371,8 @@ def eval_cmd(
         if len(sources) != len(references):
             raise UsageError(f"{src} has {len(sources)} lines but {ref} has "
                              f"{len(references)}: they must be aligned line by line")
-        translator, options = _load_decoder(engine, search)
-        language = _language(translator, target_lang)
-        if needs_lang and tgt_lang is None:
-            tgt_lang = _target_language(translator, language, needs_lang, engine)
-        language_check = _language_check(report, tgt_lang)  # an unknown language: refused now
-        if lowercases(translator.vocabs.tgt) and (bleu_flag or chrf or ter):
-            err.print(f"[yellow]note:[/] {engine.model} writes lowercased text (its tokenizer "
-                      "lowercases): its cased scores compare that with the cased references; "
-                      "--lc-tok scores it as the Multi30k papers do")
-        from tfm.decoding.languages import tagged_sources
-
-        sources = tagged_sources(translator.vocabs, sources, language)
-        with _translating(len(sources), _search_name(options, engine)) as progress:
-            hypotheses = [t.text for t in translator.translate(sources, options, progress)]
+        hypotheses, tgt_lang, language_check = _eval_translations(
+            sources, engine, search, report, target_lang, needs_lang)
         if save_hyp:
             from tfm.atomic import atomic_write_bytes
 
@@ -385,6 +389,32 @@ def eval_cmd(
         for s in scores:  # one line each, never wrapped to the terminal's width
             out.print(s.text, highlight=False, soft_wrap=True)
             out.print(s.signature, highlight=False, soft_wrap=True)
+
+
+def _eval_translations(sources: list[str], engine: EngineOptions, search: dict[str, Any],
+                       report: ScoreOptions, target_lang: str | None, needs_lang: str
+                       ) -> tuple[list[str], str | None, TargetLanguageCheck | None]:
+    """``tfm eval``'s translations of --src, through the request path as ``translate``'s;
+    with the language they are scored in (--tgt-lang's, else --target-lang's or the model's
+    where --lc-tok or --off-target needs one) and --off-target's check of it, made (and an
+    unknown language refused) before anything is translated."""
+    from tfm.data.tokenizer import lowercases
+    from tfm.decoding.requests import prepare_request
+
+    tgt_lang = report.tgt_lang
+    translator, options = _load_decoder(engine, search)
+    language = _language(translator, target_lang)
+    if needs_lang and tgt_lang is None:
+        tgt_lang = _target_language(translator, language, needs_lang, engine)
+    language_check = _language_check(report, tgt_lang)  # an unknown language: refused now
+    if lowercases(translator.vocabs.tgt) and (report.bleu or report.chrf or report.ter):
+        err.print(f"[yellow]note:[/] {engine.model} writes lowercased text (its tokenizer "
+                  "lowercases): its cased scores compare that with the cased references; "
+                  "--lc-tok scores it as the Multi30k papers do")
+    prepared = prepare_request(translator, sources, options, target_lang=language)
+    with _translating(len(prepared), _search_name(options, engine)) as progress:
+        hypotheses = [t.text for t in translator.translate_prepared(prepared, options, progress)]
+    return hypotheses, tgt_lang, language_check
 
 
 def _require_scorers(report: ScoreOptions) -> None:

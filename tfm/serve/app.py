@@ -33,8 +33,9 @@ from tfm import __version__
 from tfm.config import SearchOptions
 from tfm.data.text import replace_surrogates
 from tfm.decoding.constraints import MAX_CONSTRAINTS, ConstraintError, ConstraintSpec
-from tfm.decoding.glossary import Glossary, sentence_constraints
-from tfm.decoding.languages import language_tokens, tagged_sources
+from tfm.decoding.glossary import Glossary
+from tfm.decoding.languages import language_tokens
+from tfm.decoding.requests import constraint_record, prepare_request, translation_record
 from tfm.decoding.translator import Source, Translation, Translator
 from tfm.errors import UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
@@ -89,8 +90,9 @@ class TranslateRequest(BaseModel):
     max_length: int | None = Field(None, ge=1, description="Most tokens of each sentence's "
                                    "translation, its end-of-sentence token included (instead "
                                    "of the model's a * source length + b).")
-    scores: bool = Field(False, description="Add each sentence's translation and score "
-                         "under 'sentences'.")
+    scores: bool = Field(False, description="Add each sentence's record under 'sentences' "
+                         "(translation, score, n-best list, ...: the line `tfm translate "
+                         "--format jsonl` writes for it).")
     split: bool = Field(True, description="Split texts into sentences; false: translate "
                         "each text as one sentence, as `tfm translate` does each line.")
     constraints: Optional[list[Any]] = Field(
@@ -140,14 +142,8 @@ class TranslateRequest(BaseModel):
 class ScoredTranslation(BaseModel):
     translation: str
     score: float
-
-
-class SentenceResult(BaseModel):
-    source: str
-    translation: str
-    score: float
-    truncated: bool
-    n_best: list[ScoredTranslation] | None = None
+    constraints_met: bool | None = Field(None, description="With constraints: this "
+                                         "hypothesis contains every phrase.")
 
 
 class ConstraintResult(BaseModel):
@@ -155,6 +151,21 @@ class ConstraintResult(BaseModel):
     met: bool = Field(description="The translation contains the phrase.")
     source_term: str | None = Field(None, description="The glossary's source term that "
                                     "asked for it.")
+
+
+class SentenceResult(BaseModel):
+    """A sentence's record, the one `tfm translate --format jsonl` writes for it
+    (tfm.decoding.requests.translation_record)."""
+
+    source: str = Field(description="The sentence as the model read it (with its >>xx<< "
+                        "tag).")
+    translation: str
+    score: float
+    truncated: bool
+    n_best: list[ScoredTranslation] = Field(description="The hypotheses kept (n_best), best "
+                                            "first: the translation first.")
+    constraints: list[ConstraintResult] | None = None
+    constraints_met: bool | None = None
 
 
 class TextResult(BaseModel):
@@ -270,24 +281,18 @@ class _Service:
             raise ApiError(413, f"{len(sentences)} sentences are more than this server takes "
                            f"in one request ({config.max_sentences}): send fewer at a time",
                            "max_sentences", config.max_sentences)
-        glossary = self.glossary if body.glossary else None
         owner = [i for i, p in enumerate(passages) for _ in p.sentences]  # text of each
-        specs: list[ConstraintSpec | None] | None = [
-            sentence_constraints(s, phrases[t], prefixes[t], glossary)
-            for s, t in zip(sentences, owner)]
-        if not any(specs):
-            specs = None
-        try:  # the >>xx<< tag before each sentence (needed where the model has several)
-            model_sentences = tagged_sources(self.translator.vocabs, sentences,
-                                             body.target_lang, "target_lang")
-        except UsageError as e:
-            raise ApiError(422, f"invalid request: {e}") from e
+        asks = [ConstraintSpec(phrases[t], prefixes[t]) for t in owner]
         try:
-            sources = self.translator.prepare(model_sentences, specs, options)
+            sources = prepare_request(self.translator, sentences, options, asks,
+                                      self.glossary if body.glossary else None,
+                                      body.target_lang, "target_lang")
         except ConstraintError as e:
             raise ApiError(422, "invalid request: " + _field(e, owner[e.sentence or 0],
                                                              isinstance(body.text, list))
                            ) from e
+        except UsageError as e:  # the >>xx<< tag: missing, unknown or misplaced
+            raise ApiError(422, f"invalid request: {e}") from e
         try:
             job = batcher.enqueue(sources, options)
         except QueueFull as e:
@@ -507,29 +512,12 @@ def _results(passages: list[Passage], results: list[Translation], request: Trans
                                   "truncated": any(r.truncated for r in mine)}
         reported = [c for r in mine for c in r.constraints or []]
         if reported:
-            answer["constraints"] = [_constraint(c) for c in reported]
+            answer["constraints"] = [constraint_record(c) for c in reported]
             answer["constraints_met"] = all(met for _, met, _ in reported)
         if details:
-            answer["sentences"] = [_sentence(r, options.n_best) for r in mine]
+            answer["sentences"] = [translation_record(r) for r in mine]
         answers.append(answer)
     return answers
-
-
-def _sentence(result: Translation, n_best: int) -> dict[str, Any]:
-    """A sentence's record, as `tfm translate --format jsonl` writes it."""
-    record: dict[str, Any] = {"source": result.source, "translation": result.text,
-                              "score": result.hypotheses[0][1], "truncated": result.truncated}
-    if n_best > 1:
-        record["n_best"] = [{"translation": t, "score": s} for t, s in result.hypotheses]
-    if result.constraints is not None:
-        record["constraints"] = [_constraint(c) for c in result.constraints]
-        record["constraints_met"] = result.constraints_met
-    return record
-
-
-def _constraint(report: tuple[str, bool, str | None]) -> dict[str, Any]:
-    phrase, met, term = report
-    return {"phrase": phrase, "met": met, **({"source_term": term} if term else {})}
 
 
 def _per_text(body: TranslateRequest, texts: int
