@@ -82,6 +82,12 @@ def train(
                            run_config=None if resume else _resolved(
                                data, output, preset, init_from, tensorboard, model_config,
                                config))
+    _report(result, data, output)
+
+
+def _report(result, data: Path, output: Path) -> None:
+    """The line that ends `tfm train`: how the run stopped, its best score, where the model
+    is, or how to continue an interrupted run (exit 130)."""
     if not result.is_main:  # another process of a torchrun job: rank 0 reports
         if result.stopped.startswith("interrupted"):
             raise typer.Exit(EXIT_INTERRUPTED)

@@ -326,26 +326,6 @@ class Translator(ABC):
             for future in futures:
                 future.cancel()
 
-    def translate_stream(self, lines: Iterable[str], options: SearchOptions,
-                         chunk: int = 1,
-                         constrain: Callable[[str], ConstraintSpec | None] | None = None
-                         ) -> Iterator[Translation]:
-        """Translate lines as they come, ``chunk`` at a time (1 for interactive use);
-        ``constrain``, if given, says what each line's translation must contain."""
-        buffer: list[str] = []
-
-        def done() -> list[Translation]:
-            specs = [constrain(line) for line in buffer] if constrain is not None else None
-            return self.translate(buffer, options, constraints=specs)
-
-        for line in lines:
-            buffer.append(line.rstrip("\r\n"))
-            if len(buffer) >= chunk:
-                yield from done()
-                buffer = []
-        if buffer:
-            yield from done()
-
     def _attach_attention(self, result: Translation, src_ids: list[int],
                           best: Hypothesis) -> None:
         result.source_symbols = [self.vocabs.src.id_to_token(i) for i in src_ids]  # ends </s>
