@@ -16,7 +16,7 @@ import argparse
 import re
 from pathlib import Path
 
-_SCORE = re.compile(r"^(BLEU|chrF2\+*|off-target) =? ?([0-9.]+)")
+_SCORE = re.compile(r"^(BLEU-lc-tok|BLEU|chrF2\+*|off-target) =? ?([0-9.]+)")
 
 
 def read_scores(log: Path) -> dict[str, dict[str, float]]:
@@ -34,7 +34,9 @@ def read_scores(log: Path) -> dict[str, dict[str, float]]:
         kind, value = match.group(1), float(match.group(2))
         scores = out[name]
         if kind == "BLEU":
-            scores["lc_tok" if "bleu" in scores else "bleu"] = value
+            scores["bleu"] = value
+        elif kind == "BLEU-lc-tok":
+            scores["lc_tok"] = value
         elif kind.startswith("chrF"):
             scores["chrf"] = value
         else:
