@@ -244,7 +244,7 @@ def spawn():
 # rest go out largest module first. (xdist's own `--dist loadgroup` cannot group with pytest
 # 9: it renames test ids through an attribute pytest 9 dropped.)
 SPREAD = {"test_recipes", "test_train"}
-FIRST = ["test_recipes", "test_learning", "test_kill"]
+FIRST = ["test_recipes", "test_learning", "test_multilingual", "test_kill"]
 
 
 @pytest.hookimpl(optionalhook=True)
