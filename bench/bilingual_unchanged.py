@@ -4,7 +4,7 @@ same prepared arrays, the same weights after training, bit for bit, and the time
     python bench/bilingual_unchanged.py [--before c7d2b2a] [--corpus data/demo]
         [--src en] [--tgt de] [--steps 30] [--preset tiny]
     python bench/bilingual_unchanged.py --corpus ../shared/data/multi30k --preset small \
-        --vocab-size 8000 --steps 200    # the quick recipe's model and batches
+        --valid val --vocab-size 8000 --steps 200    # the quick recipe's model and batches
 
 c7d2b2a is the last commit before translation directions (#56) came into tfm: a bilingual run
 is since the same code with one direction and no tags, and this shows that its results did
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_side(code: Path, corpus: Path, src: str, tgt: str, out: Path, steps: int,
-             preset: str, vocab_size: int) -> float:
+             preset: str, vocab_size: int, valid: str) -> float:
     """The whole job with the tfm in ``code``; returns the seconds training took."""
     env = {**os.environ, "PYTHONPATH": str(code)}
     tfm = [sys.executable, "-m", "tfm"]
@@ -36,7 +36,7 @@ def run_side(code: Path, corpus: Path, src: str, tgt: str, out: Path, steps: int
 
     run("train-tokenizer", "--train", str(corpus / "train"), "-s", src, "-t", tgt,
         "--vocab-size", str(vocab_size), "-o", str(out / "tok.json"))
-    run("prepare", "--train", str(corpus / "train"), "--valid", str(corpus / "valid"), "-s",
+    run("prepare", "--train", str(corpus / "train"), "--valid", str(corpus / valid), "-s",
         src, "-t", tgt, "--tokenizer", str(out / "tok.json"), "-o", str(out / "data"))
     start = time.monotonic()
     run("train", "--data", str(out / "data"), "--output", str(out / "model"), "--preset",
@@ -65,6 +65,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--vocab-size", type=int, default=1000)
+    parser.add_argument("--valid", default="valid", help="the validation split's prefix name "
+                        "(Multi30k's is val)")
     args = parser.parse_args()
 
     import torch
@@ -81,7 +83,8 @@ def main() -> None:
         for name, code in (("before", before), ("now", ROOT)):
             (work / name).mkdir()
             seconds[name] = run_side(code, args.corpus.resolve(), args.src, args.tgt,
-                                     work / name, args.steps, args.preset, args.vocab_size)
+                                     work / name, args.steps, args.preset, args.vocab_size,
+                                     args.valid)
         same_tok = (work / "before" / "tok.json").read_bytes() == \
             (work / "now" / "tok.json").read_bytes()
         print(f"tokenizer identical: {same_tok}")
