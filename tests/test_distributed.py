@@ -35,15 +35,11 @@ SEED = 3
 def torchrun(*args: str, nproc: int = 2) -> list[str]:
     """The command line of `torchrun --standalone --nproc_per_node=N tfm ARGS`, with this
     interpreter's torch (a free port is chosen by the standalone rendezvous). Its processes
-    are the `tfm` of tests/bin, forked from this worker's preloader as the recipes' commands
-    are (tests/forked.py; the environment of ``torchrun_env``): the same program, without
-    torch's import in each."""
-    if forked.PRELOADING:
-        command = ["--no-python", os.path.join(forked.BIN, "tfm")]
-    else:
-        command = ["-m", "tfm"]
+    start as `python -m tfm`, each importing torch, not forked from the worker's preloader
+    as other commands are: a rank forked from the preloader was once left waiting at the end
+    of a finished run, under a full suite's load (docs/BENCHMARKS.md, the test suite)."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc_per_node={nproc}", *command, *args]
+            f"--nproc_per_node={nproc}", "-m", "tfm", *args]
 
 
 def torchrun_env(**env: str) -> dict[str, str]:
