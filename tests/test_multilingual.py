@@ -17,6 +17,7 @@ from test_bad_inputs import refused
 from toy_languages import write_corpus
 
 from tfm.config import ModelConfig, TrainConfig
+from tfm.errors import UsageError
 from tfm.training.loop import train
 from tfm.training.state import Overrides
 
@@ -156,6 +157,8 @@ def test_a_multilingual_run_stopped_and_resumed_ends_with_identical_weights(
                 if '"sampling"' in line][0]
     assert sampling["by"] == "weights" and sampling["probabilities"] == [0.5, 0.125, 0.125,
                                                                         0.25]
+    with pytest.raises(UsageError, match="give one or the other"):  # weights or a temperature
+        train(data, tmp_path / "both", model, replace(config, sampling_temperature=2.0))
 
 
 @pytest.mark.parametrize("target", ["ctranslate2", "marian"])

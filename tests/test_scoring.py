@@ -218,21 +218,26 @@ def tiny_model_dir(path: Path, tokenizer: Tokenizer, tgt_lang: str | None) -> Pa
     return path
 
 
-def test_eval_lc_tok_takes_the_target_language_from_the_model(
-        tmp_path: Path, tokenizer: Tokenizer, files: tuple[Path, Path]) -> None:
-    _, ref = files
+def eval_record_and_refusal(tmp_path: Path, tokenizer: Tokenizer, ref: Path, flag: str
+                            ) -> tuple[dict, str]:
+    """``tfm eval FLAG --json``'s last record on a model that records its target language
+    (de), and the one error line on a model that records none."""
     src = tmp_path / "src.en"
     src.write_text("A man says hello.\nTwo dogs play.\nA woman reads.\n", encoding="utf-8")
     model = tiny_model_dir(tmp_path / "de-model", tokenizer, "de")
     result = tfm("eval", "-m", str(model), "--src", str(src), "--ref", str(ref), "--beam", "1",
-                 "--max-len-b", "4", "--lc-tok", "--json", "--device", "cpu")
+                 "--max-len-b", "4", flag, "--json", "--device", "cpu")
     assert result.returncode == 0, result.stderr
-    record = json.loads(result.stdout)[-1]
-    assert record["metric"] == LC_TOK_METRIC and "tok:moses-norm-de" in record["signature"]
-
     unknown = tiny_model_dir(tmp_path / "model", tokenizer, None)
     line = one_error_line(tfm("eval", "-m", str(unknown), "--src", str(src), "--ref", str(ref),
-                              "--lc-tok", "--device", "cpu"))
+                              flag, "--device", "cpu"))
+    return json.loads(result.stdout)[-1], line
+
+
+def test_eval_lc_tok_takes_the_target_language_from_the_model(
+        tmp_path: Path, tokenizer: Tokenizer, files: tuple[Path, Path]) -> None:
+    record, line = eval_record_and_refusal(tmp_path, tokenizer, files[1], "--lc-tok")
+    assert record["metric"] == LC_TOK_METRIC and "tok:moses-norm-de" in record["signature"]
     assert "--tgt-lang" in line
 
 
@@ -302,17 +307,6 @@ def test_eval_off_target_without_py3langid_names_the_extra(
 
 def test_eval_off_target_takes_the_target_language_from_the_model(
         tmp_path: Path, tokenizer: Tokenizer, files: tuple[Path, Path]) -> None:
-    _, ref = files
-    src = tmp_path / "src.en"
-    src.write_text("A man says hello.\nTwo dogs play.\nA woman reads.\n", encoding="utf-8")
-    model = tiny_model_dir(tmp_path / "de-model", tokenizer, "de")
-    result = tfm("eval", "-m", str(model), "--src", str(src), "--ref", str(ref), "--beam", "1",
-                 "--max-len-b", "4", "--off-target", "--json", "--device", "cpu")
-    assert result.returncode == 0, result.stderr
-    record = json.loads(result.stdout)[-1]
+    record, line = eval_record_and_refusal(tmp_path, tokenizer, files[1], "--off-target")
     assert record["metric"] == "off_target" and "|lang:de|" in record["signature"]
-
-    unknown = tiny_model_dir(tmp_path / "model", tokenizer, None)
-    line = one_error_line(tfm("eval", "-m", str(unknown), "--src", str(src), "--ref", str(ref),
-                              "--off-target", "--device", "cpu"))
     assert "--tgt-lang" in line

@@ -17,11 +17,13 @@ def language_tokens(vocabs: Vocabularies) -> list[str]:
     return vocabulary_tags(vocabs.src)
 
 
-def language_token(vocabs: Vocabularies, lang: str, what: str = "--target-lang") -> str:
+def language_token(vocabs: Vocabularies, lang: str, what: str = "--target-lang",
+                   known: list[str] | None = None) -> str:
     """``>>lang<<`` (``lang`` may be given with or without the brackets), refused in one line
-    (naming the option ``what``) when the model has no such token."""
+    (naming the option ``what``) when the model has no such token; ``known``: the model's
+    tokens, where the caller has them already."""
     token = lang if is_language_token(lang) else f">>{lang}<<"
-    known = language_tokens(vocabs)
+    known = language_tokens(vocabs) if known is None else known
     if token not in known:
         if not known:
             raise UsageError(f"{what} {lang}: this model has no target-language tokens "
@@ -45,8 +47,9 @@ def tagged_sources(vocabs: Vocabularies, sentences: list[str], target_lang: str 
     sentence's own tag at its start; refused in one line where a sentence has neither, or
     writes a tag anywhere else (the tokenizer would read it as a tag). ``first``: the number
     of the request's first sentence, for the messages (a stream's line)."""
-    known = language_tokens(vocabs)
-    token = language_token(vocabs, target_lang, what) if target_lang is not None else None
+    known = language_tokens(vocabs)  # once a request: the vocabulary is read whole
+    token = language_token(vocabs, target_lang, what, known) if target_lang is not None \
+        else None
     if len(known) < 2 and token is None:  # one target language: nothing to choose or check
         return sentences
     for n, sentence in enumerate(sentences, first + 1):
@@ -66,5 +69,5 @@ def tagged_sources(vocabs: Vocabularies, sentences: list[str], target_lang: str 
                                 text.startswith(own) else "inside the sentence")
                              + "; the tag goes before the sentence, once")
         if own not in known:
-            language_token(vocabs, own, "the tag")  # refused, naming the known ones
+            language_token(vocabs, own, "the tag", known)  # refused, naming the known ones
     return with_language(sentences, token)

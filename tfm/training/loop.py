@@ -217,14 +217,7 @@ class _Trainer:
         if any(getattr(model_config, k) != v for k, v in sizes.items()):
             model_config = ModelConfig(**{**asdict(model_config), **sizes})
         self.model_config = model_config
-        self.train_split = load_split(data_dir, "train")
-        self.valid_split = load_split(data_dir, "valid") if "valid" in prep["splits"] else None
-        self.directions = dataset_directions(prep)
-        self.probabilities, self.sampling = _sampling(prep, self.directions,
-                                                      self.train_split, config)
-        # The best model has the highest BLEU, or the lowest validation loss without BLEU.
-        self.scores_bleu = bool(config.valid_bleu and self.valid_split is not None
-                                and self.valid_split.tgt_text is not None)
+        self._read_data(data_dir, prep, config)
 
         self.model = Transformer(model_config).to(device)
         if saved is None and init_from is not None:
@@ -268,15 +261,7 @@ class _Trainer:
                               provenance=provenance,
                               directions=self.directions if len(self.directions) > 1 else [])
         if saved is None and dist.is_main:
-            output.mkdir(parents=True, exist_ok=True)
-            self.files.metrics.unlink(missing_ok=True)
-            # train_config.json first: a run that has it started here, and --resume starts it
-            # again from step 0 with these settings until it has a checkpoint.
-            atomic_write_bytes(self.files.train_config,
-                               (json.dumps(asdict(config), indent=2) + "\n").encode())
-            if run_config is not None:
-                atomic_write_bytes(self.files.run_config, run_config.encode())
-            save_model_dir(output, self.model, self.vocabs, self.info)
+            self._start_files(run_config)
         self.n_params = count_parameters(self.model)
         self.metrics_file = AppendLog(self.files.metrics) if dist.is_main else None
         # The step of the newest complete checkpoint, for the line a write failure ends with.
@@ -286,6 +271,30 @@ class _Trainer:
         self.start_time = time.monotonic()
         self.agreed_seconds = self.elapsed_before  # the same in every process
         self.window = _Window()
+
+    def _read_data(self, data_dir: Path, prep: dict[str, Any], config: TrainConfig) -> None:
+        """The splits, the directions and how they are drawn, and what the best model is
+        judged by."""
+        self.train_split = load_split(data_dir, "train")
+        self.valid_split = load_split(data_dir, "valid") if "valid" in prep["splits"] else None
+        self.directions = dataset_directions(prep)
+        self.probabilities, self.sampling = _sampling(prep, self.directions,
+                                                      self.train_split, config)
+        # The best model has the highest BLEU, or the lowest validation loss without BLEU.
+        self.scores_bleu = bool(config.valid_bleu and self.valid_split is not None
+                                and self.valid_split.tgt_text is not None)
+
+    def _start_files(self, run_config: str | None) -> None:
+        """A new run's files (rank 0): train_config.json first (a run that has it started
+        here, and --resume starts it again from step 0 with these settings until it has a
+        checkpoint), run.yaml, and the model directory."""
+        self.output.mkdir(parents=True, exist_ok=True)
+        self.files.metrics.unlink(missing_ok=True)
+        atomic_write_bytes(self.files.train_config,
+                           (json.dumps(asdict(self.config), indent=2) + "\n").encode())
+        if run_config is not None:
+            atomic_write_bytes(self.files.run_config, run_config.encode())
+        save_model_dir(self.output, self.model, self.vocabs, self.info)
 
     def elapsed(self) -> float:
         """Seconds of training, earlier processes of a resumed run included."""
