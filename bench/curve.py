@@ -19,12 +19,16 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from tfm.data.corpus import read_text_lines
 from tfm.decoding.scoring import bleu
 from tfm.decoding.torch_engine import TorchTranslator
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def elapsed_by_step(metrics: Path) -> dict[int, float]:
@@ -35,6 +39,34 @@ def elapsed_by_step(metrics: Path) -> dict[int, float]:
         if record.get("kind") == "train":
             times[record["step"]] = record["elapsed"]
     return times
+
+
+def plot_bleu_against_time(curves: dict[str, list[tuple[float, float]]], png_path: Path,
+                           title: str) -> Figure:
+    """BLEU against minutes of training, one line per name through its (minutes, BLEU)
+    points (runs trained side by side, and their ensemble, say), written to ``png_path`` as a
+    PNG; returns the figure. Drawn as tfm.plotting draws: on an Agg canvas, without pyplot."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from tfm.plotting import DPI
+
+    if not any(curves.values()):
+        raise ValueError("no BLEU points to draw")
+    figure = Figure(figsize=(7, 4.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots()
+    for name, points in curves.items():
+        if points:
+            minutes, scores = zip(*sorted(points))
+            axes.plot(minutes, scores, label=name, marker="o", markersize=3)
+    axes.set_xlabel("minutes of training")
+    axes.set_ylabel("BLEU")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.suptitle(title)
+    figure.savefig(png_path, format="png", dpi=DPI)
+    return figure
 
 
 def main() -> None:
@@ -75,7 +107,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n")
     if args.png and rows:
-        from tfm.plotting import plot_bleu_against_time, read_metrics
+        from tfm.plotting import read_metrics
 
         runs = [args.model, *args.ensemble]
         name = "decoded together" if args.ensemble else "its checkpoints"

@@ -37,6 +37,7 @@ from tfm.data.tokenizer import load_vocabularies  # noqa: E402
 from tfm.layout import TOKENIZER_FILE  # noqa: E402
 from tfm.model import Transformer  # noqa: E402
 from tfm.training.bf16 import BATCH_WIDTH_MULTIPLE, Bf16Copy  # noqa: E402
+from tfm.training.distributed import Distributed  # noqa: E402
 from tfm.training.loop import _update  # noqa: E402
 
 VARIANTS = ("fp32", "autocast", "bf16")
@@ -55,8 +56,10 @@ class Variant:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr,
                                           betas=config.adam_betas, eps=config.adam_eps)
         self.bf16 = Bf16Copy(self.model) if name == "bf16" else None
-        self.net = self.bf16.model if self.bf16 is not None else self.model
+        # What computes the steps, as in tfm train: the bf16 copy, else the model itself.
+        self.compute = self.bf16.model if self.bf16 is not None else self.model
         self.amp = torch.bfloat16 if name == "autocast" else None
+        self.scaler = torch.amp.GradScaler("cpu", enabled=False)  # no loss scaling: no fp16
         # As tfm train does: a bf16 run on a CPU pads its batches to a few widths.
         self.width_multiple = BATCH_WIDTH_MULTIPLE if name == "bf16" else 1
         self.steps = 0
@@ -66,8 +69,8 @@ class Variant:
         by multiple); returns its non-padding tokens."""
         self.steps += 1
         batch = batches[self.width_multiple]
-        _update(self.net, self.optimizer, [batch], self.config, self.amp, self.steps,
-                bf16=self.bf16)
+        _update(self.compute, self.optimizer, [batch], self.config, self.amp, self.steps,
+                Distributed(), self.scaler, bf16=self.bf16)
         return int(batch.n_src_tokens + batch.n_tgt_tokens)
 
 

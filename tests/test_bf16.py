@@ -15,7 +15,8 @@ from tfm.config import ModelConfig, TrainConfig
 from tfm.layout import ModelDir
 from tfm.model import Transformer
 from tfm.training.bf16 import BATCH_WIDTH_MULTIPLE, Bf16Copy
-from tfm.training.loop import _update, train
+from tfm.training.distributed import Distributed
+from tfm.training.loop import _update, resume, train
 from tfm.training.objective import label_smoothed_loss
 from tfm.training.state import Overrides
 
@@ -68,8 +69,10 @@ def test_updates_accumulate_on_the_fp32_masters_below_bf16_resolution(dataset: P
     copy = Bf16Copy(master)
     optimizer = torch.optim.Adam(master.parameters(), lr=1e-6)
     cfg = config(warmup_steps=1)
+    one_process, no_scaling = Distributed(), torch.amp.GradScaler("cpu", enabled=False)
     for step in range(1, 4):
-        loss, nll, n = _update(copy.model, optimizer, group, cfg, None, step, bf16=copy)
+        loss, nll, n = _update(copy.model, optimizer, group, cfg, None, step, one_process,
+                               no_scaling, bf16=copy)
         assert n > 0 and loss > 0
     moved = lost = 0  # weights the updates moved; of those, how many a bf16 weight lost
     for name, after in master.state_dict().items():
@@ -103,8 +106,8 @@ def test_the_same_seed_repeats_a_bf16_run_and_a_resumed_one_ends_identical(
                      config(max_steps=2 * k, max_tokens=2048))
     again = train(dataset, tmp_path / "again", TINY, config(max_steps=2 * k, max_tokens=2048))
     train(dataset, tmp_path / "resumed", TINY, config(max_steps=k, max_tokens=2048))
-    resumed = train(dataset, tmp_path / "resumed", None,
-                    Overrides.of(config(max_steps=2 * k), "max_steps"), resume=True)
+    resumed = resume(dataset, tmp_path / "resumed",
+                     Overrides.of(config(max_steps=2 * k), "max_steps"))
     assert straight.step == again.step == resumed.step == 2 * k
     a = load_file(tmp_path / "straight" / "last.safetensors")
     for other in ("again", "resumed"):
@@ -194,11 +197,9 @@ def test_a_run_may_change_its_precision_when_resumed(dataset: Path, tmp_path: Pa
     """fp32 and bf16 runs keep the same state (fp32 weights, Adam over them): either resumes
     the other."""
     train(dataset, tmp_path / "m", TINY, config(max_steps=3, precision="fp32"))
-    train(dataset, tmp_path / "m", None,
-          Overrides.of(config(max_steps=6), "max_steps", "precision"), resume=True)
-    train(dataset, tmp_path / "m", None,
-          Overrides.of(config(max_steps=8, precision="fp32"), "max_steps", "precision"),
-          resume=True)
+    resume(dataset, tmp_path / "m", Overrides.of(config(max_steps=6), "max_steps", "precision"))
+    resume(dataset, tmp_path / "m",
+           Overrides.of(config(max_steps=8, precision="fp32"), "max_steps", "precision"))
     assert [r["step"] for r in records(tmp_path / "m")] == list(range(1, 9))
     weights = load_file(ModelDir(tmp_path / "m").last_weights)
     assert {t.dtype for t in weights.values()} == {torch.float32}

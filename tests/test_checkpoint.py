@@ -30,7 +30,8 @@ from tfm.checkpoint import (
     load_weights,
     read_model_info,
     save_model_dir,
-    save_train_state,
+    save_recorded,
+    train_state_bytes,
     weights_to_bytes,
 )
 from tfm.config import ModelConfig
@@ -364,7 +365,7 @@ def test_training_state_round_trips_tensors_numbers_and_optimizer_state(
         "run": {"step": 12, "epoch": 1, "best_bleu": None, "saved_steps": [10, 12]},
     }
     path = tmp_path / "state.pt"
-    save_train_state(path, state)
+    save_recorded(tmp_path, {path: train_state_bytes(state)})  # as the training loop saves it
     loaded = load_train_state(path)
     assert loaded["run"] == state["run"]
     assert loaded["model_config"] == state["model_config"]
@@ -383,7 +384,7 @@ def test_a_missing_training_state_is_refused(tmp_path: Path) -> None:
 
 def test_a_corrupt_training_state_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "state.pt"
-    save_train_state(path, {"step": torch.arange(1000)})
+    save_recorded(tmp_path, {path: train_state_bytes({"step": torch.arange(1000)})})
     path.write_bytes(path.read_bytes()[:300])
     with pytest.raises(ModelError, match=r"unreadable training state, refused"):
         load_train_state(path)

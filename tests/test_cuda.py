@@ -19,7 +19,7 @@ from tfm.decoding.engines import load_translator
 from tfm.decoding.search import beam_search
 from tfm.device import resolve_precision
 from tfm.model import Transformer
-from tfm.training.loop import train
+from tfm.training.loop import resume, train
 from tfm.training.state import Overrides
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -97,8 +97,7 @@ def test_a_run_stopped_and_resumed_on_a_gpu_ends_where_the_straight_run_ends(
     # what other dropout masks would change.)
     straight = train(dataset, tmp_path / "straight", TINY, config(max_steps=14))
     train(dataset, tmp_path / "resumed", TINY, config(max_steps=7))
-    resumed = train(dataset, tmp_path / "resumed", None,
-                    Overrides.of(config(max_steps=14), "max_steps"), resume=True)
+    resumed = resume(dataset, tmp_path / "resumed", Overrides.of(config(max_steps=14), "max_steps"))
     assert straight.step == resumed.step == 14
     a = load_file(tmp_path / "straight" / "last.safetensors")
     b = load_file(tmp_path / "resumed" / "last.safetensors")

@@ -137,7 +137,8 @@ def _gradients(model: torch.nn.Module, dist: distributed.Distributed,
     """The gradient of one update (lr 0: the weights stay as they are)."""
     wrapped = distributed.wrap_model(model, dist)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    _update(wrapped, optimizer, group, GRAD_CONFIG, None, 1, dist, distributed.no_sync(wrapped))
+    _update(wrapped, optimizer, group, GRAD_CONFIG, None, 1, dist,
+            torch.amp.GradScaler("cpu", enabled=False), no_sync=distributed.no_sync(wrapped))
     return {n: p.grad.clone() for n, p in model.named_parameters()}
 
 

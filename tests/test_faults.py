@@ -32,7 +32,7 @@ from tfm.errors import ModelError, UsageError, WriteError
 from tfm.integrity import Manifest
 from tfm.layout import ModelDir
 from tfm.lock import DirectoryInUse, directory_lock, lock_file
-from tfm.training.loop import train
+from tfm.training.loop import resume, train
 from tfm.training.reporting import TrainReporter
 from tfm.training.state import Overrides, newest_intact_state
 
@@ -302,14 +302,12 @@ def test_resume_before_the_first_checkpoint_still_refuses_other_settings(
     model = tmp_path / "m"
     stop_before_first_save(dataset, model, monkeypatch)
     with pytest.raises(UsageError, match="--dropout 0.3 contradicts the run being resumed"):
-        train(dataset, model, None,
-              Overrides.of(config(max_steps=4), "max_steps", model={"dropout": 0.3}), resume=True)
+        resume(dataset, model,
+               Overrides.of(config(max_steps=4), "max_steps", model={"dropout": 0.3}))
     with pytest.raises(UsageError, match="--lr 0.005 contradicts the run being resumed"):
-        train(dataset, model, None,
-              Overrides.of(config(max_steps=4, lr=5e-3), "max_steps", "lr"), resume=True)
+        resume(dataset, model, Overrides.of(config(max_steps=4, lr=5e-3), "max_steps", "lr"))
     said = Said()
-    result = train(dataset, model, None,
-                   Overrides.of(config(max_steps=4), "max_steps"), resume=True, reporter=said)
+    result = resume(dataset, model, Overrides.of(config(max_steps=4), "max_steps"), reporter=said)
     assert result.step == 4
     assert any("training it from step 0 with its recorded settings" in s for s in said.lines)
 
@@ -323,7 +321,7 @@ def test_resume_into_a_model_that_is_no_training_run_is_refused(
                         ModelDir(model).weights, ModelDir(model).manifest):
             path.unlink(missing_ok=True)
     with pytest.raises(UsageError, match="holds a model but no training run"):
-        train(dataset, model, TINY, Overrides.of(config(max_steps=4), "max_steps"), resume=True)
+        resume(dataset, model, Overrides.of(config(max_steps=4), "max_steps"), model_config=TINY)
 
 
 # ------------------------------------------------------------------------------------ a full disk
@@ -391,7 +389,7 @@ def test_a_full_disk_at_every_write_of_a_run_stops_it_intact_and_resume_goes_on(
     with monkeypatch.context() as patch:
         full_disk_at(site, patch)
         with pytest.raises(WriteError) as stopped:
-            train(dataset, model, None, Overrides.of(more, "max_steps"), resume=True)
+            resume(dataset, model, Overrides.of(more, "max_steps"))
     message = str(stopped.value)
     assert "\n" not in message
     name = site.replace("*", "")
@@ -401,7 +399,7 @@ def test_a_full_disk_at_every_write_of_a_run_stops_it_intact_and_resume_goes_on(
     no_temporaries(model)
     assert intact_run(model) >= 4  # the previous checkpoint (or the new, where it was whole)
 
-    result = train(dataset, model, None, Overrides.of(more, "max_steps"), resume=True)
+    result = resume(dataset, model, Overrides.of(more, "max_steps"))
     assert result.step == 8
     assert intact_run(model) == 8
 
@@ -414,8 +412,7 @@ def test_old_checkpoints_go_only_once_the_new_one_is_complete(
     with monkeypatch.context() as patch:
         full_disk_at("train_state.pt", patch)
         with pytest.raises(WriteError):
-            train(dataset, model, None,
-                  Overrides.of(config(max_steps=8, save_every=2), "max_steps"), resume=True)
+            resume(dataset, model, Overrides.of(config(max_steps=8, save_every=2), "max_steps"))
     # --keep-last 2: step 6 would have replaced step 2, but its state was never written.
     assert set(ModelDir(model).numbered_checkpoints()) >= {2, 4}
 
@@ -563,9 +560,8 @@ def test_a_damaged_newest_checkpoint_resumes_from_the_one_before(
     shutil.copytree(run_at_step_4, model)
     damage(ModelDir(model).train_state, how)
     said = Said()
-    result = train(dataset, model, None,
-                   Overrides.of(config(max_steps=6, save_every=2), "max_steps"),
-                   resume=True, reporter=said)
+    result = resume(dataset, model, Overrides.of(config(max_steps=6, save_every=2), "max_steps"),
+                    reporter=said)
     [line] = [s for s in said.lines if "damaged" in s]
     assert line.startswith("train_state.pt is damaged (")
     assert line.endswith("; resuming from the checkpoint before it, step 2 "
@@ -585,7 +581,7 @@ def test_with_every_checkpoint_damaged_resume_refuses_naming_the_damage(
     with pytest.raises(ModelError, match=r"train_state\.pt is damaged \(.*\); "
                                          r"train_state\.prev\.pt is damaged \(truncated: .*\); "
                                          "no intact checkpoint to resume from"):
-        train(dataset, model, None, Overrides.of(config(max_steps=6), "max_steps"), resume=True)
+        resume(dataset, model, Overrides.of(config(max_steps=6), "max_steps"))
 
 
 @pytest.fixture

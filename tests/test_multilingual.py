@@ -18,7 +18,7 @@ from toy_languages import write_corpus
 
 from tfm.config import ModelConfig, TrainConfig
 from tfm.errors import UsageError
-from tfm.training.loop import train
+from tfm.training.loop import resume, train
 from tfm.training.state import Overrides
 
 DIRECTIONS = ["aa-bb", "bb-aa", "aa-cc", "cc-aa"]
@@ -149,7 +149,7 @@ def test_a_multilingual_run_stopped_and_resumed_ends_with_identical_weights(
     straight = train(data, tmp_path / "straight", model, config)
     assert straight.epoch >= 1  # crossed an epoch: a second sample of the directions
     train(data, tmp_path / "resumed", model, replace(config, max_steps=10))
-    train(data, tmp_path / "resumed", None, Overrides.of(config, "max_steps"), resume=True)
+    resume(data, tmp_path / "resumed", Overrides.of(config, "max_steps"))
     a = load_file(tmp_path / "straight" / "last.safetensors")
     b = load_file(tmp_path / "resumed" / "last.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)

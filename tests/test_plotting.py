@@ -19,7 +19,6 @@ from tfm.layout import ModelDir
 from tfm.plotting import (
     DPI,
     plot_attention,
-    plot_bleu_against_time,
     plot_learning_curve,
     read_metrics,
 )
@@ -132,18 +131,6 @@ def test_plot_curve_time_writes_the_curve_against_time_beside_the_run(tmp_path: 
     assert result.returncode == 0, result.stderr
     assert imread(tmp_path / "learning_curve_time.png").shape[:2] == (4 * DPI, 7 * DPI)
     assert not (tmp_path / CURVE_FILE).exists()  # the step curve is left as it was
-
-
-def test_bleu_against_time_draws_one_line_per_run_through_its_points(tmp_path: Path) -> None:
-    curves = {"member 1": [(20.0, 27.3), (10.0, 14.5)], "together": [(10.0, 16.0)],
-              "never scored": []}
-    [axes] = plot_bleu_against_time(curves, tmp_path / "bleu.png", "en-de").axes
-    assert lines_of(axes) == {"member 1": ([10.0, 20.0], [14.5, 27.3]),
-                              "together": ([10.0], [16.0])}  # in time order; none for []
-    assert axes.get_xlabel() == "minutes of training" and axes.get_ylabel() == "BLEU"
-    assert imread(tmp_path / "bleu.png").shape[:2] == (4.5 * DPI, 7 * DPI)
-    with pytest.raises(DataError, match="no BLEU points"):
-        plot_bleu_against_time({"x": []}, tmp_path / "none.png", "t")
 
 
 def test_a_curve_without_validation_has_one_panel(tmp_path: Path) -> None:

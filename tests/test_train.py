@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from tfm.config import ModelConfig, TrainConfig
 from tfm.errors import UsageError
 from tfm.layout import ModelDir
-from tfm.training.loop import TrainingDiverged, train
+from tfm.training.loop import TrainingDiverged, resume, train
 from tfm.training.objective import label_smoothed_loss
 from tfm.training.schedule import learning_rate
 from tfm.training.state import Overrides
@@ -138,8 +138,8 @@ def test_a_run_stopped_and_resumed_ends_with_identical_weights(dataset: Path,
                      config(max_steps=2 * k, max_tokens=2048))
     first = train(dataset, tmp_path / "resumed", TINY, config(max_steps=k, max_tokens=2048))
     assert first.step == k
-    second = train(dataset, tmp_path / "resumed", None,
-                   Overrides.of(config(max_steps=2 * k), "max_steps"), resume=True)
+    second = resume(dataset, tmp_path / "resumed",
+                    Overrides.of(config(max_steps=2 * k), "max_steps"))
     assert straight.step == second.step == 2 * k
     assert straight.epoch == second.epoch >= 1  # the run crossed an epoch boundary
     a = load_file(tmp_path / "straight" / "last.safetensors")
@@ -158,14 +158,14 @@ def test_resume_refuses_when_nothing_is_left_to_do(dataset: Path, tmp_path: Path
     first = train(dataset, tmp_path / "m", TINY, config(**budget))
     assert first.stopped.startswith("reached")
     with pytest.raises(UsageError, match="nothing left to do"):
-        train(dataset, tmp_path / "m", None, Overrides.of(config(**budget), *budget), resume=True)
+        resume(dataset, tmp_path / "m", Overrides.of(config(**budget), *budget))
 
 
 def test_resume_refuses_options_that_contradict_the_run(dataset: Path, tmp_path: Path) -> None:
     train(dataset, tmp_path / "m", TINY, config(max_steps=3))
     with pytest.raises(UsageError, match="--lr"):
-        train(dataset, tmp_path / "m", None,
-              Overrides.of(config(max_steps=6, lr=5e-3), "max_steps", "lr"), resume=True)
+        resume(dataset, tmp_path / "m",
+               Overrides.of(config(max_steps=6, lr=5e-3), "max_steps", "lr"))
 
 
 @pytest.mark.parametrize(("preset", "options", "refused"), [
@@ -177,9 +177,8 @@ def test_resume_refuses_model_options_that_contradict_the_run(
         dataset: Path, tmp_path: Path, preset, options, refused) -> None:
     train(dataset, tmp_path / "m", TINY, config(max_steps=3))
     with pytest.raises(UsageError, match=refused):
-        train(dataset, tmp_path / "m", None,
-              Overrides.of(config(max_steps=6), "max_steps", model=options, preset=preset),
-              resume=True)
+        resume(dataset, tmp_path / "m",
+               Overrides.of(config(max_steps=6), "max_steps", model=options, preset=preset))
 
 
 def test_resume_accepts_the_model_options_that_started_the_run(dataset: Path,
@@ -187,10 +186,9 @@ def test_resume_accepts_the_model_options_that_started_the_run(dataset: Path,
     # What a script that resumes with its own command line gives: the run's own values.
     train(dataset, tmp_path / "m", TINY, config(max_steps=3))
     options = {name: getattr(TINY, name) for name in ("d_model", "n_heads", "d_ff", "dropout")}
-    result = train(dataset, tmp_path / "m", None,
-                   Overrides.of(config(max_steps=6), "max_steps",
-                                model={**options, "norm_first": None}),
-                   resume=True)
+    result = resume(dataset, tmp_path / "m",
+                    Overrides.of(config(max_steps=6), "max_steps",
+                                 model={**options, "norm_first": None}))
     assert result.step == 6
 
 
@@ -213,8 +211,7 @@ def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(
 
     monkeypatch.setattr("tfm.training.loop.label_smoothed_loss", nan_loss)
     with pytest.raises(TrainingDiverged, match="loss became nan at step 5"):
-        train(dataset, tmp_path / "m", None,
-              Overrides.of(config(max_steps=8), "max_steps"), resume=True)
+        resume(dataset, tmp_path / "m", Overrides.of(config(max_steps=8), "max_steps"))
     assert ModelDir(tmp_path / "m").train_state.read_bytes() == before
 
 
@@ -364,8 +361,7 @@ def test_patience_counts_validations_in_a_row_across_a_resume(
     first = train(dataset, tmp_path / "m", TINY,
                   config(valid_bleu=False, valid_every=1, patience=2, max_steps=4))
     assert first.stopped == "reached --max-steps 4"  # one bad validation at step 4
-    second = train(dataset, tmp_path / "m", None,
-                   Overrides.of(config(max_steps=50), "max_steps"), resume=True)
+    second = resume(dataset, tmp_path / "m", Overrides.of(config(max_steps=50), "max_steps"))
     assert (second.stopped, second.step, second.best_step) == (
         "no lower validation loss in 2 validations", 5, 3)
 
@@ -423,12 +419,20 @@ def test_init_from_refuses_data_tokenized_otherwise(dataset: Path, tmp_path: Pat
               config(max_steps=2), init_from=tmp_path / "trained")
 
 
-def test_init_from_and_resume_are_refused_together(dataset: Path, tmp_path: Path) -> None:
-    train(dataset, tmp_path / "trained", TINY, config(max_steps=2))
-    with pytest.raises(UsageError, match="give one"):
-        train(dataset, tmp_path / "trained", None,
-              Overrides.of(config(max_steps=4), "max_steps"),
-              resume=True, init_from=tmp_path / "trained")
+@pytest.mark.parametrize("other", [["--init-from", "trained"], ["--overwrite"]],
+                         ids=["init-from", "overwrite"])
+def test_resume_is_refused_with_an_option_that_starts_a_new_run(
+        dataset: Path, tmp_path: Path, other: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    import tfm.cli  # noqa: F401 (registers the commands)
+    from tfm.cli.app import app
+
+    result = CliRunner().invoke(app, ["train", "--data", str(dataset), "--output",
+                                      str(tmp_path / "m"), "--resume", *other])
+    assert isinstance(result.exception, UsageError), result.output
+    assert str(result.exception).endswith("give one")
+    assert not (tmp_path / "m").exists()
 
 
 def test_a_run_cannot_overwrite_the_model_it_starts_from(dataset: Path, tmp_path: Path) -> None:
@@ -448,9 +452,8 @@ def test_a_resumed_run_names_the_option_as_the_command_line_spells_it(
         dataset: Path, tmp_path: Path) -> None:
     train(dataset, tmp_path / "m", TINY, config(max_steps=2))
     with pytest.raises(UsageError) as refused:
-        train(dataset, tmp_path / "m", None,
-              Overrides.of(config(max_steps=4, warmup_steps=10), "max_steps", "warmup_steps"),
-              resume=True)
+        resume(dataset, tmp_path / "m",
+               Overrides.of(config(max_steps=4, warmup_steps=10), "max_steps", "warmup_steps"))
     assert str(refused.value).startswith("--warmup 10 contradicts the run being resumed (5)")
 
 
@@ -529,8 +532,10 @@ def tiny_model(seed: int = 0):
 
 def test_fp16_steps_go_through_a_gradient_scaler(dataset: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from tfm.training.distributed import Distributed
     from tfm.training.loop import _update
 
+    one_process, no_scaling = Distributed(), torch.amp.GradScaler("cpu", enabled=False)
     group = one_update_group(dataset)
     model, optimizer = tiny_model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -543,7 +548,7 @@ def test_fp16_steps_go_through_a_gradient_scaler(dataset: Path,
     # An update whose gradients overflow is skipped, not applied, and the scale halves.
     with monkeypatch.context() as m:
         m.setattr("tfm.training.loop.label_smoothed_loss", overflowing)
-        loss, _, _ = _update(model, optimizer, group, config(), None, 1, scaler=scaler)
+        loss, _, _ = _update(model, optimizer, group, config(), None, 1, one_process, scaler)
     assert math.isfinite(loss)  # not a divergence: fp16's normal course
     assert scaler.get_scale() == 2.0 ** 15
     for name, tensor in model.state_dict().items():
@@ -551,9 +556,9 @@ def test_fp16_steps_go_through_a_gradient_scaler(dataset: Path,
     assert not optimizer.state  # Adam did not take the step
 
     # The next update is applied, the gradients unscaled: as without a scaler.
-    _update(model, optimizer, group, config(), None, 2, scaler=scaler)
+    _update(model, optimizer, group, config(), None, 2, one_process, scaler)
     reference, reference_optimizer = tiny_model()
-    _update(reference, reference_optimizer, group, config(), None, 2)
+    _update(reference, reference_optimizer, group, config(), None, 2, one_process, no_scaling)
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(tensor, reference.state_dict()[name])
     assert any(not torch.equal(t, before[k]) for k, t in model.state_dict().items())
@@ -561,7 +566,7 @@ def test_fp16_steps_go_through_a_gradient_scaler(dataset: Path,
 
 def test_the_loss_scale_is_saved_with_the_training_state_and_restored_on_resume(
         dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tfm.checkpoint import save_train_state
+    from tfm.checkpoint import save_recorded, train_state_bytes
 
     # fp16 autocast is for CUDA; on a CPU the same code path runs once asked for.
     monkeypatch.setattr("tfm.training.loop.resolve_precision",
@@ -574,9 +579,8 @@ def test_the_loss_scale_is_saved_with_the_training_state_and_restored_on_resume(
     assert state["scaler"]["_growth_tracker"] == 3  # three steps without an overflow
     # Two steps short of doubling the scale: the resumed run must carry on from there.
     state["scaler"].update(scale=1024.0, _growth_tracker=state["scaler"]["growth_interval"] - 2)
-    save_train_state(state_path, state)
-    train(dataset, tmp_path / "m", None,
-          Overrides.of(config(max_steps=5), "max_steps"), resume=True)
+    save_recorded(tmp_path / "m", {state_path: train_state_bytes(state)})  # as the loop saves
+    resume(dataset, tmp_path / "m", Overrides.of(config(max_steps=5), "max_steps"))
     assert [r["loss_scale"] for r in records(tmp_path / "m", "train")][3:] == [1024.0, 2048.0]
     assert torch.load(state_path, weights_only=True)["scaler"]["scale"] == 2048.0
 

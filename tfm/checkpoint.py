@@ -289,11 +289,6 @@ def train_state_bytes(state: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def save_train_state(path: Path, state: dict[str, Any]) -> None:
-    """Write the training state atomically, its checksum recorded."""
-    save_recorded(Path(path).parent, {Path(path): train_state_bytes(state)})
-
-
 def load_train_state(path: Path, data: bytes | None = None) -> dict[str, Any]:
     """The training state in ``path`` (whose bytes are ``data``, where already read)."""
     try:

@@ -1,5 +1,5 @@
-"""Pictures: the learning curve of a training run (from metrics.jsonl), BLEU against training
-time of several runs, and the cross-attention of one translation as a heatmap.
+"""Pictures: the learning curve of a training run (from metrics.jsonl) and the cross-attention
+of one translation as a heatmap.
 
 matplotlib is imported only when a picture is drawn, and used through its object interface
 with the Agg canvas: no pyplot, no global backend switch, no display needed. The ``*_figure``
@@ -97,34 +97,6 @@ def plot_learning_curve(metrics_path: Path, png_path: Path, against: str = "step
         figure = learning_curve_figure(records, title, against)
     except DataError as e:
         raise DataError(f"{metrics_path}: {e}") from e
-    _write_png(figure, Path(png_path))
-    return figure
-
-
-def bleu_against_time_figure(curves: dict[str, list[tuple[float, float]]], title: str
-                             ) -> Figure:
-    """BLEU against minutes of training: one line per name, through its (minutes, BLEU)
-    points (runs trained side by side, and their ensemble, say)."""
-    if not any(curves.values()):
-        raise DataError("no BLEU points to draw")
-    figure = _figure(figsize=(7, 4.5))
-    axes = figure.subplots()
-    for name, points in curves.items():
-        if points:
-            minutes, bleu = zip(*sorted(points))
-            axes.plot(minutes, bleu, label=name, marker="o", markersize=3)
-    axes.set_xlabel("minutes of training")
-    axes.set_ylabel("BLEU")
-    axes.grid(alpha=0.3)
-    axes.legend()
-    figure.suptitle(title)
-    return figure
-
-
-def plot_bleu_against_time(curves: dict[str, list[tuple[float, float]]], png_path: Path,
-                           title: str) -> Figure:
-    """``bleu_against_time_figure`` written to ``png_path`` as a PNG (atomically)."""
-    figure = bleu_against_time_figure(curves, title)
     _write_png(figure, Path(png_path))
     return figure
 

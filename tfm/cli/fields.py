@@ -129,7 +129,6 @@ def derive(**groups: Fields) -> Callable[[F], F]:
             return command(**values)
 
         run.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-        run.__derived__ = groups  # type: ignore[attr-defined]  (tests/test_options.py)
         return typing.cast(F, run)
 
     return decorate

@@ -49,15 +49,25 @@ def train(
     Under torchrun (`torchrun --nproc_per_node=N -m tfm train ...`) the N processes train
     together with DistributedDataParallel: gloo on CPU, NCCL on CUDA (one GPU per process).
     """
+    from contextlib import nullcontext
+
     from tfm.config import model_config_from_preset
+    from tfm.training.distributed import launched_by_torchrun
+    from tfm.training.loop import resume as run_resume
     from tfm.training.loop import train as run_train
+    from tfm.training.reporting import RichTrainReporter
     from tfm.training.state import Overrides
 
+    if resume and overwrite:
+        raise UsageError("--resume and --overwrite contradict each other; give one")
+    if resume and init_from is not None:
+        raise UsageError("--init-from starts a new run from a trained model and --resume "
+                         "continues the run in --output; give one")
     # A new run takes the options given over TrainConfig's defaults; a resumed run compares
-    # them, and what they say of the model, with its own (tfm.training.state).
-    config = Overrides(options, model, preset) if resume else TrainConfig(**options)
+    # them, and what they say of the model, with its own (tfm.training.state.Overrides).
+    config = None if resume else TrainConfig(**options)
     # From --init-from, the architecture's options must be the model's.
-    if init_from is not None and not resume:  # (with --resume: refused by train)
+    if init_from is not None:
         from tfm.training.state import INIT_FROM_CHANGES, initial_model_config
 
         model_config = initial_model_config(
@@ -65,23 +75,20 @@ def train(
             **{k: v for k, v in model.items() if k in INIT_FROM_CHANGES})
     else:  # with --resume: the model of a run that has no checkpoint yet (never started)
         model_config = model_config_from_preset(preset or "small", **model)
-    from tfm.training.reporting import RichTrainReporter
-
-    if resume and overwrite:
-        raise UsageError("--resume and --overwrite contradict each other; give one")
     # One process writes --output (rank 0 of a torchrun job): it alone holds its lock.
-    from contextlib import nullcontext
-
-    from tfm.training.distributed import launched_by_torchrun
-
     ranks = launched_by_torchrun()
+    reporter = RichTrainReporter(err)
     with writing_into(output, "tfm train") if ranks is None or ranks[0] == 0 else nullcontext():
-        result = run_train(data, output, model_config, config, resume,
-                           reporter=RichTrainReporter(err), overwrite=overwrite,
-                           tensorboard=tensorboard, init_from=init_from,
-                           run_config=None if resume else _resolved(
-                               data, output, preset, init_from, tensorboard, model_config,
-                               config))
+        if config is None:
+            result = run_resume(data, output, Overrides(options, model, preset),
+                                model_config=model_config, reporter=reporter,
+                                tensorboard=tensorboard)
+        else:
+            result = run_train(data, output, model_config, config, reporter=reporter,
+                               overwrite=overwrite, tensorboard=tensorboard,
+                               init_from=init_from, run_config=_resolved(
+                                   data, output, preset, init_from, tensorboard, model_config,
+                                   config))
     _report(result, data, output)
 
 

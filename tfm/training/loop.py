@@ -66,11 +66,12 @@ from tfm.training.reporting import Reporters, TrainReporter
 from tfm.training.schedule import budget_progress, learning_rate
 from tfm.training.state import (
     Overrides,
-    RunState,
+    RunStart,
     StopSignal,
     recorded_init_from,
     remove_run,
-    start_or_resume,
+    start_new,
+    start_resumed,
 )
 from tfm.training.validation import validate
 
@@ -101,49 +102,83 @@ class TrainResult:
 def train(
     data_dir: Path,
     output: Path,
-    model_config: ModelConfig | None,
-    config: TrainConfig | Overrides,
-    resume: bool = False,
+    model_config: ModelConfig,
+    config: TrainConfig,
+    *,
     reporter: TrainReporter | None = None,
     overwrite: bool = False,
     tensorboard: Path | None = None,
     init_from: Path | None = None,
     run_config: str | None = None,
 ) -> TrainResult:
-    """Train a model on a prepared dataset into the model directory ``output``.
+    """Train a new model of architecture ``model_config`` on a prepared dataset into the model
+    directory ``output``, with the settings ``config`` (``resume`` continues a run).
 
-    ``model_config`` None means: take it from ``output`` (resume). ``config``: the run's
-    TrainConfig; with ``resume``, what is asked anew of the run in ``output``
-    (tfm.training.state.Overrides: the fields given, of the run and of its model, each
-    compared with the run's; a TrainConfig counts as every field given).
+    ``overwrite``: delete a run already in ``output`` first (else it is refused).
     ``tensorboard``: also log the metrics there (needs the tensorboard package).
     ``init_from``: a trained model directory whose weights the new run starts from (its
     architecture is ``model_config``'s, see tfm.training.state.initial_model_config); the
     optimizer and the learning-rate schedule start afresh at step 0.
-    ``run_config``: the command's options as a YAML run config, kept as ``run.yaml`` by a
-    run that starts (a resumed run keeps the one it started with).
+    ``run_config``: the command's options as a YAML run config, kept as ``run.yaml``.
 
     Started by torchrun, each process trains on its shard of every epoch's batches with
     DistributedDataParallel (see tfm.distributed); rank 0 alone writes files and reports.
     """
-    reporter = reporter or TrainReporter()
-    data_dir, output = Path(data_dir), Path(output)
-    if resume and init_from is not None:
-        raise UsageError("--init-from starts a new run from a trained model and --resume "
-                         "continues the run in --output; give one")
+    if not isinstance(config, TrainConfig):
+        raise TypeError("a new run takes a whole TrainConfig; resume() takes Overrides")
+    output = Path(output)
     if init_from is not None and Path(init_from).resolve() == output.resolve():
         raise UsageError(f"--init-from and --output are the same directory ({output}): write "
                          "the new run to another --output")
+    _require_tensorboard(tensorboard)
+    start = start_new(output, model_config, config, overwrite)
+    return _run(Path(data_dir), output, start, reporter or TrainReporter(), tensorboard,
+                init_from, run_config)
+
+
+def resume(
+    data_dir: Path,
+    output: Path,
+    overrides: Overrides,
+    *,
+    model_config: ModelConfig | None = None,
+    reporter: TrainReporter | None = None,
+    tensorboard: Path | None = None,
+) -> TrainResult:
+    """Continue the run in the model directory ``output`` on its prepared dataset, from its
+    newest intact checkpoint (tfm.training.state.start_resumed).
+
+    ``overrides``: what is asked anew of the run (tfm.training.state.Overrides: the fields
+    given, of the run and of its model, each compared with the run's). ``model_config``: the
+    model of a run that never started; a run that did has its own. A run stopped before its
+    first checkpoint starts again at step 0, from the weights it started from. The run keeps
+    the run.yaml it started with. ``tensorboard``: as for ``train``.
+    """
+    if not isinstance(overrides, Overrides):
+        raise TypeError("resume() takes the Overrides asked anew; train() starts a new run")
+    output, reporter = Path(output), reporter or TrainReporter()
+    _require_tensorboard(tensorboard)
+    ranks = distributed.launched_by_torchrun()
+    say = reporter.message if ranks is None or ranks[0] == 0 else (lambda _: None)
+    start = start_resumed(output, model_config, overrides, say)
+    # Started again from step 0: from the weights it started from (--init-from's, if any).
+    init_from = recorded_init_from(output) if start.saved is None else None
+    return _run(Path(data_dir), output, start, reporter, tensorboard, init_from, None)
+
+
+def _require_tensorboard(tensorboard: Path | None) -> None:
+    """Refuses --tensorboard without its package, before any work, in every process."""
     if tensorboard is not None:
         from tfm.training.reporting import require_tensorboard
 
-        require_tensorboard()  # before any work, in every process
-    ranks = distributed.launched_by_torchrun()
-    say = reporter.message if ranks is None or ranks[0] == 0 else (lambda _: None)
-    config, model_config, run, saved, remove_old = start_or_resume(
-        output, model_config, config, resume, overwrite, say)
-    if resume and saved is None:  # started again from step 0: from the weights it started from
-        init_from = recorded_init_from(output)
+        require_tensorboard()
+
+
+def _run(data_dir: Path, output: Path, start: RunStart, reporter: TrainReporter,
+         tensorboard: Path | None, init_from: Path | None, run_config: str | None
+         ) -> TrainResult:
+    """Train the run that ``start`` describes, in each process of a torchrun job."""
+    config, run = start.config, start.run
     if config.patience and "valid" not in read_prepare_info(data_dir)["splits"]:
         raise UsageError(f"--patience counts validations, but {data_dir} has no validation "
                          "split: prepare it with --valid, or stop with --max-steps, "
@@ -155,12 +190,12 @@ def train(
             from tfm.training.reporting import TensorBoardReporter
 
             reporter = Reporters([reporter, TensorBoardReporter(Path(tensorboard))])
-        if dist.is_main and remove_old:
+        if dist.is_main and start.remove_old:
             remove_run(output)
         if dist.is_main and output.is_dir():
             remove_stale_temporaries(output)  # left by a process killed mid-write
-        trainer = _Trainer(data_dir, output, model_config, config, run, saved, dist, device,
-                           reporter, init_from, run_config)
+        trainer = _Trainer(data_dir, output, start, dist, device, reporter, init_from,
+                           run_config)
         stopped = trainer.train()
         distributed.barrier(dist)
     return TrainResult(str(output), run.step, run.epoch, stopped, run.best_bleu, run.best_step,
@@ -178,123 +213,187 @@ def _refuse_other_vocabularies(init_from: Path, vocabs: Vocabularies, data_dir: 
                          f"{ModelDir(init_from).tokenizer}`")
 
 
+@dataclass(frozen=True)
+class _Precision:
+    """How the training steps compute, as --precision resolved on the device."""
+
+    amp_dtype: torch.dtype | None  # autocast's (fp16 goes with loss scaling); None: bf16 copy
+    bf16_copy: bool  # bf16 on a CPU: a bf16 copy of the model runs the steps (tfm.training.bf16)
+    name: str  # as the run's report names it
+
+
+@dataclass(frozen=True)
+class _Models:
+    """The run's model in each of its roles. Without bf16 on a CPU, processes or --compile,
+    the three are one model."""
+
+    # The fp32 weights: what Adam updates, validation decodes, checkpoints save, resume loads.
+    master: Transformer
+    # What computes the steps' forward and backward: the bf16 copy of ``master`` (bf16 on a
+    # CPU, tfm.training.bf16), else ``master`` itself.
+    compute: torch.nn.Module
+    # ``compute`` as a step calls it: wrapped in DistributedDataParallel across processes
+    # (which all-reduces the gradients), compiled with --compile.
+    step: torch.nn.Module
+
+
 class _Trainer:
     """One process's share of a training run: data, model, optimizer, and (rank 0 only) the
     files of the output directory and the reports."""
 
-    def __init__(self, data_dir: Path, output: Path, model_config: ModelConfig,
-                 config: TrainConfig, run: RunState, saved: dict[str, Any] | None,
+    def __init__(self, data_dir: Path, output: Path, start: RunStart,
                  dist: distributed.Distributed, device: torch.device,
                  reporter: TrainReporter, init_from: Path | None = None,
                  run_config: str | None = None) -> None:
-        self.output, self.config, self.run, self.dist = output, config, run, dist
-        self.files = ModelDir(output)
-        self.device, self.reporter = device, reporter
-        dtype = resolve_precision(config.precision, device)
+        self.output, self.files = output, ModelDir(output)
+        self.config, self.run, self.resumed = start.config, start.run, start.saved is not None
+        self.dist, self.device, self.reporter = dist, device, reporter
+        self.precision = self._pick_precision()
+        self._seed_initial_weights()
+        prep = read_prepare_info(data_dir)
+        self.vocabs = load_vocabularies(data_dir / TOKENIZER_FILE)
+        self.model_config = self._fit_to_vocabularies(start.model_config)
+        self._read_data(data_dir, prep)
+        master = self._build_model(data_dir, init_from)
+        self._build_optimizer(master)
+        if start.saved is not None:
+            self._restore(master, start.saved)
+        self._seed_dropout()
+        self.models = self._wrap(master)
+        self._place_in_epoch()
+        self.info = self._describe(prep, init_from)
+        if not self.resumed and dist.is_main:
+            self._start_files(run_config)
+        self._open_books()
+
+    def _pick_precision(self) -> _Precision:
+        """How the steps compute: autocast, or a bf16 copy (bf16 on a CPU, warned if emulated)."""
+        dtype = resolve_precision(self.config.precision, self.device)
         # bf16 on a CPU: a bf16 copy of the model runs the steps, the fp32 model keeps the
         # master weights (tfm.training.bf16); on a GPU, autocast (with loss scaling in fp16).
-        cpu_bf16 = dtype == torch.bfloat16 and device.type == "cpu"
-        self.amp_dtype = None if cpu_bf16 else dtype
-        self.precision = precision_name(dtype)
-        if cpu_bf16:
-            native = cpu_bf16_support()
-            self.precision += (f": bf16 model, fp32 master weights; native bf16 ({native})"
-                               if native else ": bf16 model, fp32 master weights")
-            if native is None and dist.is_main:
-                reporter.message("warning: this CPU has no native bf16 (no AVX-512 BF16 or "
-                                 "AMX): bf16 is emulated and trains many times slower than "
-                                 "fp32; --precision auto or fp32 is faster here")
-        if config.num_threads:
-            torch.set_num_threads(config.num_threads)
-        torch.manual_seed(config.seed)  # the same initial weights in every process
+        if not (dtype == torch.bfloat16 and self.device.type == "cpu"):
+            return _Precision(dtype, False, precision_name(dtype))
+        native = cpu_bf16_support()
+        if native is None and self.dist.is_main:
+            self.reporter.message("warning: this CPU has no native bf16 (no AVX-512 BF16 or "
+                                  "AMX): bf16 is emulated and trains many times slower than "
+                                  "fp32; --precision auto or fp32 is faster here")
+        name = precision_name(dtype) + ": bf16 model, fp32 master weights"
+        return _Precision(None, True, name + (f"; native bf16 ({native})" if native else ""))
 
-        prep = read_prepare_info(data_dir)
-        # The vocabularies decide the sizes, and whether one embedding can serve both sides.
-        self.vocabs = load_vocabularies(data_dir / TOKENIZER_FILE)
+    def _seed_initial_weights(self) -> None:
+        """The CPU threads asked for, and the seed of the initial weights (every process's)."""
+        if self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
+        torch.manual_seed(self.config.seed)
+
+    def _fit_to_vocabularies(self, model_config: ModelConfig) -> ModelConfig:
+        """Rewrites the model config to fit the vocabularies: their sizes, and shared embeddings."""
+        # One embedding can serve both sides only where one vocabulary does.
         sizes = {"src_vocab_size": self.vocabs.src.get_vocab_size(),
                  "tgt_vocab_size": self.vocabs.tgt.get_vocab_size(),
                  "share_embeddings": model_config.share_embeddings and self.vocabs.joint}
-        if any(getattr(model_config, k) != v for k, v in sizes.items()):
-            model_config = ModelConfig(**{**asdict(model_config), **sizes})
-        self.model_config = model_config
-        self._read_data(data_dir, prep, config)
+        if all(getattr(model_config, k) == v for k, v in sizes.items()):
+            return model_config
+        return ModelConfig(**{**asdict(model_config), **sizes})
 
-        self.model = Transformer(model_config).to(device)
-        if saved is None and init_from is not None:
+    def _read_data(self, data_dir: Path, prep: dict[str, Any]) -> None:
+        """The splits, their directions and how they are drawn, what the best model is judged by."""
+        self.train_split = load_split(data_dir, "train")
+        self.valid_split = load_split(data_dir, "valid") if "valid" in prep["splits"] else None
+        self.directions = dataset_directions(prep)
+        self.probabilities, self.sampling = _sampling(prep, self.directions,
+                                                      self.train_split, self.config)
+        # The best model has the highest BLEU, or the lowest validation loss without BLEU.
+        self.scores_bleu = bool(self.config.valid_bleu and self.valid_split is not None
+                                and self.valid_split.tgt_text is not None)
+
+    def _build_model(self, data_dir: Path, init_from: Path | None) -> Transformer:
+        """The fp32 model on the device: seeded, or a new run's loaded from ``init_from``."""
+        model = Transformer(self.model_config).to(self.device)
+        if init_from is not None and not self.resumed:
             _refuse_other_vocabularies(Path(init_from), self.vocabs, data_dir)
-            load_weights(self.model, ModelDir(init_from).weights)
-        self.optimizer = torch.optim.Adam(
-            self.model.parameters(), lr=config.lr, betas=config.adam_betas, eps=config.adam_eps,
-            weight_decay=config.weight_decay)
+            load_weights(model, ModelDir(init_from).weights)
+        return model
+
+    def _build_optimizer(self, master: Transformer) -> None:
+        """Adam over the master weights, and the loss scaler (enabled in fp16 only)."""
+        c = self.config
+        self.optimizer = torch.optim.Adam(master.parameters(), lr=c.lr, betas=c.adam_betas,
+                                          eps=c.adam_eps, weight_decay=c.weight_decay)
         # Loss scaling for fp16; disabled (a no-op) in fp32 and bf16, which need none.
-        self.scaler = torch.amp.GradScaler(device.type,
-                                           enabled=self.amp_dtype == torch.float16)
-        if saved is not None:
-            self.model.load_state_dict(saved["model"])
-            self.optimizer.load_state_dict(saved["optimizer"])
-            if self.scaler.is_enabled() and saved.get("scaler"):  # absent: fp32/bf16 before
-                self.scaler.load_state_dict(saved["scaler"])
-            if dist.is_main:
-                torch.set_rng_state(saved["rng"])
-                if device.type == "cuda" and "cuda_rng" in saved:  # dropout draws on the GPU
-                    torch.cuda.set_rng_state(saved["cuda_rng"], device)
-        if not dist.is_main:  # dropout: a stream of its own in each process
-            torch.manual_seed(distributed.dropout_seed(config.seed, dist.rank, run.step))
+        self.scaler = torch.amp.GradScaler(self.device.type,
+                                           enabled=self.precision.amp_dtype == torch.float16)
+
+    def _restore(self, master: Transformer, saved: dict[str, Any]) -> None:
+        """A resumed run's weights, optimizer state, loss scale and (rank 0) random state."""
+        master.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        if self.scaler.is_enabled() and saved.get("scaler"):  # absent: fp32/bf16 before
+            self.scaler.load_state_dict(saved["scaler"])
+        if self.dist.is_main:
+            torch.set_rng_state(saved["rng"])
+            if self.device.type == "cuda" and "cuda_rng" in saved:  # dropout draws on the GPU
+                torch.cuda.set_rng_state(saved["cuda_rng"], self.device)
+
+    def _seed_dropout(self) -> None:
+        """Dropout in each process but rank 0: a random stream of its own."""
+        if not self.dist.is_main:
+            torch.manual_seed(distributed.dropout_seed(self.config.seed, self.dist.rank,
+                                                       self.run.step))
+
+    def _wrap(self, master: Transformer) -> _Models:
+        """What runs the steps: the bf16 copy or ``master``, DDP-wrapped, compiled if asked."""
         # Made from the fp32 weights as loaded: initial, --init-from's or resumed.
-        self.bf16 = Bf16Copy(self.model) if cpu_bf16 else None
-        # The model that runs the steps: the bf16 copy, else the model.
-        self.net = self.bf16.model if self.bf16 is not None else self.model
-        wrapped = distributed.wrap_model(self.net, dist)
+        self.bf16 = Bf16Copy(master) if self.precision.bf16_copy else None
+        compute = self.bf16.model if self.bf16 is not None else master
+        wrapped = distributed.wrap_model(compute, self.dist)
         self.no_sync = distributed.no_sync(wrapped)
-        self.step_model = torch.compile(wrapped) if config.compile else wrapped
-        if saved is not None and run.world_size != dist.world_size:
+        step = torch.compile(wrapped) if self.config.compile else wrapped
+        return _Models(master, compute, step)
+
+    def _place_in_epoch(self) -> None:
+        """A resumed run's place in its epoch, on this job's number of processes."""
+        run, dist = self.run, self.dist
+        # Resumed by another number of processes: from the same place in the epoch.
+        if self.resumed and run.world_size != dist.world_size:
             position = distributed.resume_position(run.batch_in_epoch, run.world_size,
                                                    dist.world_size)
             run.batch_in_epoch = min(position, len(self.epoch_updates(run.epoch)) - 1)
         run.world_size = dist.world_size
 
+    def _describe(self, prep: dict[str, Any], init_from: Path | None) -> ModelInfo:
+        """The model's config.json: architecture, languages, directions and provenance."""
         provenance: dict[str, Any] = {"data_fingerprint": prep["fingerprint"],
-                                      "seed": config.seed}
+                                      "seed": self.config.seed}
         if init_from is not None:
             provenance["init_from"] = str(init_from)
-        self.info = ModelInfo(model_config, prep.get("src_lang"), prep.get("tgt_lang"),
-                              provenance=provenance,
-                              directions=self.directions if len(self.directions) > 1 else [])
-        if saved is None and dist.is_main:
-            self._start_files(run_config)
-        self.n_params = count_parameters(self.model)
-        self.metrics_file = AppendLog(self.files.metrics) if dist.is_main else None
-        # The step of the newest complete checkpoint, for the line a write failure ends with.
-        self.checkpoint_step: int | None = run.step if saved is not None else None
-        self.resumed = saved is not None
-        self.elapsed_before = self.run.elapsed  # training time of earlier processes
-        self.start_time = time.monotonic()
-        self.agreed_seconds = self.elapsed_before  # the same in every process
-        self.window = _Window()
-
-    def _read_data(self, data_dir: Path, prep: dict[str, Any], config: TrainConfig) -> None:
-        """The splits, the directions and how they are drawn, and what the best model is
-        judged by."""
-        self.train_split = load_split(data_dir, "train")
-        self.valid_split = load_split(data_dir, "valid") if "valid" in prep["splits"] else None
-        self.directions = dataset_directions(prep)
-        self.probabilities, self.sampling = _sampling(prep, self.directions,
-                                                      self.train_split, config)
-        # The best model has the highest BLEU, or the lowest validation loss without BLEU.
-        self.scores_bleu = bool(config.valid_bleu and self.valid_split is not None
-                                and self.valid_split.tgt_text is not None)
+        return ModelInfo(self.model_config, prep.get("src_lang"), prep.get("tgt_lang"),
+                         provenance=provenance,
+                         directions=self.directions if len(self.directions) > 1 else [])
 
     def _start_files(self, run_config: str | None) -> None:
-        """A new run's files (rank 0): train_config.json first (a run that has it started
-        here, and --resume starts it again from step 0 with these settings until it has a
-        checkpoint), run.yaml, and the model directory."""
+        """A new run's files (rank 0): train_config.json, run.yaml and the model directory."""
         self.output.mkdir(parents=True, exist_ok=True)
         self.files.metrics.unlink(missing_ok=True)
+        # train_config.json first: a run that has it started here, and --resume starts it
+        # again from step 0 with these settings until it has a checkpoint.
         atomic_write_bytes(self.files.train_config,
                            (json.dumps(asdict(self.config), indent=2) + "\n").encode())
         if run_config is not None:
             atomic_write_bytes(self.files.run_config, run_config.encode())
-        save_model_dir(self.output, self.model, self.vocabs, self.info)
+        save_model_dir(self.output, self.models.master, self.vocabs, self.info)
+
+    def _open_books(self) -> None:
+        """The parameter count, metrics.jsonl (rank 0) and the clocks."""
+        self.n_params = count_parameters(self.models.master)
+        self.metrics_file = AppendLog(self.files.metrics) if self.dist.is_main else None
+        # The step of the newest complete checkpoint, for the line a write failure ends with.
+        self.checkpoint_step: int | None = self.run.step if self.resumed else None
+        self.elapsed_before = self.run.elapsed  # training time of earlier processes
+        self.start_time = time.monotonic()
+        self.agreed_seconds = self.elapsed_before  # the same in every process
+        self.window = _Window()
 
     def elapsed(self) -> float:
         """Seconds of training, earlier processes of a resumed run included."""
@@ -319,7 +418,7 @@ class _Trainer:
         run, config = self.run, self.config
         self.reporter.start({
             "parameters": self.n_params, "device": str(self.device),
-            "precision": self.precision, "train_pairs": len(self.train_split),
+            "precision": self.precision.name, "train_pairs": len(self.train_split),
             "valid_pairs": len(self.valid_split) if self.valid_split else 0,
             "batches_per_epoch": len(make_batches(
                 self.train_split.src_lengths, self.train_split.tgt_lengths, config.max_tokens,
@@ -337,7 +436,7 @@ class _Trainer:
         self.start_time = time.monotonic()
         self.window = _Window()
         stopped = ""
-        self.net.train()
+        self.models.compute.train()
         with StopSignal() as signals:
             try:
                 while not stopped:
@@ -367,9 +466,10 @@ class _Trainer:
                                    run.epoch + run.batch_in_epoch / len(updates),
                                    self.agreed_seconds)
         try:
-            loss, nll, n_tokens = _update(self.step_model, self.optimizer, group, config,
-                                          self.amp_dtype, run.step + 1, self.dist,
-                                          self.no_sync, progress, self.scaler, self.bf16)
+            loss, nll, n_tokens = _update(
+                self.models.step, self.optimizer, group, config, self.precision.amp_dtype,
+                run.step + 1, self.dist, self.scaler, no_sync=self.no_sync, progress=progress,
+                bf16=self.bf16)
         except (torch.OutOfMemoryError, MemoryError) as e:
             self.finish()
             raise _out_of_memory(group, config, self.device) from e
@@ -461,10 +561,11 @@ class _Trainer:
             # The weights saved are validated: with bf16 on a CPU the fp32 masters, not their
             # bf16 copy. Decoding the copy there also slowed the training steps after each
             # validation (docs/BENCHMARKS.md, "Training in bf16 on a CPU with AMX").
-            self.model.eval()
-            metrics = validate(self.model, self.valid_split, self.vocabs.tgt, self.config,
-                               self.device, self.amp_dtype, self.directions)
-            self.model.train()
+            master = self.models.master
+            master.eval()
+            metrics = validate(master, self.valid_split, self.vocabs.tgt, self.config,
+                               self.device, self.precision.amp_dtype, self.directions)
+            master.train()
             metrics.update(step=run.step, epoch=run.epoch, kind="valid", elapsed=elapsed)
             if self.scores_bleu:
                 improved = run.best_bleu is None or metrics["bleu"] > run.best_bleu
@@ -473,7 +574,7 @@ class _Trainer:
             if improved:
                 run.best_step, run.bad_validations = run.step, 0
                 run.best_bleu, run.best_loss = metrics.get("bleu"), metrics["loss"]
-                weights = weights_to_bytes(self.model, {"format": "pt", "step": str(run.step)})
+                weights = weights_to_bytes(master, {"format": "pt", "step": str(run.step)})
                 save_recorded(self.output, {self.files.weights: weights})
                 self.info.provenance.update(best_step=run.step, valid_loss=metrics["loss"])
                 if self.scores_bleu:
@@ -501,7 +602,8 @@ class _Trainer:
                 dropped.append(run.saved_steps.pop(0))
         if not self.dist.is_main:
             return
-        weights = weights_to_bytes(self.model, {"format": "pt", "step": str(run.step)})
+        master = self.models.master
+        weights = weights_to_bytes(master, {"format": "pt", "step": str(run.step)})
         files = {self.files.last_weights: weights}
         if self.valid_split is None or run.best_step is None:
             files[self.files.weights] = weights
@@ -511,7 +613,7 @@ class _Trainer:
         # the save before stays beside it (resume falls back to it if this one is damaged);
         # numbered checkpoints beyond --keep-last go only once this one is complete.
         files[self.files.train_state] = train_state_bytes({
-            "model": self.model.state_dict(),
+            "model": master.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict(),  # empty unless fp16
             "rng": torch.get_rng_state(),  # rank 0's: exact resume is for one process
@@ -593,19 +695,20 @@ def _out_of_memory(group: list[Batch], config: TrainConfig, device: torch.device
 
 def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: list[Batch],
             config: TrainConfig, amp_dtype: torch.dtype | None, step: int,
-            dist: distributed.Distributed | None = None,
+            dist: distributed.Distributed, scaler: torch.amp.GradScaler, *,
             no_sync: Callable[[], AbstractContextManager] = nullcontext,
-            progress: float = 0.0, scaler: torch.amp.GradScaler | None = None,
-            bf16: Bf16Copy | None = None) -> tuple[float, float, int]:
+            progress: float = 0.0, bf16: Bf16Copy | None = None
+            ) -> tuple[float, float, int]:
     """One optimizer step over ``group`` (``update_freq`` batches) in every process, the loss
     normalised by the number of target tokens of the whole update. Returns this process's
     summed loss, summed NLL and target tokens; a NaN loss when the update was refused for a
     non-finite gradient.
 
-    With an enabled ``scaler`` (fp16) the backward pass runs on the scaled loss, and an update
-    whose gradients overflowed is skipped (the weights and the optimizer stay as they were)
-    while the scaler lowers its scale: that is fp16's normal course, not a divergence, so the
-    loss is returned as it was. A skipped update still counts as a step.
+    A disabled ``scaler`` (fp32, bf16) scales nothing. With an enabled one (fp16) the
+    backward pass runs on the scaled loss, and an update whose gradients overflowed is skipped
+    (the weights and the optimizer stay as they were) while the scaler lowers its scale: that
+    is fp16's normal course, not a divergence, so the loss is returned as it was. A skipped
+    update still counts as a step.
 
     With ``bf16`` (bf16 on a CPU), ``model`` is its bf16 copy: the gradients go to the fp32
     master weights, which are clipped and updated, and the copy is rounded from them after.
@@ -615,8 +718,6 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
     loss by the total token count, and multiplies it by the world size because DDP averages
     the gradients over the processes (divides their sum by the world size).
     """
-    dist = dist or distributed.Distributed()
-    scaler = scaler or torch.amp.GradScaler("cpu", enabled=False)  # a disabled one: no scaling
     n_tokens = sum(b.n_tgt_tokens for b in group)
     (total_tokens,) = distributed.all_reduce([n_tokens], dist)
     lr = learning_rate(step, config.lr, config.warmup_steps, config.lr_schedule, progress)

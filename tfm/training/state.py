@@ -100,43 +100,60 @@ class StopSignal:
             signal.signal(sig, handler)
 
 
-def start_or_resume(
-    output: Path, model_config: ModelConfig | None, config: TrainConfig | Overrides,
-    resume: bool, overwrite: bool, say: Callable[[str], None] = lambda _: None,
-) -> tuple[TrainConfig, ModelConfig, RunState, dict[str, Any] | None, bool]:
-    """The run's configuration and state, new or read back from ``output``; refuses what
-    cannot be done. On resume, ``config`` is what is asked anew (Overrides; a TrainConfig
-    counts as every field given). A resumed run with no checkpoint yet starts from step 0
-    (its saved state None), with the settings it recorded when it started, if it did.
-    ``say`` gets the one line that tells which checkpoint a resume starts from, where that is
-    not simply the latest. Returns (config, model config, run state, saved state or None,
-    whether an old run must be removed first)."""
-    state_path = ModelDir(output).train_state
-    given = config if isinstance(config, Overrides) else Overrides.of(config)
-    if not resume and isinstance(config, Overrides):
-        raise TypeError("a new run takes a whole TrainConfig; Overrides are for resume")
-    run = RunState()
-    saved: dict[str, Any] | None = None
-    remove_old = False
-    if resume:
-        saved, note = newest_intact_state(output)
-        if note:
-            say(note)
-    if resume and saved is None:
-        config, model_config = _restart(output, model_config, given, say)
-    elif resume:
-        assert saved is not None
-        config = _resumed_config(output, given.train)
-        model_config = ModelConfig(**saved["model_config"])
-        _check_resumed_model(output, model_config, given.preset, dict(given.model))
-        run = RunState(**saved["run"])
-    elif state_path.exists() and overwrite:
-        remove_old = True
-    elif state_path.exists():
+@dataclass
+class RunStart:
+    """Where a run starts: its settings, its model's, its state and, for a run that goes on
+    from a checkpoint, the training state saved there."""
+
+    config: TrainConfig
+    model_config: ModelConfig
+    run: RunState = field(default_factory=RunState)
+    saved: dict[str, Any] | None = None  # None: the run starts at step 0
+    remove_old: bool = False  # --overwrite: the run already in the output is deleted first
+
+
+def start_new(output: Path, model_config: ModelConfig | None, config: TrainConfig,
+              overwrite: bool) -> RunStart:
+    """A new run in ``output``, with these settings; refuses to replace a run already there
+    unless ``overwrite``, and settings that cannot run."""
+    exists = ModelDir(output).train_state.exists()
+    if exists and not overwrite:
         raise UsageError(f"{output} already holds a training run; continue it with --resume, "
                          "start again with --overwrite, or choose another --output")
+    model_config = _required(model_config)
+    return _startable(output, RunStart(config, model_config, remove_old=exists))
+
+
+def start_resumed(output: Path, model_config: ModelConfig | None, overrides: Overrides,
+                  say: Callable[[str], None] = lambda _: None) -> RunStart:
+    """The run in ``output`` as it goes on from its newest intact checkpoint, with the
+    ``overrides`` asked anew; refuses what cannot be done. A run with no checkpoint yet starts
+    again from step 0 (its saved state None), with the settings it recorded when it started,
+    if it did (else with ``overrides.train`` and ``model_config``). ``say`` gets the one line
+    that tells which checkpoint it goes on from, where that is not simply the latest."""
+    saved, note = newest_intact_state(output)
+    if note:
+        say(note)
+    if saved is None:
+        config, restarted_model = _restart(output, model_config, overrides, say)
+        return _startable(output, RunStart(config, _required(restarted_model)))
+    config = _resumed_config(output, overrides.train)
+    model_config = ModelConfig(**saved["model_config"])
+    _check_resumed_model(output, model_config, overrides.preset, dict(overrides.model))
+    return _startable(output, RunStart(config, model_config, RunState(**saved["run"]), saved))
+
+
+def _required(model_config: ModelConfig | None) -> ModelConfig:
+    """The model configuration, where one is known; refused where none is."""
     if model_config is None:
         raise UsageError("no model configuration given")
+    return model_config
+
+
+def _startable(output: Path, start: RunStart) -> RunStart:
+    """``start``, once its settings are known to run: a stopping rule, a known schedule that
+    has a budget to decay over, and something left to do."""
+    config, run = start.config, start.run
     if not (config.max_steps or config.max_epochs or config.max_time or config.patience):
         raise UsageError("give a stopping rule: --max-steps, --max-epochs, --max-time or "
                          "--patience")
@@ -157,7 +174,7 @@ def start_or_resume(
         raise UsageError(f"nothing left to do: the run in {output} trained "
                          f"{run.elapsed / 60:.1f} of {config.max_time:g} minutes; raise "
                          "--max-time to train on")
-    return config, model_config, run, saved, remove_old
+    return start
 
 
 def newest_intact_state(output: Path) -> tuple[dict[str, Any] | None, str | None]:
