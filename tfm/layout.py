@@ -13,6 +13,10 @@ its file names are spelt.
                                      to it when train_state.pt is damaged)
     manifest.json                    size and sha256 of every file above (tfm.integrity),
                                      checked before a file is used
+    shortlist.safetensors            optional: each source token's likely target tokens
+                                     (`tfm shortlist`, tfm.data.shortlist), for
+                                     `translate --shortlist`; readers that do not know it
+                                     ignore it
     train_config.json                the TrainConfig of the run
     run.yaml                         the command's options resolved, a run config that
                                      repeats the run (`tfm train --config run.yaml`)
@@ -35,6 +39,7 @@ CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 WEIGHTS_FILE = "model.safetensors"
 MANIFEST_FILE = "manifest.json"
+SHORTLIST_FILE = "shortlist.safetensors"
 _NUMBERED = re.compile(r"step_(\d+)\.safetensors")
 
 
@@ -80,6 +85,10 @@ class ModelDir:
     @property
     def manifest(self) -> Path:
         return self.root / MANIFEST_FILE
+
+    @property
+    def shortlist(self) -> Path:
+        return self.root / SHORTLIST_FILE
 
     @property
     def train_config(self) -> Path:

@@ -19,7 +19,9 @@ holds is written explicitly, so that CTranslate2 computes what tfm computes:
 The output directory holds CTranslate2's files (model.bin, config.json, the vocabulary),
 the model's tokenizer file(s) and ``tfm_export.json`` (tfm.interop.common), which
 ``tfm translate`` / ``tfm eval`` read to decode the export with CTranslate2
-(tfm.decoding.ctranslate2_engine).
+(tfm.decoding.ctranslate2_engine). A model directory with a vocabulary shortlist
+(tfm.data.shortlist) is exported with it as CTranslate2's vocabulary map ``vmap.txt``, which
+``translate_batch(..., use_vmap=True)`` decodes with.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from torch import nn
 
 from tfm.checkpoint import load_model_dir
 from tfm.config import ModelConfig
+from tfm.data.shortlist import Shortlist, read_shortlist
 from tfm.data.tokenizer import vocabulary_files
 from tfm.errors import ModelError, UsageError
 from tfm.extras import require
@@ -43,6 +46,7 @@ from tfm.model.layers import sinusoidal_positions
 from tfm.special_tokens import BOS, EOS, UNK
 
 FORMAT = "ctranslate2"
+VMAP_FILE = "vmap.txt"  # the name CTranslate2 reads its vocabulary map from
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which tfm's layers use
 # Weight types CTranslate2 stores (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES).
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
@@ -75,9 +79,15 @@ def export_ctranslate2(model_dir: Path, output: Path, quantization: str | None =
     with staged_output(output, overwrite) as stage:
         model, vocabs, info = load_model_dir(model_dir)
         check_supported(info.model, model_dir)
-        spec = build_spec(model, vocabulary_tokens(vocabs.src), vocabulary_tokens(vocabs.tgt))
+        src_tokens, tgt_tokens = vocabulary_tokens(vocabs.src), vocabulary_tokens(vocabs.tgt)
+        spec = build_spec(model, src_tokens, tgt_tokens)
         spec.optimize(quantization=quantization)  # aliases tied weights, quantizes
         spec.save(str(stage))
+        shortlist_file = ModelDir(model_dir).shortlist
+        if shortlist_file.is_file():
+            vmap = vocabulary_map(read_shortlist(shortlist_file, vocabs), src_tokens,
+                                  tgt_tokens)
+            (stage / VMAP_FILE).write_text(vmap, encoding="utf-8")
         for path in vocabulary_files(ModelDir(model_dir).tokenizer):
             shutil.copyfile(path, stage / path.name)
         write_export_info(stage, FORMAT, model_dir, info,
@@ -89,6 +99,24 @@ def vocabulary_tokens(tok: Any) -> list[str]:
     """The tokens of a tokenizer in id order: CTranslate2's vocabulary, so that token strings
     map to the same ids in both."""
     return [tok.id_to_token(i) for i in range(tok.get_vocab_size())]
+
+
+def vocabulary_map(shortlist: Shortlist, src_tokens: list[str], tgt_tokens: list[str]) -> str:
+    """The shortlist as CTranslate2's vocabulary map: a line per source token, ``token<TAB>
+    target tokens separated by spaces``, the first with an empty source for the frequent
+    tokens, always candidates (CTranslate2 adds its special tokens itself). A token holding
+    whitespace cannot be written there and is left out."""
+    def writable(token: str | None) -> bool:
+        return bool(token) and not any(c.isspace() for c in token)
+
+    def joined(ids: list[int]) -> str:
+        return " ".join(tgt_tokens[i] for i in ids if i >= 0 and writable(tgt_tokens[i]))
+
+    lines = [f"\t{joined(shortlist.frequent.tolist())}\n"]
+    for token, targets in zip(src_tokens, shortlist.per_source.tolist()):
+        if writable(token) and joined(targets):
+            lines.append(f"{token}\t{joined(targets)}\n")
+    return "".join(lines)
 
 
 def check_supported(config: ModelConfig, model_dir: Path) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from tfm.config import ModelConfig
 from tfm.model.attention import decoder_self_attention_mask, padding_mask
@@ -51,6 +52,15 @@ class DecoderState:
         return self.memory_mask.size(0) * self.group
 
 
+@dataclass
+class OutputRows:
+    """The output layer's rows for some target ids, gathered once (Transformer.output_rows):
+    weight (V', D), bias (V',) or None."""
+
+    weight: Tensor
+    bias: Tensor | None
+
+
 class Transformer(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -81,10 +91,20 @@ class Transformer(nn.Module):
         if c.tie_output:
             self.output_proj.weight = tgt_embed.weight
 
-    def logits(self, hidden: Tensor) -> Tensor:
-        """(..., D) decoder output -> (..., V) logits over the target vocabulary."""
-        out = self.output_proj(hidden)
-        return out if self.output_bias is None else out + self.output_bias.to(out.dtype)
+    def logits(self, hidden: Tensor, rows: OutputRows | None = None) -> Tensor:
+        """(..., D) decoder output -> (..., V) logits over the target vocabulary; with
+        ``rows`` (``output_rows(ids)``), (..., V') over those ids only, in their order."""
+        if rows is None:
+            out, bias = self.output_proj(hidden), self.output_bias
+        else:
+            out, bias = F.linear(hidden, rows.weight), rows.bias
+        return out if bias is None else out + bias.to(out.dtype)
+
+    def output_rows(self, ids: Tensor) -> OutputRows:
+        """The output layer for the target ids ``ids`` (V',) only: what ``logits`` and
+        ``decode_step`` take to score just those (a vocabulary shortlist)."""
+        bias = None if self.output_bias is None else self.output_bias[ids]
+        return OutputRows(self.output_proj.weight[ids], bias)
 
     def reset_parameters(self) -> None:
         """Xavier-uniform matrices, zero biases, N(0, d^-1/2) embeddings with a zero pad row.
@@ -153,10 +173,12 @@ class Transformer(nn.Module):
             layers.append(LayerCache(empty, empty, cross_k, cross_v))
         return DecoderState(memory_mask, layers, 0, group)
 
-    def decode_step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False
+    def decode_step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False,
+                    rows: OutputRows | None = None
                     ) -> tuple[Tensor, DecoderState, Tensor | None]:
-        """tokens (B,) fed at position ``state.step`` -> logits (B, V) for the next position,
-        the extended state, and the last layer's cross-attention weights (B, H, S)."""
+        """tokens (B,) fed at position ``state.step`` -> logits (B, V) for the next position
+        (with ``rows``, (B, V') over their ids: ``logits``), the extended state, and the last
+        layer's cross-attention weights (B, H, S)."""
         x = self.tgt_embed(tokens[:, None], offset=state.step)  # (B, 1, D)
         new_layers = []
         weights = None
@@ -164,7 +186,7 @@ class Transformer(nn.Module):
             x, new_cache, weights = layer(x, (cache.cross_k, cache.cross_v), None,
                                           state.memory_mask, cache, need_weights, state.group)
             new_layers.append(new_cache)
-        logits = self.logits(self.decoder_norm(x))[:, 0]  # (B, V)
+        logits = self.logits(self.decoder_norm(x), rows)[:, 0]  # (B, V)
         new_state = DecoderState(state.memory_mask, new_layers, state.step + 1, state.group)
         return logits, new_state, None if weights is None else weights[:, :, 0]
 

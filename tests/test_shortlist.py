@@ -1,0 +1,302 @@
+"""Specifications of vocabulary shortlists (tfm.data.shortlist, tfm.decoding.shortlist,
+``tfm shortlist``, ``--shortlist``, and their export as CTranslate2's vmap).
+
+The model is a small one fitted to the 40 test pairs, and its shortlist is built from those
+pairs prepared as a dataset, small (20 translations per source token, 20 frequent tokens) so
+that it leaves out most of the 300-token vocabulary.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import PAIRS, tfm, write_corpus
+from safetensors.numpy import save as st_save
+
+from tfm.checkpoint import ModelInfo, load_model_dir, save_model_dir, save_recorded
+from tfm.config import GenerationDefaults, ModelConfig
+from tfm.data.corpus import CorpusSpec
+from tfm.data.dataset import TokenizedSplit
+from tfm.data.prepare import prepare
+from tfm.data.shortlist import Shortlist, build_shortlist
+from tfm.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    encode_batch,
+    save_tokenizer,
+    train_tokenizer,
+)
+from tfm.decoding.constraints import ConstraintSpec, compile_constraints
+from tfm.decoding.engines import load_translator
+from tfm.decoding.shortlist import make_shortlist
+from tfm.layout import ModelDir
+from tfm.model import Transformer
+
+TRAINED = [s for s, _ in PAIRS[:10]]
+UNSEEN = ["A dog is reading the newspaper .", "Two cats are sleeping in the kitchen .",
+          "The man rides a horse on the beach ."]
+
+
+def padded(rows: list[list[int]]) -> torch.Tensor:
+    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(model directory, its training data prepared): a model fitted to the test pairs for
+    120 steps (beam 4 by default), without a shortlist."""
+    root = tmp_path_factory.mktemp("shortlist")
+    tok = train_tokenizer((t for pair in PAIRS for t in pair), vocab_size=300)
+    save_tokenizer(tok, root / "tok.json")
+    write_corpus(root / "corpus", PAIRS)
+    prepare(CorpusSpec((str(root / "corpus" / "train"),), "en", "de"), root / "tok.json",
+            root / "data")
+    torch.manual_seed(0)
+    vocab = tok.get_vocab_size()
+    config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4,
+                         encoder_layers=2, decoder_layers=2, d_ff=64, dropout=0.0,
+                         max_positions=64)
+    model = Transformer(config)
+    src = padded([x + [EOS_ID] for x in encode_batch(tok, [s for s, _ in PAIRS])])
+    tgt = encode_batch(tok, [t for _, t in PAIRS])
+    t_in, t_out = padded([[BOS_ID, *y] for y in tgt]), padded([[*y, EOS_ID] for y in tgt])
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    for _ in range(120):
+        loss = torch.nn.functional.cross_entropy(model(src, t_in).view(-1, vocab),
+                                                 t_out.view(-1), ignore_index=PAD_ID)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    save_model_dir(root / "model", model.eval(), tok, ModelInfo(
+        config, "en", "de", GenerationDefaults(beam=4, max_len_a=1.5, max_len_b=5)))
+    return root / "model", root / "data"
+
+
+@pytest.fixture(scope="module")
+def shortlisted(trained: tuple[Path, Path]) -> Path:
+    """A copy of the trained model directory with its shortlist."""
+    model, data = trained
+    copy = model.parent / "shortlisted"
+    shutil.copytree(model, copy)
+    make_shortlist(data, copy, per_token=20, frequent=20)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def plain(trained: tuple[Path, Path]):
+    return load_translator(trained[0], "cpu", workers=1)
+
+
+@pytest.fixture(scope="module")
+def narrowed(shortlisted: Path):
+    return load_translator(shortlisted, "cpu", workers=1, shortlist=True)
+
+
+def translations(translator, sentences: list[str], n_best: int = 1, **asks) -> list:
+    options = translator.default_options(n_best=n_best)
+    return translator.translate(sentences, options, **asks)
+
+
+def candidates(translator, sentence: str) -> set[int]:
+    """The target ids ``sentence``'s shortlist allows."""
+    [source] = translator.prepare([sentence])
+    return set(translator.shortlist.candidates([source.ids]).tolist())
+
+
+def target_ids(translator, text: str) -> list[int]:
+    return translator.vocabs.tgt.encode(text, add_special_tokens=False).ids
+
+
+# --- building ---------------------------------------------------------------------------------
+
+def test_each_source_token_lists_the_target_token_it_is_translated_into_first():
+    # Source tokens 10, 11, 12 are translated into 20, 21, 22; 13 (a word on both sides of
+    # every pair, as "the" and "die") into 23; each sentence ends with EOS (3), the NULL word.
+    pairs = [([10, 13, 3], [20, 23]), ([11, 13, 3], [23, 21]), ([12, 10, 3], [22, 20]),
+             ([11, 12, 13, 3], [21, 23, 22]), ([10, 11, 13, 3], [20, 23, 21])]
+    split = TokenizedSplit(np.array([i for src, _ in pairs for i in src]),
+                           np.cumsum([0] + [len(src) for src, _ in pairs]),
+                           np.array([i for _, tgt in pairs for i in tgt]),
+                           np.cumsum([0] + [len(tgt) for _, tgt in pairs]))
+    shortlist = build_shortlist(split, 30, 30, per_token=2, frequent=1, iterations=10)
+    assert [shortlist.per_source[s][0] for s in (10, 11, 12, 13)] == [20, 21, 22, 23]
+    assert shortlist.per_source[5].tolist() == [-1, -1]  # never seen: nothing
+    assert shortlist.frequent.tolist() == [23]  # in 4 pairs, the others in 3
+
+
+def test_the_candidates_are_sorted_and_start_with_the_special_tokens():
+    shortlist = Shortlist(np.array([[9, 7], [8, -1]] + [[-1, -1]] * 8), np.array([6]), 12)
+    assert shortlist.candidates([[1, 0]]).tolist() == [0, 1, 2, 3, 6, 7, 8, 9]
+    assert shortlist.candidates([[1]], extra=[11]).tolist() == [0, 1, 2, 3, 6, 8, 11]
+
+
+def test_a_batch_has_the_union_of_its_sentences_candidates_and_each_keeps_its_own():
+    shortlist = Shortlist(np.array([[9, 7], [8, -1]] + [[-1, -1]] * 8), np.array([6]), 12)
+    ids, allowed = shortlist.batch_candidates([[0], [1]], extra=[[], [11]])
+    assert ids.tolist() == [0, 1, 2, 3, 6, 7, 8, 9, 11]
+    assert ids[allowed[0]].tolist() == [0, 1, 2, 3, 6, 7, 9]
+    assert ids[allowed[1]].tolist() == [0, 1, 2, 3, 6, 8, 11]
+
+
+def test_tfm_shortlist_writes_the_file_into_the_model_directory(trained, tmp_path):
+    model, data = trained
+    copy = tmp_path / "model"
+    shutil.copytree(model, copy)
+    result = tfm("shortlist", "--data", str(data), "--model", str(copy), "--per-token", "5")
+    assert result.returncode == 0, result.stderr
+    assert ModelDir(copy).shortlist.is_file()
+    assert "shortlist.safetensors" in (copy / "manifest.json").read_text()
+    assert f"tfm translate --model {copy} --shortlist" in result.stderr
+
+
+def test_a_dataset_of_another_tokenizer_is_refused_in_one_line(trained, dataset, tmp_path):
+    copy = tmp_path / "model"
+    shutil.copytree(trained[0], copy)
+    result = tfm("shortlist", "--data", str(dataset), "--model", str(copy))
+    assert result.returncode == 2
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "prepared with another tokenizer" in line
+    assert not ModelDir(copy).shortlist.exists()
+
+
+# --- decoding ---------------------------------------------------------------------------------
+
+def test_a_shortlist_of_the_whole_vocabulary_changes_nothing(plain, shortlisted):
+    everything = load_translator(shortlisted, "cpu", workers=1, shortlist=True)
+    vocab = everything.model.config.tgt_vocab_size
+    everything.shortlist = replace(everything.shortlist,
+                                   frequent=np.arange(vocab, dtype=np.int32))
+    sentences = TRAINED + UNSEEN
+    for a, b in zip(translations(plain, sentences, 3), translations(everything, sentences, 3)):
+        assert a.hypotheses == b.hypotheses
+
+
+def test_a_shortlist_that_holds_the_translation_keeps_it(plain, narrowed):
+    vocab = narrowed.model.config.tgt_vocab_size
+    options = plain.default_options()
+    for source in plain.prepare(TRAINED):
+        [[best]] = plain.search([source.ids], options)
+        allowed = narrowed.shortlist.candidates([source.ids]).tolist()
+        assert len(allowed) < vocab / 3  # a shortlist that leaves most tokens out
+        assert set(best.tokens) <= set(allowed)
+        [[kept]] = narrowed.search([source.ids], options)
+        assert kept.tokens == best.tokens
+
+
+def test_each_sentence_is_translated_as_if_it_were_alone(narrowed):
+    sentences = TRAINED[:5] + UNSEEN
+    together = translations(narrowed, sentences, n_best=2)
+    for sentence, batched in zip(sentences, together):
+        [alone] = translations(narrowed, [sentence], n_best=2)
+        assert [t for t, _ in alone.hypotheses] == [t for t, _ in batched.hypotheses]
+        assert [s for _, s in alone.hypotheses] == pytest.approx(
+            [s for _, s in batched.hypotheses], abs=1e-5)
+
+
+def test_n_best_hypotheses_are_in_full_vocabulary_ids_within_the_shortlist(narrowed):
+    options = narrowed.default_options(beam=4, n_best=3)
+    sources = narrowed.prepare(UNSEEN)
+    found = narrowed.search([s.ids for s in sources], options)
+    for source, hypotheses in zip(sources, found):
+        assert len(hypotheses) == 3
+        assert len({tuple(h.tokens) for h in hypotheses}) == 3
+        allowed = set(narrowed.shortlist.candidates([source.ids]).tolist())
+        for h in hypotheses:
+            assert h.tokens and set(h.tokens) <= allowed - {PAD_ID, BOS_ID, EOS_ID}
+    texts = translations(narrowed, UNSEEN, n_best=3)
+    assert all(len(t.hypotheses) == 3 for t in texts)
+    assert texts[0].text == narrowed.vocabs.tgt.decode(found[0][0].tokens).strip()
+
+
+def test_a_constraint_outside_the_shortlist_is_still_met(narrowed):
+    sentence = UNSEEN[0]
+    allowed = candidates(narrowed, sentence)
+    # German words the shortlist cannot write: a token of each is not in it
+    outside = [word for _, german in PAIRS for word in german.split()
+               if not set(target_ids(narrowed, " " + word)) <= allowed]
+    phrase, start = outside[0], outside[1]
+    tokens = compile_constraints(narrowed.vocabs.tgt, ConstraintSpec([phrase], start), 20)
+    assert not set(tokens.phrases[0].forms[0]) <= allowed
+    assert not set(tokens.prefix) <= allowed
+    [result] = translations(narrowed, [sentence],
+                            constraints=[ConstraintSpec([phrase], prefix=start)])
+    assert result.constraints_met
+    assert phrase in result.text and result.text.startswith(start)
+
+
+def test_translate_without_a_shortlist_refuses_shortlist_in_one_line(trained):
+    result = tfm("translate", "--model", str(trained[0]), "--shortlist", "Hello .")
+    assert result.returncode == 2
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert line.startswith("error: --shortlist:")
+    assert f"tfm shortlist --data DATA --model {trained[0]}" in line
+
+
+def test_an_ensemble_with_a_shortlist_is_refused_in_one_line(shortlisted):
+    result = tfm("translate", "--model", str(shortlisted), "--ensemble", str(shortlisted),
+                 "--shortlist", "Hello .")
+    assert result.returncode == 2
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "--shortlist decodes one model, not an --ensemble" in line
+
+
+# --- the model directory for readers old and new ----------------------------------------------
+
+def test_a_model_directory_with_a_shortlist_loads_and_translates_as_before(trained, shortlisted,
+                                                                           plain):
+    model, _ = trained
+    assert (shortlisted / "config.json").read_bytes() == (model / "config.json").read_bytes()
+    load_model_dir(shortlisted)  # the reader, which knows nothing of the shortlist
+    without = load_translator(shortlisted, "cpu", workers=1)
+    sentences = TRAINED + UNSEEN
+    for a, b in zip(translations(plain, sentences, 3), translations(without, sentences, 3)):
+        assert a.hypotheses == b.hypotheses
+
+
+def test_a_shortlist_of_a_newer_format_is_refused_in_one_line(shortlisted, tmp_path):
+    copy = tmp_path / "model"
+    shutil.copytree(shortlisted, copy)
+    newer = st_save({"per_source": np.zeros((1, 1), dtype=np.int32),
+                     "frequent": np.zeros(1, dtype=np.int32)},
+                    metadata={"format_version": "99", "tgt_vocab_size": "1", "provenance": "{}"})
+    save_recorded(copy, {ModelDir(copy).shortlist: newer})
+    result = tfm("translate", "--model", str(copy), "--shortlist", "Hello .")
+    assert result.returncode != 0
+    [line] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert "shortlist format 99 is newer than this tfm understands" in line
+    assert tfm("translate", "--model", str(copy), "Hello .").returncode == 0
+
+
+# --- export -----------------------------------------------------------------------------------
+
+def test_the_ctranslate2_export_carries_the_shortlist_as_its_vmap(shortlisted, narrowed,
+                                                                  tmp_path):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from tfm.interop.ctranslate2 import export_ctranslate2
+
+    export = export_ctranslate2(shortlisted, tmp_path / "ct2")
+    lines = (export / "vmap.txt").read_text(encoding="utf-8").splitlines()
+    tgt = narrowed.vocabs.tgt
+    assert lines[0].split("\t") == ["", " ".join(tgt.id_to_token(int(i))
+                                                 for i in narrowed.shortlist.frequent)]
+    by_source = dict(line.split("\t") for line in lines[1:])
+    src = narrowed.vocabs.src
+    for token_id, targets in enumerate(narrowed.shortlist.per_source.tolist()):
+        listed = [tgt.id_to_token(i) for i in targets if i >= 0]
+        assert by_source.get(src.id_to_token(token_id), "").split() == listed
+    # CTranslate2 decodes with it, within the sentence's candidates
+    [source] = narrowed.prepare([UNSEEN[0]])
+    translator = ctranslate2.Translator(str(export), device="cpu")
+    [result] = translator.translate_batch([[src.id_to_token(i) for i in source.ids]],
+                                          beam_size=4, use_vmap=True)
+    allowed = {tgt.id_to_token(i) for i in candidates(narrowed, UNSEEN[0])}
+    assert result.hypotheses[0] and set(result.hypotheses[0]) <= allowed

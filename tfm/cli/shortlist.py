@@ -1,0 +1,53 @@
+"""``tfm shortlist``: build a model's vocabulary shortlist (tfm.data.shortlist)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tfm.cli.app import app, err, writing_into
+from tfm.data.shortlist import FREQUENT, ITERATIONS, PER_TOKEN
+
+
+@app.command()
+def shortlist(
+    data: Annotated[Path, typer.Option(
+        "--data", help="The prepared dataset (`tfm prepare`) the model was trained on: its "
+        "train split is read.", show_default=False)],
+    model: Annotated[Path, typer.Option(
+        "--model", "-m", help="The model directory to write the shortlist into.")
+    ] = Path("model"),
+    per_token: Annotated[int, typer.Option(
+        "--per-token", help="Target tokens kept for each source token, the most probable "
+        "translations first.", min=1)] = PER_TOKEN,
+    frequent: Annotated[int, typer.Option(
+        "--frequent", help="The most frequent target tokens, always allowed.", min=0)
+    ] = FREQUENT,
+    iterations: Annotated[int, typer.Option(
+        "--iterations", help="EM rounds that estimate the lexical translation "
+        "probabilities (IBM Model 1).", min=1)] = ITERATIONS,
+) -> None:
+    """Build the vocabulary shortlist that `tfm translate --shortlist` decodes with: for each
+    source token, the target tokens it is likely to be translated into, learnt from the
+    training data, plus the most frequent target tokens. Written into the model directory
+    (shortlist.safetensors), and by `tfm export --to ctranslate2` as CTranslate2's vmap.txt."""
+    from tfm.decoding.shortlist import make_shortlist
+
+    start = time.monotonic()
+    bar = Progress(TextColumn("Building the shortlist"), MofNCompleteColumn(),
+                   BarColumn(bar_width=24), TimeElapsedColumn(), console=err, transient=True,
+                   disable=not err.is_terminal)
+    task = bar.add_task("shortlist", total=None)
+    with writing_into(model, "tfm shortlist"), bar:
+        built = make_shortlist(data, model, per_token, frequent, iterations,
+                               lambda done, steps: bar.update(task, completed=done,
+                                                              total=steps))
+    listed = int((built.per_source >= 0).any(axis=1).sum())
+    err.print(f"[green]Wrote[/] the shortlist of {model} ({listed:,} source tokens with up to "
+              f"{per_token} translations each, {len(built.frequent):,} frequent target "
+              f"tokens) in {time.monotonic() - start:.1f} s; decode with `tfm translate "
+              f"--model {model} --shortlist`", highlight=False)
