@@ -92,7 +92,7 @@ def main() -> None:
         logged = [s for s in times if s <= step]
         minutes = times[max(logged)] / 60 if logged else float("nan")
         # Decoded as tfm translate decodes, by its default workers: each translator leaves this
-        # thread one CPU thread (tfm.device.share_cpu_threads), so give them all back first.
+        # thread one CPU thread (tfm.decoding.workers), so give them all back first.
         torch.set_num_threads(threads)
         translator = TorchTranslator(args.model, "cpu", f"checkpoints/{path.name}",
                                      ensemble=args.ensemble, workers=None)

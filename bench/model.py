@@ -133,7 +133,8 @@ def run_train(args: argparse.Namespace) -> dict:
 
 
 def run_decode(args: argparse.Namespace) -> dict:
-    from tfm.decoding.search import beam_search, greedy_search
+    from tfm.config import SearchOptions
+    from tfm.decoding.search import search
 
     torch.manual_seed(0)
     if args.model:
@@ -158,7 +159,7 @@ def run_decode(args: argparse.Namespace) -> dict:
             src = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
             for r, row in enumerate(rows):
                 src[r, : len(row)] = torch.tensor(row)
-            hyps = greedy_search(model, src) if beam == 1 else beam_search(model, src, beam)
+            hyps = search(model, src, SearchOptions(beam=beam))
             generated += sum(len(h[0].tokens) + 1 for h in hyps)
         seconds = time.perf_counter() - start
         results[f"beam{beam}"] = {"sentences_per_s": len(ids) / seconds,

@@ -66,7 +66,7 @@ def offline(model: Path, sources: list[str], beam: int | None, precision: str
     texts = [t.text for t in translator.translate(sources, options)]
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "sent_per_s": len(sources) / seconds, "beam": options.beam,
-            "workers": translator.workers, "texts": texts}
+            "workers": translator.workers.count, "texts": texts}
 
 
 def offline_command(model: Path, sources: list[str], beam: int | None, precision: str,

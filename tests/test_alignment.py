@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tfm.config import ModelConfig
+from tfm.config import ModelConfig, SearchOptions
 from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tfm.decoding.alignment import align_words, pharaoh, word_ids
 from tfm.decoding.search import beam_search, greedy_search
@@ -55,9 +55,9 @@ def test_search_keeps_the_attention_that_produced_each_token(model, beam: int) -
     src = sources()
     with torch.no_grad():
         if beam == 1:
-            results = greedy_search(model, src, max_len_b=6, need_attention=True)
+            results = greedy_search(model, src, SearchOptions(beam=1, max_len_b=6, attention=True))
         else:
-            results = beam_search(model, src, beam=beam, max_len_b=6, need_attention=True)
+            results = beam_search(model, src, SearchOptions(beam=beam, max_len_b=6, attention=True))
         for i, hyps in enumerate(results):
             hyp = hyps[0]
             assert hyp.attention is not None
@@ -74,8 +74,8 @@ def test_search_keeps_the_attention_that_produced_each_token(model, beam: int) -
 
 def test_keeping_attention_does_not_change_the_search(model) -> None:
     src = sources()
-    plain = beam_search(model, src, beam=3, max_len_b=6)
-    kept = beam_search(model, src, beam=3, max_len_b=6, need_attention=True)
+    plain = beam_search(model, src, SearchOptions(beam=3, max_len_b=6))
+    kept = beam_search(model, src, SearchOptions(beam=3, max_len_b=6, attention=True))
     for a, b in zip(plain, kept):
         assert a[0].tokens == b[0].tokens
         assert a[0].score == pytest.approx(b[0].score, abs=1e-5)

@@ -16,7 +16,7 @@ FLOORS = [
      "tfm.device", "tfm.plotting", "tfm.extras", "tfm.allocator", "tfm.integrity", "tfm.lock"},
     {"tfm.data"},
     {"tfm.model"},
-    {"tfm.checkpoint"},
+    {"tfm.checkpoint", "tfm.model_info"},
     {"tfm.interop"},
     {"tfm.decoding"},
     {"tfm.training"},
@@ -90,3 +90,15 @@ def test_no_module_imports_itself_through_a_cycle() -> None:
     for m in graph:
         if m not in state:
             visit(m)
+
+
+@pytest.mark.parametrize("package", ["tfm/decoding", "tfm/cli"])
+def test_no_function_of_the_decoding_side_or_the_commands_is_over_80_lines(package):
+    """A function longer than a screen is several jobs: name them (docs/ARCHITECTURE.md)."""
+    long = []
+    for path in sorted((PACKAGE.parent / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            if function and node.end_lineno - node.lineno + 1 > 80:
+                long.append(f"{path.name}:{node.lineno} {node.name}")
+    assert not long, long

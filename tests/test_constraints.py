@@ -19,7 +19,7 @@ from conftest import PAIRS, tfm
 from test_search import teacher_forced_log_probs
 
 from tfm.checkpoint import ModelInfo, save_model_dir
-from tfm.config import GenerationDefaults, ModelConfig
+from tfm.config import GenerationDefaults, ModelConfig, SearchOptions
 from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, encode_batch, train_tokenizer
 from tfm.decoding.constraints import (
     MAX_CONSTRAINTS,
@@ -166,8 +166,10 @@ def test_a_wide_constrained_beam_finds_the_best_output_that_contains_the_phrases
     allowed = [o for o in outputs if all(tc.met(o))]
     scores = [lp / (len(o) + 1) for o, lp in zip(allowed, teacher_forced(model, src, allowed))]
     best = max(range(len(allowed)), key=lambda i: scores[i])
-    [hyps] = beam_search(model, src, beam=len(outputs), max_len_a=0.0, max_len_b=limit,
-                         constraints=[tc], stop_early=False)
+    [hyps] = beam_search(model, src,
+                         SearchOptions(beam=len(outputs), max_len_a=0.0, max_len_b=limit,
+                                       stop_early=False),
+                         [tc])
     assert hyps[0].tokens == allowed[best] and hyps[0].constraints_met == [True, True]
     assert hyps[0].score == pytest.approx(scores[best], abs=1e-5)
 
@@ -187,11 +189,12 @@ def test_a_sentence_translates_the_same_alone_and_with_others_of_other_constrain
         TargetConstraints(prefix=[15, 16]),
         TargetConstraints([Phrase("x", ((18, 19),))]),
     ]
-    together = beam_search(model, src, beam=3, max_len_a=1.0, max_len_b=6, n_best=2,
-                           constraints=constraints)
+    together = beam_search(model, src, SearchOptions(beam=3, max_len_a=1.0, max_len_b=6, n_best=2),
+                           constraints)
     for i, row in enumerate(rows):
-        [alone] = beam_search(model, padded([row]), beam=3, max_len_a=1.0, max_len_b=6,
-                              n_best=2, constraints=[constraints[i]])
+        [alone] = beam_search(model, padded([row]),
+                              SearchOptions(beam=3, max_len_a=1.0, max_len_b=6, n_best=2),
+                              [constraints[i]])
         assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
         assert [h.score for h in alone] == pytest.approx([h.score for h in together[i]],
                                                          abs=1e-5)
@@ -209,15 +212,15 @@ def test_sentences_without_constraints_keep_the_unconstrained_search_beside_othe
     torch.manual_seed(6)
     rows = [torch.randint(4, 20, (n - 1,)).tolist() + [EOS_ID] for n in (5, 8, 3, 6)]
     src = padded(rows)
-    plain = beam_search(model, src, beam=4, max_len_a=1.2, max_len_b=4, n_best=3)
-    mixed = beam_search(model, src, beam=4, max_len_a=1.2, max_len_b=4, n_best=3,
-                        constraints=[None, TargetConstraints([Phrase("a", ((9, 9),))]), None,
+    plain = beam_search(model, src, SearchOptions(beam=4, max_len_a=1.2, max_len_b=4, n_best=3))
+    mixed = beam_search(model, src, SearchOptions(beam=4, max_len_a=1.2, max_len_b=4, n_best=3),
+                        [None, TargetConstraints([Phrase("a", ((9, 9),))]), None,
                                      TargetConstraints()])
     for i in (0, 2, 3):
         assert [(h.tokens, h.score, h.log_prob) for h in plain[i]] == \
             [(h.tokens, h.score, h.log_prob) for h in mixed[i]]
-    none = beam_search(model, src, beam=4, max_len_a=1.2, max_len_b=4, n_best=3,
-                       constraints=[None] * 4)
+    none = beam_search(model, src, SearchOptions(beam=4, max_len_a=1.2, max_len_b=4, n_best=3),
+                       [None] * 4)
     assert [[h.tokens for h in hs] for hs in none] == [[h.tokens for h in hs] for hs in plain]
 
 
@@ -225,22 +228,25 @@ def test_a_forced_prefix_starts_greedy_and_beam_outputs_scored_as_the_model_scor
     model = tiny(7, vocab=20)
     src = padded([[5, 9, 11, EOS_ID], [6, 6, EOS_ID]])
     prefix = [TargetConstraints(prefix=[12, 13, 14]), None]
-    for hyps in (greedy_search(model, src, 1.0, 5, constraints=prefix),
-                 beam_search(model, src, beam=3, max_len_a=1.0, max_len_b=5,
-                             constraints=prefix)):
+    for hyps in (greedy_search(model, src, SearchOptions(beam=1, max_len_a=1.0, max_len_b=5),
+                               prefix),
+                 beam_search(model, src, SearchOptions(beam=3, max_len_a=1.0, max_len_b=5),
+                             prefix)):
         assert hyps[0][0].tokens[:3] == [12, 13, 14]
         [expected] = teacher_forced(model, src[:1], [hyps[0][0].tokens])
         assert hyps[0][0].log_prob == pytest.approx(expected, abs=1e-5)
-    assert greedy_search(model, src, 1.0, 5)[1] == greedy_search(model, src, 1.0, 5,
-                                                                  constraints=prefix)[1]
+    assert greedy_search(model, src,
+                         SearchOptions(beam=1, max_len_a=1.0,
+                                       max_len_b=5))[1] == greedy_search(model,
+                         src, SearchOptions(beam=1, max_len_a=1.0, max_len_b=5), prefix)[1]
 
 
 def test_phrases_that_cannot_fit_the_length_limit_are_reported_unmet():
     model = tiny(8, vocab=20)
     src = padded([[5, 9, EOS_ID]])
     tc = TargetConstraints([Phrase("a", ((10, 11, 12),)), Phrase("b", ((13, 14, 15),))])
-    [hyps] = beam_search(model, src, beam=3, max_len_a=0.0, max_len_b=5, n_best=3,
-                         constraints=[tc])  # 4 tokens at most: both need 6
+    [hyps] = beam_search(model, src, SearchOptions(beam=3, max_len_a=0.0, max_len_b=5, n_best=3),
+                         [tc])  # 4 tokens at most: both need 6
     assert hyps and all(not h.complete for h in hyps)
     assert all(h.constraints_met == tc.met(h.tokens) for h in hyps)
     assert all(len(h.tokens) == 4 for h in hyps)  # ended at the limit
@@ -253,12 +259,11 @@ def test_an_ensemble_is_searched_with_constraints_unchanged():
     src = padded([[5, 9, 11, EOS_ID], [6, 7, EOS_ID]])
     constraints = [TargetConstraints([Phrase("a", ((8, 9),)), Phrase("b", ((13,),))],
                                      prefix=[16]), None]
-    hyps = beam_search(models, src, beam=3, max_len_a=1.0, max_len_b=6,
-                       constraints=constraints)
+    hyps = beam_search(models, src, SearchOptions(beam=3, max_len_a=1.0, max_len_b=6), constraints)
     assert hyps[0][0].tokens[0] == 16 and hyps[0][0].constraints_met == [True, True]
     # The unconstrained sentence finds what it finds alone (its scores summed in another order
     # within a batch: equal to float precision, not to the last bit, on AVX2 kernels).
-    alone = beam_search(models, src[1:, :3], beam=3, max_len_a=1.0, max_len_b=6)[0]
+    alone = beam_search(models, src[1:, :3], SearchOptions(beam=3, max_len_a=1.0, max_len_b=6))[0]
     assert [h.tokens for h in hyps[1]] == [h.tokens for h in alone]
     assert [h.score for h in hyps[1]] == pytest.approx([h.score for h in alone], abs=1e-5)
     assert [h.constraints_met for h in hyps[1]] == [h.constraints_met for h in alone]
@@ -266,8 +271,8 @@ def test_an_ensemble_is_searched_with_constraints_unchanged():
 
 def test_greedy_search_refuses_phrases():
     with pytest.raises(ValueError, match="beam search"):
-        greedy_search(tiny(0), torch.tensor([[5, EOS_ID]]),
-                      constraints=[TargetConstraints([Phrase("a", ((5,),))])])
+        greedy_search(tiny(0), torch.tensor([[5, EOS_ID]]), SearchOptions(beam=1),
+                      [TargetConstraints([Phrase("a", ((5,),))])])
 
 
 # --- the translator, on the fitted model -------------------------------------------------------

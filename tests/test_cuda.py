@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tfm.config import ModelConfig, TrainConfig
+from tfm.config import ModelConfig, SearchOptions, TrainConfig
 from tfm.decoding.engines import load_translator
 from tfm.decoding.search import beam_search
 from tfm.device import resolve_precision
@@ -83,9 +83,10 @@ def test_beam_search_in_a_batch_finds_what_it_finds_one_sentence_at_a_time(
     ids = [source.ids for source in translator.prepare(sources(8))]
     width = max(len(i) for i in ids)
     batch = torch.tensor([i + [0] * (width - len(i)) for i in ids], device="cuda")
-    together = beam_search(translator.model, batch, beam=4)
+    together = beam_search(translator.model, batch, SearchOptions(beam=4))
     for row, sentence in enumerate(ids):
-        alone = beam_search(translator.model, torch.tensor([sentence], device="cuda"), beam=4)
+        alone = beam_search(translator.model, torch.tensor([sentence], device="cuda"),
+                            SearchOptions(beam=4))
         assert alone[0][0].tokens == together[row][0].tokens
         assert alone[0][0].score == pytest.approx(together[row][0].score, abs=1e-4)
 

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer
 
 from tfm.config import SearchOptions
 from tfm.decoding.engines import load_translator
-from tfm.device import decoding_workers
+from tfm.decoding.workers import Workers, default_count
 from tfm.errors import UsageError
 
 # Sentences of many lengths: with a small batch_tokens they fill a dozen batches or more.
@@ -113,20 +113,27 @@ def test_a_failing_batch_stops_the_batches_not_started(model_dir: Path) -> None:
     translator.search = failing_search
     with pytest.raises(RuntimeError, match="out of memory"):
         translator.translate(SENTENCES, options)
-    translator._pool.shutdown(wait=True)  # let the batch in flight end
+    translator.workers.close(wait=True)  # let the batch in flight end
     assert len(calls) < batches // 2
 
 
 def test_auto_is_two_workers_on_a_cpu_with_two_threads_and_one_elsewhere() -> None:
-    cpu = torch.device("cpu")
     torch.set_num_threads(2)
-    assert decoding_workers(None, cpu) == 2
+    assert default_count("cpu") == 2
+    assert Workers.for_device(None, "cpu").count == 2
+    assert torch.get_num_threads() == 1  # this thread kept one; each worker takes one
     torch.set_num_threads(1)
-    assert decoding_workers(None, cpu) == 1
-    assert decoding_workers(None, torch.device("cuda")) == 1
-    assert decoding_workers(3, cpu) == 3
+    assert default_count("cpu") == 1
+    assert default_count("cuda") == 1
+    assert Workers.for_device(3, "cpu").count == 3
     with pytest.raises(UsageError, match="--workers 0"):
-        decoding_workers(0, cpu)
+        Workers.for_device(0, "cpu")
+
+
+def test_the_library_and_the_command_line_have_one_default(model_dir: Path) -> None:
+    torch.set_num_threads(2)
+    assert default_count("cpu") == 2  # what `tfm translate --workers` defaults to
+    assert load_translator(model_dir, "cpu").workers.count == 2
 
 
 def test_the_command_line_translates_a_file_alike_with_one_or_two_workers(

@@ -103,7 +103,8 @@ def separate_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
 def translators(request: pytest.FixtureRequest) -> tuple[TorchTranslator, CTranslate2Translator]:
     """tfm's translator and CTranslate2's (float32) for the same model."""
     model, export = request.getfixturevalue(f"{request.param}_model")
-    return TorchTranslator(model, "cpu"), CTranslate2Translator(export, "cpu", "fp32")
+    return (TorchTranslator(model, "cpu"),
+            CTranslate2Translator(export, "cpu", "fp32", exact=True))
 
 
 def assert_same_translations(tfm_results, ct2_results, ranks: int | None = None) -> None:
@@ -195,6 +196,22 @@ def test_beam_search_matches_tfm_token_for_token(translators, options) -> None:
                              ct2_translator.translate(SOURCES, o), ranks)
 
 
+@pytest.mark.parametrize("options", [
+    dict(beam=1), dict(beam=1, max_len_a=0.5, max_len_b=2), dict(beam=4, length_penalty=0.0),
+], ids=["greedy", "greedy-length-limit", "beam-raw"])
+def test_ctranslate2s_own_search_finds_tfms_best_in_one_pass(translators, options) -> None:
+    """Without --exact-search: where CTranslate2's stopping rule is tfm's (greedy search; a
+    beam without a length penalty), the same translations; and each sentence's translation
+    is the one it gets alone."""
+    tfm_translator, exact = translators
+    one_pass = CTranslate2Translator(exact.path, "cpu", "fp32")
+    assert one_pass.describe()["search"] == "CTranslate2's"
+    o = SearchOptions(**options)
+    together = one_pass.translate(SOURCES, o)
+    assert [t.text for t in together] == [t.text for t in tfm_translator.translate(SOURCES, o)]
+    assert [one_pass.translate([s], o)[0].text for s in SOURCES] == [t.text for t in together]
+
+
 def test_every_hypothesis_is_scored_as_tfm_scores_it(translators) -> None:
     """Whatever CTranslate2 finds (also at the length limit and with a minimum length), its
     score is tfm's: log P(tokens + EOS) / (tokens + 1) ** length_penalty."""
@@ -242,7 +259,7 @@ def test_unk_and_bos_are_never_emitted_even_where_the_model_prefers_them(separat
     save_model_dir(tmp_path / "model", model, vocabs, info)
     export = export_ctranslate2(tmp_path / "model", tmp_path / "ct2")
     tfm_translator = TorchTranslator(tmp_path / "model", "cpu")
-    ct2_translator = CTranslate2Translator(export, "cpu", "fp32")
+    ct2_translator = CTranslate2Translator(export, "cpu", "fp32", exact=True)
     passes = []
     first_pass = CTranslate2Translator._translate
 
@@ -305,15 +322,22 @@ def test_translate_decodes_an_export_as_it_decodes_the_model(joint_model, monkey
     args = ["translate", "The girl is eating an apple .", "Two cats .", "--format", "jsonl",
             "--beam", "4", "--n-best", "2", "--length-penalty", "0", "--device", "cpu"]
     outputs = []
-    for directory in (model, export):
-        code, out, err = run_tfm(monkeypatch, capsys, *args, "--model", str(directory))
+    for directory, more in ((model, ()), (export, ()), (export, ("--exact-search",))):
+        code, out, err = run_tfm(monkeypatch, capsys, *args, "--model", str(directory), *more)
         assert code == 0, err
         outputs.append([json.loads(line) for line in out.splitlines()])
-    ours, theirs = outputs
-    assert theirs[0]["translation"] == "Das Mädchen isst einen Apfel ."
-    assert [[h["translation"] for h in r["n_best"]] for r in theirs] == [
+    ours, one_pass, exact = outputs
+    assert one_pass[0]["translation"] == "Das Mädchen isst einen Apfel ."
+    # CTranslate2's own search, in one pass: the same best hypothesis without a length
+    # penalty, its score by tfm's formula over CTranslate2's log-probabilities (normalised
+    # over the tokens that may be emitted); below it, it stops by its own rule.
+    assert [r["translation"] for r in one_pass] == [r["translation"] for r in ours]
+    assert [r["score"] for r in one_pass] == pytest.approx([r["score"] for r in ours],
+                                                           abs=1e-2)
+    # --exact-search: tfm's search, the whole n-best list.
+    assert [[h["translation"] for h in r["n_best"]] for r in exact] == [
         [h["translation"] for h in r["n_best"]] for r in ours]
-    assert [r["score"] for r in theirs] == pytest.approx([r["score"] for r in ours], abs=1e-4)
+    assert [r["score"] for r in exact] == pytest.approx([r["score"] for r in ours], abs=1e-4)
 
 
 def test_translate_help_says_it_takes_an_export(monkeypatch, capsys) -> None:

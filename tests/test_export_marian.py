@@ -16,7 +16,7 @@ from conftest import PAIRS
 from tokenizers import Tokenizer
 
 from tfm.checkpoint import GenerationDefaults, ModelInfo, load_model_dir, save_model_dir
-from tfm.config import ModelConfig
+from tfm.config import ModelConfig, SearchOptions
 from tfm.data.text import normalize_text
 from tfm.data.tokenizer import Vocabularies, decode, encode_batch
 from tfm.decoding.search import beam_search, greedy_search
@@ -253,7 +253,8 @@ def test_greedy_search_gives_tfm_tokens_and_text(hf, tfm_model) -> None:
     tok, hf_model = hf
     model, vocabs = tfm_model
     enc = tok(SOURCES, return_tensors="pt", padding=True)
-    ours = greedy_search(model, enc["input_ids"], max_len_a=0.0, max_len_b=MAX_NEW)
+    ours = greedy_search(model, enc["input_ids"],
+                         SearchOptions(beam=1, max_len_a=0.0, max_len_b=MAX_NEW))
     with torch.no_grad():
         theirs = hf_model.generate(**enc, num_beams=1, max_new_tokens=MAX_NEW)
     assert [h[0].tokens for h in ours] == generated(theirs)
@@ -271,8 +272,9 @@ def test_beam_search_with_the_exported_settings_gives_tfm_hypotheses(hf, tfm_mod
     tok, hf_model = hf
     model, _ = tfm_model
     enc = tok(SOURCES, return_tensors="pt", padding=True)
-    ours = beam_search(model, enc["input_ids"], beam=4, length_penalty=0.0, max_len_a=0.0,
-                       max_len_b=MAX_NEW, stop_early=stop_early)
+    ours = beam_search(model, enc["input_ids"],
+                       SearchOptions(beam=4, length_penalty=0.0, max_len_a=0.0, max_len_b=MAX_NEW,
+                                     stop_early=stop_early))
     with torch.no_grad():
         theirs = hf_model.generate(**enc, max_new_tokens=MAX_NEW, output_scores=True,
                                    return_dict_in_generate=True)
@@ -283,7 +285,8 @@ def test_beam_search_with_the_exported_settings_gives_tfm_hypotheses(hf, tfm_mod
     assert [ours[i][0].tokens for i in kept] == [theirs_tokens[i] for i in kept]
     assert torch.allclose(torch.tensor([ours[i][0].score for i in kept]),
                           theirs.sequences_scores[kept], atol=1e-4)
-    greedy = greedy_search(model, enc["input_ids"], max_len_a=0.0, max_len_b=MAX_NEW)
+    greedy = greedy_search(model, enc["input_ids"],
+                           SearchOptions(beam=1, max_len_a=0.0, max_len_b=MAX_NEW))
     assert any(ours[i][0].tokens != greedy[i][0].tokens for i in kept)  # beam did matter
 
 

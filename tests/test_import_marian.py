@@ -22,6 +22,7 @@ import torch
 from conftest import tfm as tfm_cli
 
 from tfm.checkpoint import load_model_dir
+from tfm.config import SearchOptions
 from tfm.data.tokenizer import decode, encode_batch
 from tfm.decoding.search import beam_search, greedy_search
 from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -388,7 +389,8 @@ def generate(variant: dict, src: list[list[int]], **settings: object) -> list[li
 def test_greedy_search_gives_generate_tokens(variant: dict) -> None:
     model, vocabs = variant["model"], variant["vocabs"]
     src = [x + [EOS_ID] for x in encode_batch(vocabs.src, sentences())]
-    ours = greedy_search(model, padded(src), max_len_a=0.0, max_len_b=MAX_NEW)
+    ours = greedy_search(model, padded(src),
+                         SearchOptions(beam=1, max_len_a=0.0, max_len_b=MAX_NEW))
     assert [h[0].tokens for h in ours] == generate(variant, src, num_beams=1, do_sample=False)
 
 
@@ -398,14 +400,16 @@ def test_beam_search_gives_generate_tokens(variant: dict, stop_early: bool) -> N
     (tfm.interop.marian), for every sentence that ends before the length limit."""
     model, vocabs = variant["model"], variant["vocabs"]
     src = [x + [EOS_ID] for x in encode_batch(vocabs.src, sentences())]
-    ours = beam_search(model, padded(src), beam=4, length_penalty=0.0, max_len_a=0.0,
-                       max_len_b=MAX_NEW, stop_early=stop_early)
+    ours = beam_search(model, padded(src),
+                       SearchOptions(beam=4, length_penalty=0.0, max_len_a=0.0, max_len_b=MAX_NEW,
+                                     stop_early=stop_early))
     theirs = generate(variant, src, num_beams=4, length_penalty=0.0, early_stopping=False,
                       do_sample=False)
     kept = [i for i, h in enumerate(ours) if len(h[0].tokens) + 1 < MAX_NEW]
     assert len(kept) >= len(src) // 2
     assert [ours[i][0].tokens for i in kept] == [theirs[i] for i in kept]
-    greedy = greedy_search(model, padded(src), max_len_a=0.0, max_len_b=MAX_NEW)
+    greedy = greedy_search(model, padded(src),
+                           SearchOptions(beam=1, max_len_a=0.0, max_len_b=MAX_NEW))
     assert any(ours[i][0].tokens != greedy[i][0].tokens for i in range(len(src)))
 
 
@@ -452,7 +456,8 @@ def test_the_export_of_an_import_is_marian_to_transformers(variant: dict,
     enc = hf_tok(texts, return_tensors="pt", padding=True)
     assert enc["input_ids"].tolist() == padded(
         [x + [EOS_ID] for x in encode_batch(vocabs.src, texts)]).tolist()
-    ours = greedy_search(model, enc["input_ids"], max_len_a=0.0, max_len_b=MAX_NEW)
+    ours = greedy_search(model, enc["input_ids"],
+                         SearchOptions(beam=1, max_len_a=0.0, max_len_b=MAX_NEW))
     with torch.no_grad():
         out = hf.generate(**enc, num_beams=1, max_new_tokens=MAX_NEW)
     assert hf_tok.batch_decode(out, skip_special_tokens=True) == \

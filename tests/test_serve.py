@@ -43,6 +43,7 @@ from tfm.config import GenerationDefaults, ModelConfig, SearchOptions
 from tfm.data.tokenizer import train_tokenizer
 from tfm.decoding.search import Hypothesis
 from tfm.decoding.translator import Source, Translation, Translator
+from tfm.decoding.workers import Workers
 from tfm.errors import UsageError
 from tfm.model import Transformer
 from tfm.serve.batcher import Batcher, QueueFull, ShuttingDown
@@ -455,7 +456,8 @@ def test_several_workers_share_what_waits_and_decode_side_by_side():
     gate = threading.Event()
 
     async def scenario() -> list[list[Translation]]:
-        b = batcher(fake_decode(calls, gate), max_batch_tokens=100, workers=2)
+        b = batcher(fake_decode(calls, gate), max_batch_tokens=100,
+                    workers=Workers(2, share_cpu_threads=False))
         jobs = [b.enqueue([f"s{i}"], GREEDY) for i in range(4)]
         await started_decoding(calls, 2)  # both batches are decoding before either ends
         gate.set()
@@ -474,7 +476,8 @@ def test_a_free_worker_takes_all_that_waits_while_the_other_is_busy():
     gate = threading.Event()
 
     async def scenario() -> None:
-        b = batcher(fake_decode(calls, gate), max_batch_tokens=100, workers=2)
+        b = batcher(fake_decode(calls, gate), max_batch_tokens=100,
+                    workers=Workers(2, share_cpu_threads=False))
         first = b.enqueue(["first"], GREEDY)
         await started_decoding(calls, 1)  # one worker busy with it
         later = [b.enqueue([f"s{i}"], GREEDY) for i in range(3)]
@@ -488,9 +491,9 @@ def test_a_free_worker_takes_all_that_waits_while_the_other_is_busy():
 
 
 def test_the_number_of_workers_must_be_at_least_one():
-    with pytest.raises(ValueError, match="workers"):
+    with pytest.raises(UsageError, match="--workers 0"):
         Batcher(fake_decode([]), words, max_batch_tokens=10, max_wait=0.0, max_queue=10,
-                workers=0)
+                workers=Workers(0))
     with pytest.raises(UsageError, match="--workers"):
         ServeConfig(workers=0)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +21,18 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from tfm import __version__
 from tfm.atomic import atomic_write_bytes, link_over
-from tfm.config import GenerationDefaults, ModelConfig, model_config_from_dict
+from tfm.config import GenerationDefaults, model_config_from_dict
 from tfm.data.tokenizer import Vocabularies, separate_paths, vocabulary_files
 from tfm.errors import ModelError, UsageError
 from tfm.integrity import Manifest, digest
 from tfm.layout import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, ModelDir
 from tfm.model import Transformer
+from tfm.model_info import ModelInfo
 
 # 2: ModelConfig.activation and output_bias (models imported from MarianMT). A model that
 # uses neither is still written as format 1, which tfm versions before 2 read.
 FORMAT_VERSION = 2
-_FORMAT_2_FIELDS = {"activation": "relu", "output_bias": False}  # with their format-1 values
 
 
 # --- weights ---------------------------------------------------------------------------------
@@ -93,56 +91,6 @@ def _tied_aliases(model: torch.nn.Module) -> set[str]:
 
 
 # --- model directories -----------------------------------------------------------------------
-
-@dataclass
-class ModelInfo:
-    """The contents of config.json."""
-
-    model: ModelConfig
-    src_lang: str | None = None
-    tgt_lang: str | None = None
-    generation: GenerationDefaults = field(default_factory=GenerationDefaults)
-    provenance: dict[str, Any] = field(default_factory=dict)
-    # A multilingual model's directions ("en-de", ...; tfm.data.directions); empty for a model
-    # of one direction, whose languages are src_lang and tgt_lang.
-    directions: list[str] = field(default_factory=list)
-
-    @property
-    def direction_names(self) -> list[str]:
-        """The directions the model translates: its ``directions``, else its one pair
-        (``?`` for a language it does not record)."""
-        if self.directions:
-            return list(self.directions)
-        return [f"{self.src_lang or '?'}-{self.tgt_lang or '?'}"]
-
-    @property
-    def target_languages(self) -> list[str]:
-        """The languages the model writes, sorted (one: its tgt_lang, where known)."""
-        if self.directions:
-            return sorted({d.split("-", 1)[1] for d in self.directions})
-        return [self.tgt_lang] if self.tgt_lang else []
-
-    def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        model = asdict(self.model)
-        version = 1
-        if any(model[k] != v for k, v in _FORMAT_2_FIELDS.items()):
-            version = 2
-        else:
-            for k in _FORMAT_2_FIELDS:
-                del model[k]
-        return {
-            "format_version": version,
-            "tfm_version": __version__,
-            "model": model,
-            "src_lang": self.src_lang,
-            "tgt_lang": self.tgt_lang,
-            "generation": asdict(self.generation),
-            "provenance": self.provenance,
-            **({"directions": self.directions} if self.directions else {}),
-        }
-
 
 def save_model_dir(directory: Path, model: Transformer, vocabs: Vocabularies | Any,
                    info: ModelInfo, weights_file: str = WEIGHTS_FILE) -> None:

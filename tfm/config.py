@@ -230,6 +230,15 @@ class CleanConfig:
         check_fields(self)
 
 
+@dataclass(frozen=True)
+class ShortlistConfig:
+    """How ``tfm shortlist`` builds a vocabulary shortlist (tfm.data.shortlist)."""
+
+    per_token: int = 50  # translations kept per source token
+    frequent: int = 500  # most frequent target tokens, always candidates
+    iterations: int = 5  # EM rounds of IBM Model 1
+
+
 @dataclass
 class GenerationDefaults:
     """Decoding settings saved with a model (config.json), used when the user gives none."""
@@ -311,13 +320,26 @@ class EngineOptions:
         REVERSE_WEIGHT, "With --reverse-model: hypothesis score + this x the reverse model's "
         "log-probability of the source per source token.")
     device: str = option("auto", "auto (CUDA if available, else CPU), cpu or cuda.")
-    precision: str = option("fp32", "Weights for decoding: fp32, bf16, fp16 (CUDA) or auto "
-                            "(bf16 on CUDA and on CPUs with native bf16, else fp32).")
+    precision: str = option(
+        "fp32", "Weights for decoding: fp32, bf16, fp16 (CUDA), int8 (CPU: int8 weights, and "
+        "each token's activations rounded to int8, in the Linear layers; the output can differ "
+        "a little from fp32's) or auto (bf16 on CUDA and on CPUs with native bf16, else fp32; "
+        "never int8).")
     workers: int | None = option(
         None, "Batches decoded at once (tfm's search), each by a thread with its share of the "
         "CPU threads, so that the cores stay busy between the small steps of one search. The "
         "output is the same whatever the number.", min=1,
         shown_default="2 on a CPU with 2 threads or more, else 1")
+    shortlist: bool = option(
+        False, "tfm's search: score only the target tokens that the sources' tokens are "
+        "likely to be translated into (the model directory's vocabulary shortlist, from `tfm "
+        "shortlist`), a smaller output layer and softmax. Compare BLEU with and without "
+        "(tfm eval) before relying on it.")
+    exact_search: bool = option(
+        False, "A CTranslate2 export: find exactly what tfm's own search finds (its stopping "
+        "rule and per-sentence length limits), in up to three CTranslate2 passes, instead of "
+        "CTranslate2's own search in one pass (faster; with a length penalty its hypotheses "
+        "can differ).")
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from tfm.errors import UsageError
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -26,26 +24,47 @@ def resolve_device(name: str) -> torch.device:
         raise UsageError(f"--device {name}: not a device (use auto, cpu or cuda)") from e
 
 
-def cpu_bf16_support() -> str | None:
-    """How this CPU computes bf16 in hardware: "AMX" (Intel Xeon since Sapphire Rapids),
-    "AVX-512 BF16" (AMD Zen 4/5, Intel Cooper Lake), or None where bf16 is emulated (AVX2-only
-    CPUs, older AVX-512 ones): there a bf16 matrix product is far slower than fp32's
-    (docs/BENCHMARKS.md)."""
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags, as Linux names them in /proc/cpuinfo; elsewhere the few that
+    torch's CPU probe answers for (private helpers, hence getattr)."""
     flags: set[str] = set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):
                 flags.update(line.split(":", 1)[1].split())
                 break
-    except OSError:  # not Linux: ask torch's CPU probe (private helpers, hence getattr)
-        probe = {"amx_bf16": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported"}
+    except OSError:  # not Linux
+        probe = {"amx_bf16": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported",
+                 "amx_int8": "_is_amx_tile_supported", "avx512_vnni": "_is_vnni_supported"}
         flags = {flag for flag, name in probe.items()
                  if getattr(torch.cpu, name, lambda: False)()}
+    return flags
+
+
+def cpu_bf16_support() -> str | None:
+    """How this CPU computes bf16 in hardware: "AMX" (Intel Xeon since Sapphire Rapids),
+    "AVX-512 BF16" (AMD Zen 4/5, Intel Cooper Lake), or None where bf16 is emulated (AVX2-only
+    CPUs, older AVX-512 ones): there a bf16 matrix product is far slower than fp32's
+    (docs/BENCHMARKS.md)."""
+    flags = cpu_flags()
     if "amx_bf16" in flags:
         return "AMX"
     if "avx512_bf16" in flags:
         return "AVX-512 BF16"
     return None
+
+
+def cpu_int8_support() -> str:
+    """This CPU's int8 dot products (tfm.model.int8): "AMX-INT8" (Intel Xeon since Sapphire
+    Rapids), "AVX-512 VNNI" (Intel since Cascade Lake, AMD Zen 4/5), "AVX-VNNI" (256-bit VNNI
+    without AVX-512), else torch's vector level ("AVX2", "AVX512", ...): without VNNI, int8
+    products are summed in pairs into 16 bits, which can saturate."""
+    flags = cpu_flags()
+    for flag, name in (("amx_int8", "AMX-INT8"), ("avx512_vnni", "AVX-512 VNNI"),
+                       ("avx_vnni", "AVX-VNNI")):
+        if flag in flags:
+            return name
+    return torch.backends.cpu.get_cpu_capability()
 
 
 def cpu_has_native_bf16() -> bool:
@@ -64,11 +83,17 @@ def resolve_precision(name: str, device: torch.device, training: bool = True
     with native bf16 a bf16 model with fp32 master weights trains faster than fp32
     and bf16 weights decode faster with the same BLEU (docs/BENCHMARKS.md); without
     it bf16 is emulated, and ``bf16`` asked for there trains (slowly, with a warning).
+    ``auto`` never picks int8, which changes the output.
+
+    ``int8``: torch.int8, int8 weights and activations in the Linear layers (tfm.model.int8),
+    for decoding on a CPU only: refused in training and on CUDA, where bf16 and fp16 serve.
     """
     if name not in PRECISIONS:
         raise UsageError(f"--precision {name}: choose one of {', '.join(PRECISIONS)}")
     if name == "fp32":
         return None
+    if name == "int8":
+        return _int8_precision(device, training)
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -78,6 +103,15 @@ def resolve_precision(name: str, device: torch.device, training: bool = True
     return torch.bfloat16 if name == "bf16" else torch.float16
 
 
+def _int8_precision(device: torch.device, training: bool) -> torch.dtype:
+    if training:
+        raise UsageError("--precision int8 is for decoding (translate, eval, serve); train in "
+                         "fp32, bf16 or fp16")
+    if device.type != "cpu":
+        raise UsageError(f"--precision int8 is for CPUs; on {device.type} use bf16 or fp16")
+    return torch.int8
+
+
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
     if dtype is None:
         return contextlib.nullcontext()
@@ -85,33 +119,4 @@ def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abst
 
 
 def precision_name(dtype: torch.dtype | None) -> str:
-    return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
-
-
-def decoding_workers(requested: int | None, device: torch.device) -> int:
-    """Batches decoded at once, each by a thread of its own with its share of the CPU threads.
-
-    ``None`` (auto): on CPU with two threads or more, 2; else 1. A decoding step of a batch of a
-    few hundred sentences leaves one of two cores idle much of the time (small matrices, Python
-    between the operations); two single-threaded workers, each decoding its own batches, keep
-    both busy, and were the faster on 2 cores (docs/BENCHMARKS.md, "Decoding workers"). More
-    workers were not measured; on CUDA one worker keeps the GPU busy.
-    """
-    if requested is not None:
-        if requested < 1:
-            raise UsageError(f"--workers {requested}: give 1 or more")
-        return requested
-    return 2 if device.type == "cpu" and torch.get_num_threads() >= 2 else 1
-
-
-def share_cpu_threads(workers: int) -> Callable[[], None]:
-    """The calling thread's torch CPU threads (one a core by default) shared among ``workers``
-    decoding threads: returns the function each of them calls once, first (a thread pool's
-    initializer), to take its share. torch's CPU threads (OpenMP) are set up per calling
-    thread, so this thread keeps one: had it kept all of them (loading the model, say), their
-    pool and the workers' would share the cores, and contend for them (decoding was several
-    times slower). Call it before loading the model. A second call in the same thread finds
-    one thread to share: to load another translator there, ``torch.set_num_threads`` first."""
-    threads = max(1, torch.get_num_threads() // workers)
-    torch.set_num_threads(1)
-    return functools.partial(torch.set_num_threads, threads)
+    return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int8: "int8"}[dtype]

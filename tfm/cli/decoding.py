@@ -293,7 +293,8 @@ def _load_decoder(engine: EngineOptions, search: dict[str, Any], **more: Any
     from tfm.decoding.engines import load_translator
 
     translator = load_translator(engine.model, engine.device, engine.precision,
-                                 ensemble=engine.ensemble, workers=engine.workers)
+                                 ensemble=engine.ensemble, workers=engine.workers,
+                                 shortlist=engine.shortlist, exact_search=engine.exact_search)
     options = translator.default_options(**search, **more)
     if engine.reverse_model:
         from tfm.decoding.rerank import attach_reverse_model
@@ -455,7 +456,8 @@ def _language_check(report: ScoreOptions, lang: str | None):
 def _search_name(options: SearchOptions, engine: EngineOptions) -> str:
     """How the sentences are searched, as the summary line says it: 'beam 5, MBR by bleu'."""
     return (f"beam {options.beam}" + (f", MBR by {options.mbr}" if options.mbr else "")
-            + (", reranked by the reverse model" if engine.reverse_model else ""))
+            + (", reranked by the reverse model" if engine.reverse_model else "")
+            + (", shortlist" if engine.shortlist else ""))
 
 
 class _SentenceRate(ProgressColumn):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -38,42 +37,39 @@ def serve(
     require("prometheus_client", "serve")
     require("httptools", "serve")
     from tfm.decoding.engines import load_translator
-    from tfm.device import decoding_workers, resolve_device, share_cpu_threads
     from tfm.serve.app import create_app
     from tfm.serve.protocol import http_protocol
 
-    config = replace(settings, workers=decoding_workers(engine.workers,
-                                                        resolve_device(engine.device)))
-    host, port = config.host, config.port
+    host, port = settings.host, settings.port
     terms = None
     if glossary is not None:  # loaded once, before anything else: a bad file fails fast
         from tfm.decoding.glossary import load_glossary
 
-        if config.beam == 1:
+        if settings.beam == 1:
             raise UsageError("--glossary makes constraints, which need beam search: give "
                              "--beam 2 or more")
         terms = load_glossary(glossary)
     sock = _listen(host, port)  # before loading: a taken port fails fast
     try:
-        # Decoding runs on the batcher's worker threads, each with its share of the CPU
-        # threads; this thread keeps one (tfm.device.share_cpu_threads says why).
-        worker_init = share_cpu_threads(config.workers)
-        translator = load_translator(engine.model, engine.device, engine.precision)
-        application = create_app(translator, config, worker_init=worker_init,
-                                 glossary=terms)
+        # Decoding runs on the translator's threads (tfm.decoding.workers), as many batches
+        # at once as it has.
+        translator = load_translator(engine.model, engine.device, engine.precision,
+                                     workers=engine.workers, shortlist=engine.shortlist,
+                                     exact_search=engine.exact_search)
+        application = create_app(translator, settings, glossary=terms)
         info = translator.info
         url = _url(host, sock.getsockname()[1])
         err.print(f"Serving {info.src_lang or '?'}→{info.tgt_lang or '?'} ({translator.engine}"
                   f") on {url}  (page: {url}/, API: {url}/docs; Ctrl+C stops)",
                   highlight=False, soft_wrap=True)
-        if config.api_key is None and not _is_loopback(host):
+        if settings.api_key is None and not _is_loopback(host):
             err.print(f"[yellow]warning[/]: listening on {host} without an API key: anyone "
                       "who can reach this machine can use the model (set TFM_API_KEY)")
         server = uvicorn.Server(uvicorn.Config(
             application, log_level="info", access_log=access_log,
-            http=http_protocol(config.request_timeout_s,
-                               _connection_limit(config.max_connections)),
-            timeout_graceful_shutdown=int(config.drain_timeout_s), lifespan="on"))
+            http=http_protocol(settings.request_timeout_s,
+                               _connection_limit(settings.max_connections)),
+            timeout_graceful_shutdown=int(settings.drain_timeout_s), lifespan="on"))
         server.run(sockets=[sock])
     finally:
         sock.close()

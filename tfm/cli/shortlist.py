@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tfm.cli.app import app, err, writing_into
-from tfm.data.shortlist import FREQUENT, ITERATIONS, PER_TOKEN
+from tfm.config import ShortlistConfig
 
 
 @app.command()
@@ -23,13 +23,13 @@ def shortlist(
     ] = Path("model"),
     per_token: Annotated[int, typer.Option(
         "--per-token", help="Target tokens kept for each source token, the most probable "
-        "translations first.", min=1)] = PER_TOKEN,
+        "translations first.", min=1)] = ShortlistConfig.per_token,
     frequent: Annotated[int, typer.Option(
         "--frequent", help="The most frequent target tokens, always allowed.", min=0)
-    ] = FREQUENT,
+    ] = ShortlistConfig.frequent,
     iterations: Annotated[int, typer.Option(
         "--iterations", help="EM rounds that estimate the lexical translation "
-        "probabilities (IBM Model 1).", min=1)] = ITERATIONS,
+        "probabilities (IBM Model 1).", min=1)] = ShortlistConfig.iterations,
 ) -> None:
     """Build the vocabulary shortlist that `tfm translate --shortlist` decodes with: for each
     source token, the target tokens it is likely to be translated into, learnt from the

@@ -30,6 +30,7 @@ import numpy as np
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
+from tfm.config import ShortlistConfig
 from tfm.data.dataset import TokenizedSplit
 from tfm.data.tokenizer import Vocabularies
 from tfm.errors import ModelError
@@ -37,9 +38,9 @@ from tfm.integrity import Manifest, digest
 from tfm.special_tokens import SPECIAL_TOKENS
 
 FORMAT_VERSION = 1
-PER_TOKEN = 50  # translations kept per source token
-FREQUENT = 500  # most frequent target tokens, always candidates
-ITERATIONS = 5  # EM rounds of IBM Model 1
+PER_TOKEN = ShortlistConfig.per_token
+FREQUENT = ShortlistConfig.frequent
+ITERATIONS = ShortlistConfig.iterations
 _PAIRS_PER_CHUNK = 4_000_000  # (source, target) token pairs held in memory at once
 
 Progress = Callable[[int, int], None]  # (steps done, steps in all)

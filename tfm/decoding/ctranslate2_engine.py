@@ -1,8 +1,15 @@
 """CTranslate2 as a Translator engine: decodes a ``tfm export --to ctranslate2`` directory.
 
 tfm.decoding.translator does the text-level work (normalising, tokenizing, batching, output);
-this engine hands CTranslate2 token strings and maps tfm's SearchOptions onto its options so
-that it finds what tfm's own search (tfm.decoding.search) finds:
+this engine hands CTranslate2 token strings and maps tfm's SearchOptions onto its options.
+
+By default a batch is decoded in one call of CTranslate2's own search, at CTranslate2's speed,
+under the rules of tfm.decoding.rules where CTranslate2 takes them (``_one_pass``): the same
+greedy outputs as tfm's search, and the same best hypothesis of a beam without a length
+penalty; with one, CTranslate2 stops by its own rule and the hypotheses can differ.
+
+With ``exact`` (``tfm translate --exact-search``), it finds what tfm's own search
+(tfm.decoding.search) finds, in up to three passes:
 
 * Source tokens go in as they are (ending with ``</s>``; the export tells CTranslate2 to add
   nothing) and decoding starts from ``<s>``.
@@ -37,11 +44,12 @@ that it finds what tfm's own search (tfm.decoding.search) finds:
   CTranslate2 keeps its k best candidates of the last step where tfm keeps all k live
   beams. ``stop_early`` counts only in the first case: without it, CTranslate2 collects
   2 x beam finished hypotheses there too.
-* Precision: ``fp32`` computes in float32, ``bf16``/``fp16`` in bfloat16/float16 where
-  CTranslate2 supports it on the device (an error otherwise), ``auto`` in bfloat16 (else
-  float16) on CUDA and float32 on CPU unless CTranslate2 computes bfloat16 there and the CPU
-  has native bf16. An export stored in int8 or int16 keeps its integer weights: int8 with
-  the chosen float type around it (int8_float32, int8_bfloat16, ...).
+* Precision: ``int8`` (CPU) computes with int8 weights (``int8_float32``), ``fp32`` in
+  float32, ``bf16``/``fp16`` in bfloat16/float16 where CTranslate2 supports it on the device
+  (an error otherwise), ``auto`` in bfloat16 (else float16) on CUDA and float32 on CPU unless
+  CTranslate2 computes bfloat16 there and the CPU has native bf16. An export stored in int8
+  or int16 keeps its integer weights: int8 with the chosen float type around it
+  (int8_float32, int8_bfloat16, ...).
 """
 
 from __future__ import annotations
@@ -51,24 +59,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from tfm.checkpoint import ModelInfo
 from tfm.config import GenerationDefaults, SearchOptions, model_config_from_dict
 from tfm.data.tokenizer import load_vocabularies
 from tfm.decoding.constraints import TargetConstraints
-from tfm.decoding.search import Hypothesis, length_limits
+from tfm.decoding.rules import NEVER_EMITTED, Hypothesis, length_limit, score
 from tfm.decoding.translator import Translator
 from tfm.device import PRECISIONS, cpu_has_native_bf16
 from tfm.errors import ModelError, TfmError, UsageError
 from tfm.extras import require
 from tfm.interop.common import read_export_info
 from tfm.layout import TOKENIZER_FILE
-from tfm.special_tokens import BOS, EOS, PAD, UNK
+from tfm.model_info import ModelInfo
+from tfm.special_tokens import EOS, UNK_ID
 
 FORMAT = "ctranslate2"
 MODEL_FILE = "model.bin"
-_NEVER_EMITTED = (PAD, UNK, BOS)  # as in tfm.decoding.search._step_log_probs
 _PATIENCE = 2  # see _translate
 _FLOAT_TYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -89,8 +94,12 @@ class CTranslate2Translator(Translator):
     supports_attention = True
     supports_phrases = False  # CTranslate2 has no constrained search; prefixes it takes
 
-    def __init__(self, path: Path, device: str = "auto", precision: str = "fp32") -> None:
+    def __init__(self, path: Path, device: str = "auto", precision: str = "fp32",
+                 exact: bool = False) -> None:
+        """``exact``: find what tfm's own search finds (see the module's docstring), in
+        several passes; else CTranslate2's own beam search in one pass, at its speed."""
         ct2 = require("ctranslate2", "export")
+        self.path, self.exact = Path(path), exact
         path = Path(path)
         record = read_export_info(path)
         if record is None or record.get("format") != FORMAT:
@@ -115,29 +124,24 @@ class CTranslate2Translator(Translator):
         self._tgt_tokens = [self.vocabs.tgt.id_to_token(i)
                             for i in range(self.vocabs.tgt.get_vocab_size())]
         self._tgt_ids = {token: i for i, token in enumerate(self._tgt_tokens)}
+        self._never_emitted = [self._tgt_tokens[i] for i in NEVER_EMITTED]
 
     def describe(self) -> dict[str, Any]:
         return {"engine": self.engine, "device": self.device, "precision": self.compute_type,
-                "quantization": self.quantization}
+                "quantization": self.quantization,
+                "search": "tfm's (exact)" if self.exact else "CTranslate2's"}
 
     # --- search -------------------------------------------------------------------------------
 
     def search(self, batch: list[list[int]], o: SearchOptions,
                constraints: list[TargetConstraints | None] | None = None
                ) -> list[list[Hypothesis]]:
-        limits = length_limits(torch.tensor([len(ids) for ids in batch]), o.max_len_a,
-                               o.max_len_b, self.info.model.max_positions).tolist()
+        limits = [length_limit(len(ids), o.max_len_a, o.max_len_b,
+                               self.info.model.max_positions) for ids in batch]
         sources = [[self._src_tokens[i] for i in ids] for ids in batch]
-        prefixes = None
-        if constraints is not None:
-            if any(c is not None and c.phrases for c in constraints):
-                raise UsageError("the ctranslate2 engine cannot make a translation contain "
-                                 "given phrases (CTranslate2 has no constrained search): use "
-                                 "the tfm model directory; a prefix alone works")
-            prefixes = [[self._tgt_tokens[i] for i in c.prefix] if c is not None else []
-                        for c in constraints]
-            if not any(prefixes):
-                prefixes = None
+        prefixes = self._prefixes(constraints)
+        if not self.exact:
+            return self._one_pass(sources, limits, o, prefixes)
         # One call for the whole batch with its largest limit: CTranslate2 pays a fixed cost
         # per decoding step and call, so many small calls are several times slower than one.
         # A sentence whose search ended before its own limit found what a search with that
@@ -157,6 +161,93 @@ class CTranslate2Translator(Translator):
                                                              limit, o, _pick(prefixes, rows))):
                 outcomes[row] = outcome
         return [outcome.hyps[: o.n_best] for outcome in outcomes]
+
+    def _prefixes(self, constraints: list[TargetConstraints | None] | None
+                  ) -> list[list[str]] | None:
+        """Each sentence's forced prefix as target tokens, or None when none has one.
+        CTranslate2 has no constrained search: Translator refuses phrases before they come
+        here (``supports_phrases``)."""
+        if constraints is None:
+            return None
+        if any(c is not None and c.phrases for c in constraints):
+            raise UsageError("the ctranslate2 engine cannot make a translation contain given "
+                             "phrases: use a tfm model directory (a prefix alone works)")
+        prefixes = [[self._tgt_tokens[i] for i in c.prefix] if c is not None else []
+                    for c in constraints]
+        return prefixes if any(prefixes) else None
+
+    def _one_pass(self, sources: list[list[str]], limits: list[int], o: SearchOptions,
+                  prefixes: list[list[str]] | None) -> list[list[Hypothesis]]:
+        """CTranslate2's own search, one call for the batch with its largest length limit,
+        under tfm's rules where CTranslate2 takes them (``_call``). A sentence whose search
+        reached its own, smaller limit is decoded again with it, so that each sentence gets
+        the translation it gets alone. With attention, each call holds sources of one length:
+        CTranslate2's attention rows of a padded source are not tfm's."""
+        groups: dict[int, list[int]] = defaultdict(list)
+        for row, source in enumerate(sources):
+            groups[len(source) if o.attention else 0].append(row)
+        found: list[list[Hypothesis]] = [[] for _ in sources]
+        for rows in groups.values():
+            top = max(limits[r] for r in rows)
+            hyps, longest = self._call([sources[r] for r in rows], top, o, _pick(prefixes, rows))
+            again: dict[int, list[int]] = defaultdict(list)
+            for row, found_row, reached in zip(rows, hyps, longest):
+                found[row] = found_row
+                if limits[row] < top and reached >= limits[row]:
+                    again[limits[row]].append(row)
+            for limit, redo in again.items():
+                hyps, _ = self._call([sources[r] for r in redo], limit, o, _pick(prefixes, redo))
+                for row, found_row in zip(redo, hyps):
+                    found[row] = found_row
+        return found
+
+    def _call(self, sources: list[list[str]], limit: int, o: SearchOptions,
+              prefixes: list[list[str]] | None) -> tuple[list[list[Hypothesis]], list[int]]:
+        """One call of CTranslate2's search for sentences with the length limit ``limit``
+        (EOS included): the never-emitted tokens disabled, scores by rules.score of
+        CTranslate2's log-probabilities (normalised over the tokens that may be emitted;
+        prefixed hypotheses rescored, so that the prefix counts). It stops as CTranslate2
+        stops: once its best candidate ends (patience 1), which is tfm's ``stop_early``
+        without a length penalty; with one, the hypotheses found can differ from tfm's search
+        (``exact`` finds those). Also: the positions each sentence's search reached."""
+        if limit == 1:  # tfm forces EOS at once: the empty translation
+            return [[h] for h in self._rescored(sources, [[] for _ in sources], o)], \
+                [1] * len(sources)
+        max_len = limit - 1  # CTranslate2 counts tokens without EOS; tfm's limit counts it
+        greedy = o.beam == 1
+        options: dict[str, Any] = {"disable_unk": True, "suppress_sequences": [
+            [t] for i, t in zip(NEVER_EMITTED, self._never_emitted) if i != UNK_ID]}
+        if prefixes is not None:
+            options["target_prefix"] = prefixes
+        length_penalty = 0.0 if greedy else o.length_penalty
+        results = self.translator.translate_batch(
+            sources, beam_size=o.beam, num_hypotheses=o.n_best, length_penalty=length_penalty,
+            end_token=EOS, return_end_token=True, max_decoding_length=max_len,
+            min_decoding_length=min(o.min_len, max_len), max_input_length=0, max_batch_size=0,
+            return_scores=True, return_attention=o.attention, **options)
+        found, longest = [], []
+        for result in results:
+            attentions = result.attention if o.attention else [None] * len(result.hypotheses)
+            hyps = []
+            for tokens, value, attn in zip(result.hypotheses, result.scores, attentions):
+                body = tokens[:-1] if tokens and tokens[-1] == EOS else tokens
+                log_prob = float(value) * len(tokens) ** length_penalty
+                rows = None if attn is None else [list(r) for r in attn[: len(body)]]
+                hyps.append(Hypothesis([self._tgt_ids[t] for t in body], log_prob, log_prob,
+                                       rows))
+            found.append(hyps)
+            longest.append(max((len(t) for t in result.hypotheses), default=0))
+        if prefixes is not None:
+            pairs = [(i, h) for i, hyps in enumerate(found) if prefixes[i] for h in hyps]
+            for (_, h), log_prob in zip(pairs, self._log_probs([sources[i] for i, _ in pairs],
+                                                               [h.tokens for _, h in pairs])):
+                h.log_prob = log_prob
+        penalty = 1.0 if greedy else o.length_penalty
+        for hyps in found:
+            for h in hyps:
+                h.score = score(h.log_prob, len(h.tokens), penalty)
+            hyps.sort(key=lambda h: h.score, reverse=True)
+        return found, longest
 
     def _search_by_length(self, sources: list[list[str]], limits: list[int],
                           o: SearchOptions, prefixes: list[list[str]] | None = None
@@ -214,11 +305,11 @@ class CTranslate2Translator(Translator):
             patience, wanted = _PATIENCE, _PATIENCE * o.beam
         if flags.wide:  # the same search, which reached the limit: keep all it found
             patience, wanted = _PATIENCE + 1, (_PATIENCE + 1) * o.beam
-        end_tokens = [EOS] if flags.suppress else [EOS, *_NEVER_EMITTED]
+        end_tokens = [EOS] if flags.suppress else [EOS, *self._never_emitted]
         options: dict[str, Any] = {}
         if flags.suppress:
-            options = {"disable_unk": True,
-                       "suppress_sequences": [[t] for t in _NEVER_EMITTED if t != UNK]}
+            options = {"disable_unk": True, "suppress_sequences": [
+                [t] for i, t in zip(NEVER_EMITTED, self._never_emitted) if i != UNK_ID]}
         if prefixes is not None:
             options["target_prefix"] = prefixes
         max_len = limit - 1  # CTranslate2 counts tokens without EOS; tfm's limit counts EOS
@@ -236,7 +327,7 @@ class CTranslate2Translator(Translator):
             # tokens of the longest hypothesis found, the end token counted as tfm counts EOS
             outcome.longest = max((len(t) for t in result.hypotheses), default=0)
             attentions = result.attention if o.attention else [None] * len(result.hypotheses)
-            for rank, (tokens, score, attn) in enumerate(zip(result.hypotheses, result.scores,
+            for rank, (tokens, value, attn) in enumerate(zip(result.hypotheses, result.scores,
                                                              attentions)):
                 ended = bool(tokens) and tokens[-1] in end_tokens
                 if ended and tokens[-1] != EOS:  # <pad>, <unk> or <s>: tfm never emits it
@@ -246,7 +337,7 @@ class CTranslate2Translator(Translator):
                 if not ended and not greedy:  # cut at the limit
                     outcome.again = replace(outcome.again, wide=True)
                 # CTranslate2 divided the sum by len(tokens) ** penalty, the end token counted
-                log_prob = float(score) * len(tokens) ** length_penalty
+                log_prob = float(value) * len(tokens) ** length_penalty
                 body = tokens[:-1] if ended else tokens
                 rows = None if attn is None else [list(r) for r in attn[: len(body)]]
                 hyp = Hypothesis([self._tgt_ids[t] for t in body], log_prob, log_prob, rows)
@@ -264,7 +355,7 @@ class CTranslate2Translator(Translator):
         penalty = 1.0 if greedy else o.length_penalty
         for outcome in outcomes:
             for h in outcome.hyps:
-                h.score = h.log_prob / (len(h.tokens) + 1) ** penalty
+                h.score = score(h.log_prob, len(h.tokens), penalty)
             outcome.hyps.sort(key=lambda h: h.score, reverse=True)
         return outcomes
 
@@ -280,7 +371,7 @@ class CTranslate2Translator(Translator):
         penalty = 1.0 if o.beam == 1 else o.length_penalty
         hyps = []
         for target, log_prob in zip(targets, self._log_probs(sources, targets)):
-            hyps.append(Hypothesis(list(target), log_prob / (len(target) + 1) ** penalty,
+            hyps.append(Hypothesis(list(target), score(log_prob, len(target), penalty),
                                    log_prob, [] if o.attention else None))
         return hyps
 
@@ -357,6 +448,13 @@ def _compute_type(ct2: Any, device: str, precision: str, quantization: str) -> s
     if precision not in PRECISIONS:
         raise UsageError(f"--precision {precision}: choose one of {', '.join(PRECISIONS)}")
     supported = set(ct2.get_supported_compute_types(device))
+    if precision == "int8":  # int8 weights (quantized at load from a float export)
+        if device != "cpu":
+            raise UsageError(f"--precision int8 is for CPUs; on {device} use bf16 or fp16")
+        if "int8_float32" not in supported:
+            raise UsageError("--precision int8: CTranslate2 cannot compute in int8 on this "
+                             "CPU; use --precision fp32")
+        return "int8_float32"
     if precision == "auto":
         if device == "cuda":
             candidates = ["bfloat16", "float16"]

@@ -13,20 +13,27 @@ from tfm.layout import WEIGHTS_FILE
 
 def load_translator(model: Path, device: str = "auto", precision: str = "fp32",
                     weights_file: str = WEIGHTS_FILE, ensemble: Sequence[Path] = (),
-                    workers: int | None = 1) -> Translator:
+                    workers: int | None = None, shortlist: bool = False,
+                    exact_search: bool = False) -> Translator:
     """The translator for ``model``: a tfm model directory decodes with tfm's own search, a
     CTranslate2 export (``tfm export --to ctranslate2``) with CTranslate2. ``ensemble``: more
     tfm model directories decoded together with ``model`` (tfm's search only). ``workers``:
     batches of one call decoded at once by tfm's search, each by a thread of its own (None:
-    2 on a CPU with 2 threads or more, else 1; see tfm.device.decoding_workers); CTranslate2
-    decodes with its own threads."""
+    tfm.decoding.workers.default_count, as the command line's default); CTranslate2 decodes
+    with its own threads, from one. ``shortlist``: tfm's search over the directory's
+    vocabulary shortlist (tfm.decoding.shortlist). ``exact_search``: a CTranslate2 export finds
+    what tfm's search finds (tfm.decoding.ctranslate2_engine), in more passes."""
     if ctranslate2_engine.is_export(Path(model)) or any(
             ctranslate2_engine.is_export(Path(d)) for d in ensemble):
         if ensemble:
             raise UsageError("--ensemble decodes tfm model directories with tfm's own search, "
                              "not CTranslate2 exports")
-        return ctranslate2_engine.CTranslate2Translator(Path(model), device, precision)
+        if shortlist:
+            raise UsageError("--shortlist decodes tfm model directories with tfm's own search, "
+                             "not CTranslate2 exports")
+        return ctranslate2_engine.CTranslate2Translator(Path(model), device, precision,
+                                                         exact=exact_search)
     from tfm.decoding.torch_engine import TorchTranslator  # imports torch: only when needed
 
     return TorchTranslator(Path(model), device, precision=precision, weights_file=weights_file,
-                           ensemble=ensemble, workers=workers)
+                           ensemble=ensemble, workers=workers, shortlist=shortlist)

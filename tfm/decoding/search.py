@@ -19,75 +19,71 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tfm.config import SearchOptions
 from tfm.decoding.constraints import Automaton, State, TargetConstraints
+from tfm.decoding.rules import (
+    NEVER_EMITTED,
+    Hypothesis,
+    length_limit,
+    rank,
+    score,
+    sentence_done,
+)
 from tfm.model import Transformer
+from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
 
 
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # without BOS/EOS
-    score: float  # sum of log-probabilities (EOS included) / length ** length_penalty
-    log_prob: float  # sum of log-probabilities, EOS included
-    # With need_attention: for each output token, the last decoder layer's cross-attention
-    # over the (padded) source positions, averaged over heads, at the step that produced it.
-    attention: list[list[float]] | None = None
-    # With constraint phrases: whether each is in ``tokens``. A hypothesis that misses one
-    # ended at the length limit: it ranks below every hypothesis that meets them all.
-    constraints_met: list[bool] | None = None
-
-    @property
-    def complete(self) -> bool:
-        """Whether it meets all its constraints (True where there are none)."""
-        return self.constraints_met is None or all(self.constraints_met)
-
-
-def _rank(h: Hypothesis) -> tuple[bool, float]:
-    """How finished hypotheses are ordered, best first (with reverse=True)."""
-    return (h.complete, h.score)
+def search(model: Transformer, src: Tensor, options: SearchOptions,
+           constraints: Sequence[TargetConstraints | None] | None = None
+           ) -> list[list[Hypothesis]]:
+    """For each source row of ``src`` (token ids ending with EOS, padded), its
+    ``options.n_best`` hypotheses, best first: greedy search at beam 1, else beam search.
+    ``constraints``: one per sentence, or None (tfm.decoding.constraints)."""
+    if options.beam == 1:
+        return greedy_search(model, src, options, constraints)
+    return beam_search(model, src, options, constraints)
 
 
 def max_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> Tensor:
-    """(B,) most output tokens (EOS included) per sentence: a * source length + b, capped."""
-    return length_limits((src != pad_id).sum(dim=1), a, b, limit)
+    """(B,) most output tokens (EOS included) per sentence: rules.length_limit of each row."""
+    lengths = (src != pad_id).sum(dim=1).tolist()
+    return torch.tensor([length_limit(n, a, b, limit) for n in lengths], dtype=torch.long,
+                        device=src.device)
 
 
-def length_limits(src_lengths: Tensor, a: float, b: int, limit: int) -> Tensor:
-    """(B,) most output tokens (EOS included) for source lengths (EOS included): the one
-    length rule of every engine."""
-    return (a * src_lengths.float() + b).floor().long().clamp(min=1, max=limit)
+def _limits(model: Transformer, src: Tensor, o: SearchOptions) -> Tensor:
+    return max_lengths(src, PAD_ID, o.max_len_a, o.max_len_b, model.config.max_positions)
 
 
 def _step_log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor) -> Tensor:
-    """Log-probabilities for output position ``step``. Padding, BOS and UNK are never produced
-    (byte-level BPE needs no unknown token); EOS is forbidden before ``min_len`` and forced at
-    each row's last allowed position (the length limit wins over ``min_len``)."""
+    """Log-probabilities for output position ``step``. The never-emitted tokens
+    (rules.NEVER_EMITTED) get none; EOS is forbidden before ``min_len`` and forced at each
+    row's last allowed position (the length limit wins over ``min_len``)."""
     logp = torch.log_softmax(logits.float(), dim=-1)
-    logp[:, [PAD_ID, UNK_ID, BOS_ID]] = float("-inf")
+    logp[:, list(NEVER_EMITTED)] = NEG_INF
     last = max_len == step + 1
     if step < min_len:
-        logp[~last, EOS_ID] = float("-inf")
+        logp[~last, EOS_ID] = NEG_INF
     if last.any():
         eos = logp[last, EOS_ID].clone()
-        logp[last] = float("-inf")
+        logp[last] = NEG_INF
         logp[last, EOS_ID] = eos
     return logp
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_len_b: int = 10,
-                  min_len: int = 0, need_attention: bool = False,
+def greedy_search(model: Transformer, src: Tensor, options: SearchOptions,
                   constraints: Sequence[TargetConstraints | None] | None = None,
                   ) -> list[list[Hypothesis]]:
     """The most probable next token at every step; one hypothesis per sentence. Of
     ``constraints`` (one per sentence, or None), greedy search takes only prefixes."""
     if constraints is not None and any(c is not None and c.phrases for c in constraints):
         raise ValueError("constraint phrases need beam search (beam 2 or more)")
-    pad = PAD_ID
+    need_attention = options.attention
     prefix = _prefix_table(constraints, src.device)
-    max_len = max_lengths(src, pad, max_len_a, max_len_b, model.config.max_positions)
+    max_len = _limits(model, src, options)
     memory, memory_mask = model.encode(src)
     state = model.start_decoding(memory, memory_mask)
     b = src.size(0)
@@ -99,7 +95,7 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
     step = 0
     while alive.numel():
         logits, state, weights = model.decode_step(tokens, state, need_attention)
-        logp = _step_log_probs(logits, step, min_len, max_len[alive])
+        logp = _step_log_probs(logits, step, options.min_len, max_len[alive])
         if prefix is not None and step < prefix.size(1):
             _force(logp, prefix[alive, step])
         best_logp, tokens = logp.max(dim=-1)
@@ -118,149 +114,176 @@ def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.5, max_l
                                 device=src.device)
             alive, tokens = alive[keep], tokens[keep]
             state = state.index_select(keep)
-    return [[Hypothesis(out, lp / (len(out) + 1), lp, attn if need_attention else None)]
+    return [[Hypothesis(out, score(lp, len(out), 1.0), lp, attn if need_attention else None)]
             for out, lp, attn in zip(outputs, log_probs, attention)]
 
 
 @torch.inference_mode()
-def beam_search(model: Transformer, src: Tensor, beam: int = 5, length_penalty: float = 1.0,
-                max_len_a: float = 1.5, max_len_b: int = 10, min_len: int = 0,
-                n_best: int = 1, need_attention: bool = False, stop_early: bool = True,
+def beam_search(model: Transformer, src: Tensor, options: SearchOptions,
                 constraints: Sequence[TargetConstraints | None] | None = None,
                 ) -> list[list[Hypothesis]]:
     """Beam search; for each sentence the ``n_best`` finished hypotheses, best first.
 
-    Scores are length-normalised: log P / length ** length_penalty, the length counting EOS.
-    A sentence is finished at its length limit, or when it has ``n_best`` finished hypotheses
-    (``beam`` of them without ``stop_early``) and no live beam would beat the worst of those
-    if it ended now. With one best asked for, ``stop_early`` ends a sentence as soon as its
-    best hypothesis has ended, as OpenNMT-py and CTranslate2 do; without it, the search waits
-    for ``beam`` finished hypotheses, as fairseq does: more steps, the same best hypothesis
-    when there is no length normalisation, and with it sometimes a longer, better one.
+    Scores are rules.score: log P / length ** length_penalty, the length counting EOS. A
+    sentence is finished by rules.sentence_done: at its length limit, or when it has
+    ``n_best`` finished hypotheses (``beam`` of them without ``stop_early``) and no live beam
+    would beat the worst of those if it ended now. With one best asked for, ``stop_early``
+    ends a sentence as soon as its best hypothesis has ended, as OpenNMT-py and CTranslate2
+    do; without it, the search waits for ``beam`` finished hypotheses, as fairseq does: more
+    steps, the same best hypothesis when there is no length normalisation, and with it
+    sometimes a longer, better one.
 
     ``constraints``: one per sentence (or None). A prefix is forced token by token. A sentence
     with phrases keeps its beam by dynamic beam allocation (``_Banks``); its hypotheses may
     end only once they contain every phrase, except at the length limit, where those that
     could not are kept as well, ranked below those that did and flagged (constraints_met).
-    """
-    pad = PAD_ID
-    device = src.device
-    b = src.size(0)
-    k = beam
-    need = min(n_best, k) if stop_early else k  # finished hypotheses needed before stopping
-    max_len_all = max_lengths(src, pad, max_len_a, max_len_b, model.config.max_positions)
-    prefix = _prefix_table(constraints, device)
-    banks = _Banks(constraints, k) if constraints is not None and any(
-        c is not None and c.phrases for c in constraints) else None
-    memory, memory_mask = model.encode(src)
-    # k decoder rows per sentence (its beams), sharing the sentence's cross-attention keys and
-    # values: reordering beams never copies them, pruning a sentence drops them.
-    state = model.start_decoding(memory, memory_mask, group=k)
 
-    alive = torch.arange(b, device=device)  # original sentence of each live sentence
-    scores = torch.full((b, k), float("-inf"), device=device)  # summed log P of each beam
-    scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 0
-    history = torch.full((b * k, 0), BOS_ID, dtype=torch.long, device=device)  # (N*k, t)
-    attn_history = torch.zeros(b * k, 0, src.size(1), device=device)  # (N*k, t, S), if asked
-    tokens = torch.full((b * k,), BOS_ID, dtype=torch.long, device=device)
-    alive_list = alive.tolist()
-    finished: list[list[Hypothesis]] = [[] for _ in range(b)]
-    step = 0
-    while alive.numel():
-        n = alive.numel()
-        logits, state, weights = model.decode_step(tokens, state, need_attention)
-        max_len = max_len_all[alive].repeat_interleave(k)
-        logp = _step_log_probs(logits, step, min_len, max_len)  # (n*k, V)
-        if prefix is not None and step < prefix.size(1):
-            _force(logp, prefix[alive, step].repeat_interleave(k))
-        if banks is not None:  # unmet constraints: no EOS before the limit
-            banks.forbid_eos(logp, max_len != step + 1)
-        vocab = logp.size(-1)
-        candidates = (scores.view(n, k, 1) + logp.view(n, k, vocab)).view(n, k * vocab)
+    Each step is four named steps of ``_BeamSearch``: expand (each beam's candidates),
+    allocate (the new beams and the hypotheses that end), finish (keep those), stop and prune
+    (sentences that are done leave the batch).
+    """
+    return _BeamSearch(model, src, options, constraints).run()
+
+
+@dataclass
+class _Choice:
+    """One step's outcome for the n live sentences: the k new beams of each, and the
+    hypotheses that end."""
+
+    scores: Tensor  # (n, k) summed log P of each new beam
+    beam: Tensor  # (n, k) the beam (0..k-1) it continues
+    token: Tensor  # (n, k) the token it adds
+    endings: list[tuple[int, int, float, list[bool] | None]]  # (row, beam, log P, phrases met)
+
+
+class _BeamSearch:
+    """The state of one beam search: the live sentences' beams (k decoder rows per sentence),
+    their histories and the finished hypotheses of every sentence."""
+
+    def __init__(self, model: Transformer, src: Tensor, options: SearchOptions,
+                 constraints: Sequence[TargetConstraints | None] | None) -> None:
+        self.model, self.o = model, options
+        self.k = k = options.beam
+        # Finished hypotheses a sentence needs before it may stop.
+        self.needed = min(options.n_best, k) if options.stop_early else k
+        device = self.device = src.device
+        b = src.size(0)
+        self.max_len = _limits(model, src, options)
+        self.prefix = _prefix_table(constraints, device)
+        self.banks = _Banks(constraints, k) if constraints is not None and any(
+            c is not None and c.phrases for c in constraints) else None
+        memory, memory_mask = model.encode(src)
+        # k decoder rows per sentence (its beams), sharing the sentence's cross-attention keys
+        # and values: reordering beams never copies them, pruning a sentence drops them.
+        self.state = model.start_decoding(memory, memory_mask, group=k)
+        self.alive = torch.arange(b, device=device)  # original sentence of each live sentence
+        self.alive_list = self.alive.tolist()
+        self.scores = torch.full((b, k), NEG_INF, device=device)  # summed log P of each beam
+        self.scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 0
+        self.history = torch.full((b * k, 0), BOS_ID, dtype=torch.long, device=device)
+        self.attn_history = torch.zeros(b * k, 0, src.size(1), device=device)  # if asked
+        self.tokens = torch.full((b * k,), BOS_ID, dtype=torch.long, device=device)
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(b)]
+        self.step = 0
+
+    def run(self) -> list[list[Hypothesis]]:
+        while self.alive.numel():
+            logits, self.state, weights = self.model.decode_step(self.tokens, self.state,
+                                                                 self.o.attention)
+            choice = self.allocate(self.expand(logits))
+            self.finish(choice.endings)
+            self.prune(choice, self.stop(choice), weights)
+        return [hyps[: self.o.n_best] for hyps in self.finished]
+
+    def expand(self, logits: Tensor) -> Tensor:
+        """(n, k, V) every candidate's summed log P: each beam's score plus each next token's
+        log P, under the rules (never-emitted tokens, length limits, prefixes, phrases)."""
+        n, k, step = self.alive.numel(), self.k, self.step
+        max_len = self.max_len[self.alive].repeat_interleave(k)
+        logp = _step_log_probs(logits, step, self.o.min_len, max_len)  # (n*k, V)
+        if self.prefix is not None and step < self.prefix.size(1):
+            _force(logp, self.prefix[self.alive, step].repeat_interleave(k))
+        if self.banks is not None:  # unmet constraints: no EOS before the limit
+            self.banks.forbid_eos(logp, max_len != step + 1)
+        return self.scores.view(n, k, 1) + logp.view(n, k, -1)
+
+    def allocate(self, candidates: Tensor) -> _Choice:
+        """The new beams: each sentence's k best candidates that do not end in EOS; those of
+        its k best that do end in EOS are finished hypotheses. Sentences with phrases choose
+        by their banks instead (``_Banks.select``)."""
+        n, k, vocab = candidates.shape
         # 2k candidates always leave at least k that do not end the sentence.
-        top_scores, top_index = candidates.topk(2 * k, dim=-1)  # (n, 2k)
+        top_scores, top_index = candidates.view(n, k * vocab).topk(2 * k, dim=-1)  # (n, 2k)
         top_beam = top_index // vocab
         top_token = top_index % vocab
-
         is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)
-        # The k best candidates that do not end in EOS continue as the new beams.
-        cont_scores, order = top_scores.masked_fill(is_eos, float("-inf")).topk(k, dim=-1)
-        new_beam = top_beam.gather(1, order)  # (n, k)
-        new_token = top_token.gather(1, order)
-        ended: list[tuple[int, int, float, list[bool]]] = []
-        if banks is not None:  # sentences with phrases choose their beams by their banks
-            ended = banks.select(candidates.view(n, k, vocab), top_scores, top_index,
-                                cont_scores, new_beam, new_token, is_eos)
-
-        # Hypotheses end where EOS is among a sentence's k best candidates; each sentence keeps
-        # its k best finished hypotheses, best first.
+        cont_scores, order = top_scores.masked_fill(is_eos, NEG_INF).topk(k, dim=-1)
+        choice = _Choice(cont_scores, top_beam.gather(1, order), top_token.gather(1, order), [])
+        if self.banks is not None:
+            choice, is_eos = self.banks.select(candidates, top_scores, top_index, choice, is_eos)
         eos_rows, eos_cols = is_eos[:, :k].nonzero(as_tuple=True)
         if eos_rows.numel():
-            hist_cpu = history.cpu()
-            attn_cpu = attn_history.cpu() if need_attention else None
-            beams = top_beam.cpu()
-            ends = top_scores.cpu()
-            for row, col in zip(eos_rows.tolist(), eos_cols.tolist()):
-                hyps = finished[alive_list[row]]
-                beam_row = row * k + int(beams[row, col])
-                out = hist_cpu[beam_row].tolist()
-                lp = float(ends[row, col])
-                attn = attn_cpu[beam_row].tolist() if attn_cpu is not None else None
-                hyps.append(Hypothesis(out, lp / (len(out) + 1) ** length_penalty, lp, attn))
-                hyps.sort(key=lambda h: h.score, reverse=True)  # kept best first
-                del hyps[k:]
-        if ended:
-            hist_cpu = history.cpu()
-            attn_cpu = attn_history.cpu() if need_attention else None
-            for row, beam_index, lp, met in ended:
-                hyps = finished[alive_list[row]]
-                beam_row = row * k + beam_index
-                out = hist_cpu[beam_row].tolist()
-                attn = attn_cpu[beam_row].tolist() if attn_cpu is not None else None
-                hyps.append(Hypothesis(out, lp / (len(out) + 1) ** length_penalty, lp, attn,
-                                       met))
-                hyps.sort(key=_rank, reverse=True)
-                del hyps[k:]
+            beams, ends = top_beam.cpu(), top_scores.cpu()
+            choice.endings[:0] = [(row, int(beams[row, col]), float(ends[row, col]), None)
+                                  for row, col in zip(eos_rows.tolist(), eos_cols.tolist())]
+        return choice
 
-        # A sentence is done at its length limit (every live beam was just forced to end), or
-        # once it has the n_best finished hypotheses it returns and its best live beam, ended
-        # now, would score no better than the worst of them. (log P only falls as a hypothesis
-        # grows; with a length penalty this is the usual heuristic, as in Hugging Face's.)
-        if banks is None:
-            best = cont_scores[:, 0]
+    def finish(self, endings: list[tuple[int, int, float, list[bool] | None]]) -> None:
+        """Each ending beam becomes a finished hypothesis of its sentence, which keeps its k
+        best (rules.rank), best first."""
+        if not endings:
+            return
+        history = self.history.cpu()
+        attention = self.attn_history.cpu() if self.o.attention else None
+        for row, beam, log_prob, met in endings:
+            hyps = self.finished[self.alive_list[row]]
+            beam_row = row * self.k + beam
+            out = history[beam_row].tolist()
+            attn = attention[beam_row].tolist() if attention is not None else None
+            hyps.append(Hypothesis(out, score(log_prob, len(out), self.o.length_penalty),
+                                   log_prob, attn, met))
+            hyps.sort(key=rank, reverse=True)
+            del hyps[self.k:]
+
+    def stop(self, choice: _Choice) -> list[int]:
+        """The live rows that go on (rules.sentence_done decides)."""
+        if self.banks is None:
+            best = choice.scores[:, 0]
         else:
             # Only beams that have met their phrases could end now. Counting the others too
             # would keep most sentences decoding to their length limit: the beams that have
             # not spent probability on a phrase yet are the most probable ones.
-            best = banks.could_end(cont_scores).max(dim=1).values
-        best_live = (best / (step + 2) ** length_penalty).tolist()
-        at_limit = (max_len_all[alive] == step + 1).tolist()
-        keep_rows = []
-        for row in range(n):
-            hyps = finished[alive_list[row]]
-            done = at_limit[row] or (
-                len(hyps) >= need and hyps[need - 1].score >= best_live[row])
-            if not done:
-                keep_rows.append(row)
-        keep = torch.arange(n, device=device)
-        if len(keep_rows) < n:  # finished sentences leave the batch
-            keep = torch.tensor(keep_rows, dtype=torch.long, device=device)
-            alive, cont_scores = alive[keep], cont_scores[keep]
-            new_beam, new_token = new_beam[keep], new_token[keep]
-            alive_list = [alive_list[r] for r in keep_rows]
-            if banks is not None:
-                banks.keep(keep_rows)
-        source_rows = (keep[:, None] * k + new_beam).view(-1)
-        history = torch.cat([history.index_select(0, source_rows), new_token.view(-1, 1)], 1)
-        if need_attention:  # the attention that produced each beam's new token
+            best = self.banks.could_end(choice.scores).max(dim=1).values
+        best_live = score(best, self.step + 1, self.o.length_penalty).tolist()
+        at_limit = (self.max_len[self.alive] == self.step + 1).tolist()
+        return [row for row in range(len(at_limit))
+                if not sentence_done(self.finished[self.alive_list[row]], self.needed,
+                                     best_live[row], at_limit[row])]
+
+    def prune(self, choice: _Choice, keep_rows: list[int], weights: Tensor | None) -> None:
+        """Sentences that are done leave the batch; the others' beams become ``choice``'s
+        (histories, cache and scores reordered in one index each)."""
+        k = self.k
+        keep = torch.arange(self.alive.numel(), device=self.device)
+        if len(keep_rows) < self.alive.numel():
+            keep = torch.tensor(keep_rows, dtype=torch.long, device=self.device)
+            self.alive = self.alive[keep]
+            choice.scores, choice.beam = choice.scores[keep], choice.beam[keep]
+            choice.token = choice.token[keep]
+            self.alive_list = [self.alive_list[r] for r in keep_rows]
+            if self.banks is not None:
+                self.banks.keep(keep_rows)
+        source_rows = (keep[:, None] * k + choice.beam).view(-1)
+        self.history = torch.cat([self.history.index_select(0, source_rows),
+                                  choice.token.view(-1, 1)], 1)
+        if self.o.attention:  # the attention that produced each beam's new token
             step_attn = weights.mean(dim=1).index_select(0, source_rows)  # (n*k, S)
-            attn_history = torch.cat([attn_history.index_select(0, source_rows),
-                                      step_attn[:, None, :]], 1)
-        tokens = new_token.view(-1)
-        scores = cont_scores
-        state = state.index_select(source_rows)
-        step += 1
-    return [hyps[:n_best] for hyps in finished]
+            self.attn_history = torch.cat([self.attn_history.index_select(0, source_rows),
+                                           step_attn[:, None, :]], 1)
+        self.tokens = choice.token.view(-1)
+        self.scores = choice.scores
+        self.state = self.state.index_select(source_rows)
+        self.step += 1
 
 
 def _prefix_table(constraints: Sequence[TargetConstraints | None] | None, device: torch.device
@@ -333,15 +356,14 @@ class _Banks:
             logp[index, EOS_ID] = NEG_INF
 
     def select(self, candidates: Tensor, top_scores: Tensor, top_index: Tensor,
-               cont_scores: Tensor, new_beam: Tensor, new_token: Tensor, is_eos: Tensor
-               ) -> list[tuple[int, int, float, list[bool]]]:
-        """For the sentences with phrases: overwrite the new beams (``cont_scores``,
-        ``new_beam``, ``new_token``, all (n, k)) with the allocation's, clear their
-        ``is_eos``, and return the hypotheses they finish as (row, beam, log P, phrases
-        met). ``candidates`` (n, k, V): each beam's score plus each token's log P."""
+               choice: _Choice, is_eos: Tensor) -> tuple[_Choice, Tensor]:
+        """``choice`` with the new beams of the sentences with phrases replaced by the
+        allocation's and the hypotheses they finish among its endings, and ``is_eos``
+        (n, 2k) cleared for those sentences (their endings are the allocation's).
+        ``candidates`` (n, k, V): each beam's score plus each token's log P."""
         rows = [r for r, a in enumerate(self.automata) if a is not None]
         if not rows:
-            return []
+            return choice, is_eos
         k, vocab = self.k, candidates.size(-1)
         device = candidates.device
         index = torch.tensor(rows, dtype=torch.long, device=device)
@@ -364,24 +386,24 @@ class _Banks:
         pools: list[dict[tuple[int, int], float]] = [{} for _ in rows]
         for i in range(len(rows)):
             pool = pools[i]
-            for score, flat in zip(top_s[i], top_i[i]):
-                if score != NEG_INF:
-                    pool[(flat // vocab, flat % vocab)] = score
+            for value, flat in zip(top_s[i], top_i[i]):
+                if value != NEG_INF:
+                    pool[(flat // vocab, flat % vocab)] = value
             for b in range(k):
                 if best_score[i][b] != NEG_INF:
                     pool[(b, best_token[i][b])] = best_score[i][b]
-        for i, b, t, score in zip(extra_row, extra_beam, extra_token, extra):
-            if score != NEG_INF:
-                pools[i][(b, t)] = score
+        for i, b, t, value in zip(extra_row, extra_beam, extra_token, extra):
+            if value != NEG_INF:
+                pools[i][(b, t)] = value
 
-        ends: list[tuple[int, int, float, list[bool]]] = []
+        ends: list[tuple[int, int, float, list[bool] | None]] = []
         scores_out, beams_out, tokens_out = [], [], []
         for i, r in enumerate(rows):
             automaton, states = self.automata[r], self.states[r]
             ranked = []
-            for (b, t), score in pools[i].items():
+            for (b, t), value in pools[i].items():
                 state = states[b] if t == EOS_ID else automaton.advance(states[b], t)
-                ranked.append(_Candidate(automaton.bank(state), score, b, t, state))
+                ranked.append(_Candidate(automaton.bank(state), value, b, t, state))
             ranked = _stripes(ranked)
             for c in ranked[:k]:
                 if c.token == EOS_ID:
@@ -392,11 +414,13 @@ class _Banks:
             beams_out.append([c.beam for c in beams])
             tokens_out.append([c.token for c in beams])
             self.states[r] = [c.state for c in beams]
-        cont_scores[index] = torch.tensor(scores_out, dtype=cont_scores.dtype, device=device)
-        new_beam[index] = torch.tensor(beams_out, dtype=new_beam.dtype, device=device)
-        new_token[index] = torch.tensor(tokens_out, dtype=new_token.dtype, device=device)
+        chosen = _Choice(choice.scores.clone(), choice.beam.clone(), choice.token.clone(), ends)
+        chosen.scores[index] = torch.tensor(scores_out, dtype=chosen.scores.dtype, device=device)
+        chosen.beam[index] = torch.tensor(beams_out, dtype=chosen.beam.dtype, device=device)
+        chosen.token[index] = torch.tensor(tokens_out, dtype=chosen.token.dtype, device=device)
+        is_eos = is_eos.clone()
         is_eos[index] = False
-        return ends
+        return chosen, is_eos
 
     def could_end(self, cont_scores: Tensor) -> Tensor:
         """``cont_scores`` (n, k) of the new beams, -inf for those of the sentences with

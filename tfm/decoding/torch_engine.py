@@ -12,19 +12,16 @@ from tfm.checkpoint import load_model_dir
 from tfm.config import SearchOptions
 from tfm.data.batching import pad_pairs
 from tfm.decoding.constraints import TargetConstraints
-from tfm.decoding.search import Hypothesis, beam_search, greedy_search
+from tfm.decoding.search import Hypothesis, search
+from tfm.decoding.shortlist import load_shortlist, shortlist_search
 from tfm.decoding.translator import Translator, length_batches
-from tfm.device import (
-    decoding_workers,
-    precision_name,
-    resolve_device,
-    resolve_precision,
-    share_cpu_threads,
-)
+from tfm.decoding.workers import Workers
+from tfm.device import precision_name, resolve_device, resolve_precision
 from tfm.errors import UsageError
 from tfm.layout import WEIGHTS_FILE
 from tfm.model import Transformer
 from tfm.model.ensemble import Ensemble
+from tfm.model.int8 import quantize_linears
 from tfm.special_tokens import PAD_ID
 
 
@@ -36,20 +33,19 @@ class TorchTranslator(Translator):
 
     def __init__(self, model_dir: Path, device: str = "auto", weights_file: str = WEIGHTS_FILE,
                  precision: str = "fp32", ensemble: Sequence[Path] = (),
-                 workers: int | None = 1) -> None:
+                 workers: int | None = None, shortlist: bool = False) -> None:
         """``weights_file``: another weights file of the directory, e.g. a numbered
         checkpoint ``checkpoints/step_00001000.safetensors``. ``precision``: fp32, or bf16 /
         fp16 weights (``auto``: bf16 on CUDA and on CPUs with native bf16, where they decode
-        faster than fp32 with the same BLEU: docs/BENCHMARKS.md, else fp32). ``ensemble``:
+        faster than fp32 with the same BLEU: docs/BENCHMARKS.md, else fp32), or on a CPU int8
+        Linear layers (tfm.model.int8). ``ensemble``:
         more model directories, with the same tokenizer, decoded together with the first
         (their probabilities averaged); the first gives the languages and decoding defaults.
-        ``workers``: batches decoded at once (None: tfm.device.decoding_workers decides); with
-        more than one, this thread keeps one CPU thread and the workers share the others
-        (tfm.device.share_cpu_threads)."""
+        ``workers``: batches decoded at once, each by a thread of its own with its share of the
+        CPU threads (tfm.decoding.workers; None: its default for the device). ``shortlist``:
+        decode over the vocabulary shortlist of the directory (tfm.decoding.shortlist)."""
         self.device = resolve_device(device)
-        self.workers = decoding_workers(workers, self.device)
-        if self.workers > 1:
-            self.worker_init = share_cpu_threads(self.workers)
+        self.workers = Workers.for_device(workers, self.device.type)  # before the model loads
         self.model, self.vocabs, self.info = load_model_dir(Path(model_dir), weights_file)
         if ensemble:
             self.model = Ensemble([self.model, *(self._member(Path(model_dir), Path(d),
@@ -57,9 +53,14 @@ class TorchTranslator(Translator):
                                                  for d in ensemble)])
         self.model.to(self.device)
         self.dtype = resolve_precision(precision, self.device, training=False)
-        if self.dtype is not None:  # weights converted once: autocast would recast them
+        self.precision = precision_name(self.dtype)
+        if self.dtype is torch.int8:
+            self.precision = quantize_linears(self.model).describe()
+        elif self.dtype is not None:  # weights converted once: autocast would recast them
             self.model.to(self.dtype)
         self.max_source_tokens = self.model.config.max_positions
+        self.shortlist = (load_shortlist(Path(model_dir), self.vocabs, ensemble)
+                          if shortlist else None)
 
     def _member(self, first: Path, directory: Path, weights_file: str) -> Transformer:
         """An ensemble member's model (its ``weights_file``, as for the first: runs trained
@@ -80,7 +81,7 @@ class TorchTranslator(Translator):
 
     def describe(self) -> dict[str, Any]:
         described = {"engine": self.engine, "device": str(self.device),
-                     "precision": precision_name(self.dtype)}
+                     "precision": self.precision}
         if isinstance(self.model, Ensemble):
             described["ensemble"] = len(self.model.members)
         return described
@@ -106,12 +107,9 @@ class TorchTranslator(Translator):
     def search(self, batch: list[list[int]], o: SearchOptions,
                constraints: list[TargetConstraints | None] | None = None
                ) -> list[list[Hypothesis]]:
-        src = _padded(batch).to(self.device)
-        if o.beam == 1:
-            return greedy_search(self.model, src, o.max_len_a, o.max_len_b, o.min_len,
-                                 o.attention, constraints)
-        return beam_search(self.model, src, o.beam, o.length_penalty, o.max_len_a, o.max_len_b,
-                           o.min_len, o.n_best, o.attention, o.stop_early, constraints)
+        if self.shortlist is not None:  # this search, over the batch's shortlist
+            return shortlist_search(self, batch, o, constraints)
+        return search(self.model, _padded(batch).to(self.device), o, constraints)
 
 
 def _padded(rows: list[list[int]]) -> torch.Tensor:

@@ -15,13 +15,9 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-import torch
-
-from tfm.checkpoint import ModelInfo
 from tfm.config import SearchOptions
 from tfm.data.tokenizer import Vocabularies, decode, encode_batch, text_normalizer
 from tfm.decoding.alignment import align_words
@@ -32,8 +28,10 @@ from tfm.decoding.constraints import (
     compile_constraints,
 )
 from tfm.decoding.mbr import mbr_order
-from tfm.decoding.search import Hypothesis, length_limits
+from tfm.decoding.rules import Hypothesis, length_limit
+from tfm.decoding.workers import Workers
 from tfm.errors import UsageError
+from tfm.model_info import ModelInfo
 from tfm.special_tokens import EOS_ID
 
 __all__ = ["Reranker", "SearchOptions", "Source", "Translation", "Translator"]
@@ -111,11 +109,9 @@ class Translator(ABC):
     vocabs: Vocabularies
     info: ModelInfo
     max_source_tokens: int  # longest source the model takes, EOS included
-    # Batches decoded at once, each by a thread of its own (``worker_init``, if any, runs first
-    # in each): the batches of one ``translate`` call are shared among them, the longest first.
-    workers: int = 1
-    worker_init: Callable[[], None] | None = None
-    _pool: ThreadPoolExecutor | None = None
+    # The threads that decode the batches of one ``translate`` call (tfm.decoding.workers):
+    # one unless the engine makes more.
+    workers: Workers = Workers(1)
     # Ranks each sentence's beam hypotheses anew (tfm.decoding.rerank); None: by their scores.
     reranker: Reranker | None = None
 
@@ -218,8 +214,8 @@ class Translator(ABC):
                     error = ConstraintError("constraints", problem)
                     error.sentence = i
                     raise error
-            longest = length_limits(torch.tensor([max(1, source.tokens)]), options.max_len_a,
-                                    options.max_len_b, self.max_source_tokens).item()
+            longest = length_limit(max(1, source.tokens), options.max_len_a,
+                                   options.max_len_b, self.max_source_tokens)
             try:
                 source.constraints = compile_constraints(self.vocabs.tgt, spec, longest - 1)
             except ConstraintError as e:
@@ -303,28 +299,12 @@ class Translator(ABC):
                         options: SearchOptions
                         ) -> Iterator[tuple[list[int], list[tuple[list[Hypothesis], list[str],
                                                                    list[float]]]]]:
-        """Each batch (positions in ``sources``) with what ``_search_texts`` finds for it.
-        With several workers, the batches are decoded side by side, the longest first (the
-        last to start are the shortest, so the workers end at about the same time), and each
-        comes back as it ends, so that a failure stops the batches not yet started. Each
-        sentence's result is the one it gets alone: the search is batch-invariant, and the
-        batches are the same whatever the number of workers."""
-        if self.workers == 1:
-            for batch in batches:
-                yield batch, self._search_texts(batch, sources, options)
-            return
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tfm-decode",
-                                            initializer=self.worker_init)
-        pool = self._pool
-        futures = {pool.submit(self._search_texts, batch, sources, options): batch
-                   for batch in reversed(batches)}
-        try:
-            for future in as_completed(futures):
-                yield futures[future], future.result()
-        finally:  # stopped early (an error, Ctrl-C): batches not started are never decoded
-            for future in futures:
-                future.cancel()
+        """Each batch (positions in ``sources``) with what ``_search_texts`` finds for it,
+        decoded by the workers (``Workers.map``: with several, side by side, each as it ends).
+        Each sentence's result is the one it gets alone: the search is batch-invariant, and
+        the batches are the same whatever the number of workers."""
+        return self.workers.map(lambda batch: self._search_texts(batch, sources, options),
+                                batches)
 
     def _attach_attention(self, result: Translation, src_ids: list[int],
                           best: Hypothesis) -> None:

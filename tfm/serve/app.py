@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from importlib import resources
 from typing import Any, Optional, Union
 
@@ -187,11 +187,8 @@ class TranslateResponse(BaseModel):
 class _Service:
     """What the endpoints share: the translator once loaded, its batcher, the metrics."""
 
-    def __init__(self, config: ServeConfig,
-                 worker_init: Callable[[], None] | None = None,
-                 glossary: Glossary | None = None) -> None:
+    def __init__(self, config: ServeConfig, glossary: Glossary | None = None) -> None:
         self.config = config
-        self.worker_init = worker_init
         self.glossary = glossary
         self.metrics = ServeMetrics()
         self.translator: Translator | None = None
@@ -203,12 +200,14 @@ class _Service:
     def attach(self, translator: Translator) -> None:
         """Start serving ``translator`` (in the running event loop)."""
         self.translator = translator
+        # As many batches at once as the translator has decoding threads (tfm.decoding.workers).
+        self.config = replace(self.config, workers=translator.workers.count)
         self.defaults = translator.default_options(beam=self.config.beam)
         self.batcher = Batcher(translator.translate_prepared, _source_tokens,
                                max_batch_tokens=self.config.max_batch_tokens,
                                max_wait=self.config.max_wait_ms / 1000,
                                max_queue=self.config.max_queue, metrics=self.metrics,
-                               worker_init=self.worker_init, workers=self.config.workers)
+                               workers=translator.workers)
         self.batcher.start()
         self.state = "ready"
         self.metrics.ready.set(1)
@@ -338,20 +337,18 @@ class _Service:
 
 def create_app(translator: Translator | Callable[[], Translator],
                config: ServeConfig | None = None,
-               worker_init: Callable[[], None] | None = None,
                glossary: Glossary | None = None) -> FastAPI:
     """The server's ASGI app. ``translator``: a loaded Translator, or a function that loads one
-    (called in a thread at startup; /health answers 503 until it returns). ``worker_init``:
-    called once in the decoding thread before its first batch (tfm serve sets torch's threads
-    there: see tfm.cli.serve). ``glossary``: applied to every request that does not turn it
-    off (tfm.decoding.glossary)."""
+    (called in a thread at startup; /health answers 503 until it returns); it decodes on its
+    own threads (``Translator.workers``). ``glossary``: applied to every request that does not
+    turn it off (tfm.decoding.glossary)."""
     config = config or ServeConfig()
     if isinstance(translator, Translator):
         beam = config.beam or translator.info.generation.beam
         if beam > config.max_beam:
             raise UsageError(f"the model's default beam ({beam}) is over --max-beam "
                              f"({config.max_beam}): give --beam, or a larger --max-beam")
-    service = _Service(config, worker_init, glossary)
+    service = _Service(config, glossary)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

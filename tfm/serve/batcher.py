@@ -31,12 +31,12 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple, dataclass, field
 from typing import Any
 
 from tfm.config import SearchOptions
 from tfm.decoding.translator import Translation
+from tfm.decoding.workers import Workers
 from tfm.serve.metrics import ServeMetrics
 
 DecodeFn = Callable[[list[str], SearchOptions], list[Translation]]
@@ -89,11 +89,10 @@ class Batcher:
 
     def __init__(self, decode: DecodeFn, count_tokens: CountFn, *, max_batch_tokens: int,
                  max_wait: float, max_queue: int, metrics: ServeMetrics | None = None,
-                 worker_init: Callable[[], None] | None = None, workers: int = 1) -> None:
-        """``workers``: batches decoded at once, each in a thread of its own; ``worker_init``
-        is called once in each of those threads before its first batch."""
-        if workers < 1:
-            raise ValueError(f"workers must be at least 1, not {workers}")
+                 workers: Workers | None = None) -> None:
+        """``workers``: the decoding threads (the translator's, tfm.decoding.workers): as many
+        batches are decoded at once, each in a thread of its own. None: one."""
+        workers = workers or Workers(1)
         self.decode = decode
         self.count_tokens = count_tokens
         self.max_batch_tokens = max_batch_tokens
@@ -106,10 +105,9 @@ class Batcher:
         self._queued_jobs = 0
         self._wake = asyncio.Event()
         self._stopping = False
-        self.workers = workers
+        self.workers = workers.count
         self._tasks: list[asyncio.Task[None]] = []
-        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tfm-decode",
-                                            initializer=worker_init)
+        self._threads = workers
         self._gathering = 0  # workers waiting for a batch: they share what is queued
         self._rate = 0.0  # sentences per second of one worker, a moving average: Retry-After
         self.decoding = 0  # sentences in the batches being decoded
@@ -181,7 +179,7 @@ class Batcher:
                 for job in [*decoding, *(item.job for item in self._queue)]:
                     if not job.done:
                         job.future.set_exception(ShuttingDown("the server stopped"))
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._threads.close(wait=False, cancel_futures=True)
 
     # The workers.
 
@@ -277,7 +275,7 @@ class Batcher:
         self._decoding_jobs[worker] = jobs
         start = time.perf_counter()
         try:
-            results = await loop.run_in_executor(self._executor, self.decode, sentences,
+            results = await loop.run_in_executor(self._threads.executor, self.decode, sentences,
                                                  options)
         except Exception as e:  # a bug or out of memory: the requests fail, the server stays
             for job in jobs:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from tfm.config import TrainConfig
+from tfm.config import SearchOptions, TrainConfig
 from tfm.data.batching import collate, make_batches
 from tfm.data.dataset import TokenizedSplit
 from tfm.data.tokenizer import decode_batch, normalize_reference
@@ -16,6 +16,9 @@ from tfm.decoding.search import greedy_search
 from tfm.device import autocast
 from tfm.model import Transformer
 from tfm.training.objective import label_smoothed_loss
+
+# Validation BLEU decodes greedily, with the length limits a new model's directory starts with.
+_GREEDY = SearchOptions(beam=1)
 
 
 @torch.inference_mode()
@@ -43,7 +46,7 @@ def validate(model: Transformer, split: TokenizedSplit, tokenizer: Any, config: 
             nll_sum += float(nll)
             n_tokens += batch.n_tgt_tokens
             if config.valid_bleu and split.tgt_text is not None:
-                hyps = greedy_search(model, batch.src)
+                hyps = greedy_search(model, batch.src, _GREEDY)
                 texts = decode_batch(tokenizer, [h[0].tokens for h in hyps])
                 hypotheses.update(zip(indices.tolist(), texts))
     metrics: dict[str, Any] = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens,

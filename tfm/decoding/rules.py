@@ -1,0 +1,80 @@
+"""The rules every engine's search follows, stated once: what a hypothesis is, which tokens are
+never emitted, how long an output may be, how a hypothesis is scored and ranked, and when a
+sentence's search is over.
+
+tfm's own search (tfm.decoding.search) and the CTranslate2 engine
+(tfm.decoding.ctranslate2_engine) both read them from here. The module imports neither torch
+nor CTranslate2: an engine that needs no torch loads without it. The functions take plain
+numbers; ``score`` also takes a tensor of log-probabilities, with the same arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tfm.special_tokens import BOS_ID, PAD_ID, UNK_ID
+
+# Padding, the start token and UNK are never produced (byte-level BPE needs no unknown token).
+NEVER_EMITTED = (PAD_ID, UNK_ID, BOS_ID)
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # without BOS/EOS
+    score: float  # see ``score``
+    log_prob: float  # sum of log-probabilities, EOS included
+    # With need_attention: for each output token, the last decoder layer's cross-attention
+    # over the (padded) source positions, averaged over heads, at the step that produced it.
+    attention: list[list[float]] | None = None
+    # With constraint phrases: whether each is in ``tokens``. A hypothesis that misses one
+    # ended at the length limit: it ranks below every hypothesis that meets them all.
+    constraints_met: list[bool] | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether it meets all its constraints (True where there are none)."""
+        return self.constraints_met is None or all(self.constraints_met)
+
+
+def rank(h: Hypothesis) -> tuple[bool, float]:
+    """How finished hypotheses are ordered, best first (with reverse=True): those that meet
+    their constraints before those that do not, then by score."""
+    return (h.complete, h.score)
+
+
+Number = TypeVar("Number", float, Any)  # a float, or a tensor of them
+
+
+def score(log_prob: Number, tokens: int, length_penalty: float) -> Number:
+    """A hypothesis's score: its log-probability (EOS included) divided by its length, EOS
+    counted, to the power ``length_penalty`` (1 for greedy search, which compares no
+    hypotheses of different lengths)."""
+    return log_prob / (tokens + 1) ** length_penalty
+
+
+def length_limit(source_tokens: int, a: float, b: int, most: int) -> int:
+    """Most output tokens (EOS included) for a source of ``source_tokens`` tokens (EOS
+    included): floor(a * source_tokens + b), at least 1 and at most ``most`` (the model's
+    positions). Computed in float32, as tfm's search always has: the same limit, to the last
+    rounding, on every engine."""
+    f32 = _float32
+    return min(max(math.floor(f32(f32(f32(a) * source_tokens) + f32(b))), 1), most)
+
+
+def _float32(x: float) -> float:
+    """``x`` rounded to the nearest float32."""
+    import struct
+
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def sentence_done(finished: list[Hypothesis], needed: int, best_live: float,
+                  at_limit: bool) -> bool:
+    """Whether a sentence's beam search is over: at its length limit (every live beam was just
+    made to end), or once it has the ``needed`` finished hypotheses (kept best first) and its
+    best live beam, ended now, would score no better than the worst of them. (log P only falls
+    as a hypothesis grows; with a length penalty this is the usual heuristic, as in Hugging
+    Face's.)"""
+    return at_limit or (len(finished) >= needed and finished[needed - 1].score >= best_live)

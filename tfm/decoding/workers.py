@@ -1,0 +1,107 @@
+"""The threads that decode, and torch's CPU threads, owned in one place.
+
+A decoding step of a batch of a few hundred sentences leaves one of two cores idle much of the
+time (small matrices, Python between the operations): two single-threaded workers, each
+decoding its own batches, keep both busy (docs/BENCHMARKS.md, "Decoding workers"). A process
+has one ``Workers`` per loaded model: ``Translator.translate`` shares the batches of a call
+among its threads, and the server's batcher runs its jobs on the same threads (``executor``),
+where a call decodes its batches in the thread it runs in.
+
+Nothing here imports torch until a pool of more than one thread is made: a CTranslate2 export
+decodes with CTranslate2's own threads, in one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, TypeVar
+
+from tfm.errors import UsageError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_count(device_type: str) -> int:
+    """How many workers decode when the user does not say: on a CPU with two threads or
+    more, 2; else 1 (on CUDA one keeps the GPU busy; more than two were not measured)."""
+    if device_type != "cpu":
+        return 1
+    import torch
+
+    return 2 if torch.get_num_threads() >= 2 else 1
+
+
+class Workers:
+    """``count`` decoding threads, each with its share of torch's CPU threads.
+
+    Made with more than one, it takes this thread's torch CPU threads (one a core by default)
+    at once: this thread keeps one, and each worker takes its share when it starts. torch's
+    CPU threads (OpenMP) are set up per calling thread, so had this thread kept all of them
+    (loading the model, say), their pool and the workers' would share the cores and contend
+    for them (decoding was several times slower). So it is made before the model is loaded
+    (tfm.decoding.engines.load_translator does), and only there."""
+
+    def __init__(self, count: int = 1, share_cpu_threads: bool = True) -> None:
+        """``share_cpu_threads``: False for work that does not run torch (a test's)."""
+        if count < 1:
+            raise UsageError(f"--workers {count}: give 1 or more")
+        self.count = count
+        self._threads_each: int | None = None
+        if count > 1 and share_cpu_threads:
+            import torch
+
+            self._threads_each = max(1, torch.get_num_threads() // count)
+            torch.set_num_threads(1)
+        self._executor: ThreadPoolExecutor | None = None
+        self._mine = threading.local()  # set in the pool's threads
+
+    @classmethod
+    def for_device(cls, requested: int | None, device_type: str) -> Workers:
+        """``requested`` workers, or the default for the device (None)."""
+        return cls(default_count(device_type) if requested is None else requested)
+
+    def _start_thread(self) -> None:
+        self._mine.worker = True
+        if self._threads_each is not None:
+            import torch
+
+            torch.set_num_threads(self._threads_each)
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The pool of ``count`` threads, started on first use."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.count, thread_name_prefix="tfm-decode",
+                                                initializer=self._start_thread)
+        return self._executor
+
+    def on_worker(self) -> bool:
+        """Whether the calling thread is one of this pool's."""
+        return getattr(self._mine, "worker", False)
+
+    def map(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterator[tuple[T, R]]:
+        """(item, fn(item)) for each item. With several workers (and when not called from one
+        of them), the items are decoded side by side, the last first (the caller orders them
+        shortest first, so the last to start are the shortest and the workers end at about
+        the same time), and each comes back as it ends, so that a failure stops the items not
+        yet started."""
+        if self.count == 1 or self.on_worker():
+            for item in items:
+                yield item, fn(item)
+            return
+        futures = {self.executor.submit(fn, item): item for item in reversed(items)}
+        try:
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        finally:  # stopped early (an error, Ctrl-C): items not started are never decoded
+            for future in futures:
+                future.cancel()
+
+    def close(self, **shutdown: Any) -> None:
+        """Stop the threads (``shutdown``: ThreadPoolExecutor.shutdown's arguments)."""
+        if self._executor is not None:
+            self._executor.shutdown(**shutdown)
+            self._executor = None
