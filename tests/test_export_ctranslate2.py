@@ -11,6 +11,7 @@ command line.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -450,3 +451,16 @@ def test_bad_options_are_refused_before_anything_is_written(joint_model, tmp_pat
         assert_refused(run_tfm(monkeypatch, capsys, "export", str(model), "-o", str(out),
                                *args), fragment)
         assert_nothing_written(out)
+
+
+def test_an_export_is_translated_without_importing_torch(joint_model) -> None:
+    """A CTranslate2 export needs no torch: `tfm translate` on one never imports it (import
+    torch takes seconds on some CPUs; an export is how one deploys without it)."""
+    _, export = joint_model
+    code = ("import sys; from tfm.cli import run\n"
+            f"sys.argv = ['tfm', 'translate', '--model', {str(export)!r}, 'Two cats .']\n"
+            "try:\n    run()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()

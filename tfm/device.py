@@ -1,19 +1,26 @@
-"""Devices and numeric precision: detected from the machine, never assumed."""
+"""Devices and numeric precision: detected from the machine, never assumed.
+
+torch is imported by the functions that need it, not by the module: the CPU's features and the
+precision names serve engines that load without torch (a CTranslate2 export)."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from tfm.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16", "int8")
 
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` picks CUDA when available, else CPU; ``cuda`` without a GPU is an error."""
+    import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
@@ -34,6 +41,8 @@ def cpu_flags() -> set[str]:
                 flags.update(line.split(":", 1)[1].split())
                 break
     except OSError:  # not Linux
+        import torch
+
         probe = {"amx_bf16": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported",
                  "amx_int8": "_is_amx_tile_supported", "avx512_vnni": "_is_vnni_supported"}
         flags = {flag for flag, name in probe.items()
@@ -64,6 +73,8 @@ def cpu_int8_support() -> str:
                        ("avx_vnni", "AVX-VNNI")):
         if flag in flags:
             return name
+    import torch
+
     return torch.backends.cpu.get_cpu_capability()
 
 
@@ -88,6 +99,8 @@ def resolve_precision(name: str, device: torch.device, training: bool = True
     ``int8``: torch.int8, int8 weights and activations in the Linear layers (tfm.model.int8),
     for decoding on a CPU only: refused in training and on CUDA, where bf16 and fp16 serve.
     """
+    import torch
+
     if name not in PRECISIONS:
         raise UsageError(f"--precision {name}: choose one of {', '.join(PRECISIONS)}")
     if name == "fp32":
@@ -104,6 +117,8 @@ def resolve_precision(name: str, device: torch.device, training: bool = True
 
 
 def _int8_precision(device: torch.device, training: bool) -> torch.dtype:
+    import torch
+
     if training:
         raise UsageError("--precision int8 is for decoding (translate, eval, serve); train in "
                          "fp32, bf16 or fp16")
@@ -113,10 +128,14 @@ def _int8_precision(device: torch.device, training: bool) -> torch.dtype:
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    import torch
+
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def precision_name(dtype: torch.dtype | None) -> str:
+    import torch
+
     return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int8: "int8"}[dtype]
