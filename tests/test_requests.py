@@ -17,10 +17,12 @@ import pytest
 from conftest import tfm
 from test_serve import LONG, post, serving, write_tiny_model
 
+from tfm.config import SearchOptions
 from tfm.decoding.constraints import ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary, load_glossary
 from tfm.decoding.requests import constraint_specs, prepare_request, translation_record
 from tfm.decoding.translator import Translation
+from tfm.errors import OptionError
 
 # (sentence, constraint phrases, prefix): a glossary term (dog -> Hund), a phrase, a prefix,
 # both with a glossary term, an empty line, a sentence too long for the model.
@@ -153,3 +155,13 @@ def test_a_constraint_error_names_its_sentence_counted_from_the_first(models):
                         [None, ConstraintSpec([""])], first=5)
     assert error.value.sentence == 6 and error.value.field == "constraints[0]"
 
+
+
+@pytest.mark.parametrize("options", [dict(beam=2, n_best=3), dict(beam=1, n_best=2)])
+def test_a_bad_option_is_checked_once_and_worded_for_each_caller(options):
+    """SearchOptions checks the option; the command line names its flag, the server its
+    request's field (tfm.errors.OptionError): neither checks it again."""
+    with pytest.raises(OptionError) as refused:
+        SearchOptions(**options)
+    assert str(refused.value).startswith("--n-best must be between 1 and the beam")
+    assert refused.value.for_request().startswith("n_best must be between 1 and the beam")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tfm.errors import UsageError
+from tfm.errors import OptionError, UsageError
 from tfm.special_tokens import PAD_ID
 
 T = TypeVar("T")
@@ -296,8 +296,8 @@ class SearchOptions:
                 raise UsageError("--mbr chooses among the beam's hypotheses: give --beam 2 "
                                  "or more (5-8 is usual)")
         if not 1 <= self.n_best <= self.beam:
-            raise UsageError(f"--n-best must be between 1 and --beam ({self.beam}), "
-                             f"not {self.n_best}")
+            raise OptionError("n_best", f"must be between 1 and the beam ({self.beam}), "
+                              f"not {self.n_best}")
 
 
 @dataclass

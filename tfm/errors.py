@@ -21,6 +21,19 @@ class UsageError(TfmError):
     exit_code = 2
 
 
+class OptionError(UsageError):
+    """A bad value of one option, named by its field: the command line words it as its flag
+    (``--n-best ...``, the message), the server as its request's field (``n_best ...``,
+    ``for_request``), so that each option is checked in one place for both."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field, self.problem = field, problem
+        super().__init__(f"--{field.replace('_', '-')} {problem}")
+
+    def for_request(self) -> str:
+        return f"{self.field} {self.problem}"
+
+
 class DataError(TfmError):
     """A corpus or input file that is missing, unreadable, misaligned or malformed."""
 

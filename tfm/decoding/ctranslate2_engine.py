@@ -170,8 +170,7 @@ class CTranslate2Translator(Translator):
         if constraints is None:
             return None
         if any(c is not None and c.phrases for c in constraints):
-            raise UsageError("the ctranslate2 engine cannot make a translation contain given "
-                             "phrases: use a tfm model directory (a prefix alone works)")
+            raise UsageError(self.no_phrases())
         prefixes = [[self._tgt_tokens[i] for i in c.prefix] if c is not None else []
                     for c in constraints]
         return prefixes if any(prefixes) else None

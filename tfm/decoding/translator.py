@@ -30,7 +30,7 @@ from tfm.decoding.constraints import (
 from tfm.decoding.mbr import mbr_order
 from tfm.decoding.rules import Hypothesis, length_limit
 from tfm.decoding.workers import Workers
-from tfm.errors import UsageError
+from tfm.errors import OptionError, UsageError
 from tfm.model_info import ModelInfo
 from tfm.special_tokens import EOS_ID
 
@@ -125,6 +125,12 @@ class Translator(ABC):
         (None: none), given only when some source has any; an engine that cannot honour
         them raises UsageError."""
 
+    def no_phrases(self) -> str:
+        """Why an engine without ``supports_phrases`` refuses constraint phrases: the one
+        wording, for a request (``prepare``) and for a search given them."""
+        return (f"the {self.engine} engine cannot make a translation contain given phrases: "
+                "use a tfm model directory (a prefix alone works)")
+
     def forced_log_probs(self, sources: list[list[int]], targets: list[list[int]],
                          batch_tokens: int = 2048) -> list[list[float]]:
         """log P of each target token and of the closing EOS given its source, by teacher
@@ -164,8 +170,8 @@ class Translator(ABC):
         given = {k: v for k, v in overrides.items() if v is not None}
         values.update(given)
         if values["beam"] == 1 and "length_penalty" in given:
-            raise UsageError("--length-penalty has no effect on greedy search (--beam 1): "
-                             "drop it, or give --beam 2 or more")
+            raise OptionError("length_penalty", "has no effect on greedy search (beam 1): "
+                              "drop it, or give a beam of 2 or more")
         options = SearchOptions(**values)
         if options.attention and not self.supports_attention:
             raise UsageError(f"the {self.engine} engine gives no attention weights: "
@@ -204,9 +210,7 @@ class Translator(ABC):
             if spec.phrases or spec.glossary_hits:
                 problem = None
                 if not self.supports_phrases:
-                    problem = (f"the {self.engine} engine cannot make a translation contain "
-                               "given phrases: use a tfm model directory (a prefix alone "
-                               "works)")
+                    problem = self.no_phrases()
                 elif options.beam == 1:
                     problem = ("constraint phrases need beam search: give a beam of 2 or more "
                                "(a prefix alone works with greedy search)")

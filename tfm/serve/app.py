@@ -37,7 +37,7 @@ from tfm.decoding.glossary import Glossary
 from tfm.decoding.languages import language_tokens
 from tfm.decoding.requests import constraint_record, prepare_request, translation_record
 from tfm.decoding.translator import Source, Translation, Translator
-from tfm.errors import UsageError
+from tfm.errors import OptionError, UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
 from tfm.serve.metrics import ServeMetrics
@@ -245,11 +245,6 @@ class _Service:
         if beam > config.max_beam:
             raise ApiError(422, f"beam {beam} is over this server's limit of "
                            f"{config.max_beam}", "max_beam", config.max_beam)
-        if request.n_best is not None and request.n_best > beam:
-            raise ApiError(422, f"n_best ({request.n_best}) must be at most beam ({beam})")
-        if request.length_penalty is not None and beam == 1:
-            raise ApiError(422, "length_penalty has no effect on greedy search (beam 1): "
-                           "drop it, or ask for beam 2 or more")
         longest = self.translator.max_source_tokens
         if request.max_length is not None and request.max_length > longest:
             raise ApiError(422, f"max_length {request.max_length} is over the model's limit "
@@ -259,6 +254,8 @@ class _Service:
                 beam=beam, n_best=request.n_best, length_penalty=request.length_penalty,
                 max_len_a=0.0 if request.max_length is not None else None,
                 max_len_b=request.max_length)
+        except OptionError as e:  # checked where the command line's are: words it as a field
+            raise ApiError(422, e.for_request()) from e
         except UsageError as e:
             raise ApiError(422, str(e)) from e
         options.batch_tokens = config.max_batch_tokens
