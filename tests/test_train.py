@@ -391,6 +391,20 @@ def test_a_run_initialised_from_a_model_starts_from_its_weights_at_step_0(
     assert info["provenance"]["init_from"] == str(tmp_path / "trained")
 
 
+def test_a_resumed_initialised_run_still_records_where_it_started_from(
+        dataset: Path, tmp_path: Path) -> None:
+    from tfm.training.state import initial_model_config
+
+    train(dataset, tmp_path / "trained", TINY, config(max_steps=2))
+    train(dataset, tmp_path / "tuned", initial_model_config(tmp_path / "trained"),
+          config(max_steps=2), init_from=tmp_path / "trained")
+    # Resumed: its better validations write config.json anew, the provenance kept.
+    resume(dataset, tmp_path / "tuned", Overrides.of(config(max_steps=6), "max_steps"))
+    info = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert info["provenance"]["best_step"] == 6
+    assert info["provenance"]["init_from"] == str(tmp_path / "trained")
+
+
 def test_an_initialised_run_takes_the_models_architecture_and_the_dropout_given(
         dataset: Path, tmp_path: Path) -> None:
     from tfm.training.state import initial_model_config

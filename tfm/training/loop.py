@@ -366,6 +366,8 @@ class _Trainer:
         """The model's config.json: architecture, languages, directions and provenance."""
         provenance: dict[str, Any] = {"data_fingerprint": prep["fingerprint"],
                                       "seed": self.config.seed}
+        if init_from is None and self.resumed:  # a resumed run keeps where it started from
+            init_from = recorded_init_from(self.output)
         if init_from is not None:
             provenance["init_from"] = str(init_from)
         return ModelInfo(self.model_config, prep.get("src_lang"), prep.get("tgt_lang"),
