@@ -111,3 +111,19 @@ def test_the_command_line_averages_and_reports_errors_in_one_line(run_dir: Path)
     assert bad.returncode == 2
     lines = [line for line in bad.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "--last 9" in lines[0]
+
+
+def test_the_average_keeps_the_runs_vocabulary_shortlist(run_dir: Path) -> None:
+    """A shortlist is built from the data, not the weights: the average serves it too."""
+    from tfm.checkpoint import save_recorded
+    from tfm.integrity import Manifest
+    from tfm.layout import ModelDir
+
+    shortlist = b"the shortlist's bytes"
+    save_recorded(run_dir, {ModelDir(run_dir).shortlist: shortlist})
+    result = average_checkpoints(run_dir, last=2)
+    copied = ModelDir(result.output).shortlist
+    assert copied.read_bytes() == shortlist
+    manifest = Manifest.read(result.output)
+    assert manifest.name(copied) in manifest.files  # recorded, and intact
+    assert manifest.damage(copied, shortlist) is None

@@ -192,7 +192,10 @@ def test_a_shortlist_that_holds_the_translation_keeps_it(plain, narrowed):
         assert kept.tokens == best.tokens
 
 
-def test_each_sentence_is_translated_as_if_it_were_alone(narrowed):
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_each_sentence_is_translated_as_if_it_were_alone(narrowed, shortlisted, precision):
+    if precision != "fp32":  # --shortlist with --precision int8: the same search over both
+        narrowed = load_translator(shortlisted, "cpu", precision, workers=1, shortlist=True)
     sentences = TRAINED[:5] + UNSEEN
     together = translations(narrowed, sentences, n_best=2)
     for sentence, batched in zip(sentences, together):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from tfm.checkpoint import load_weights, read_model_info, save_model_dir
+from tfm.checkpoint import load_weights, read_model_info, save_model_dir, save_recorded
 from tfm.data.tokenizer import load_vocabularies
 from tfm.errors import ModelError, UsageError
 from tfm.integrity import Manifest
@@ -38,7 +38,8 @@ def average_checkpoints(model_dir: Path, last: int, output: Path | None = None
                         ) -> AverageResult:
     """Average the weights of the ``last`` latest checkpoints in ``model_dir/checkpoints`` and
     write a model directory ``output`` (default ``model_dir/averaged``): config.json (its
-    provenance lists the averaged steps), tokenizer.json and model.safetensors.
+    provenance lists the averaged steps), tokenizer.json, model.safetensors, and the vocabulary
+    shortlist if ``model_dir`` has one.
 
     Each checkpoint is loaded into the model of ``model_dir/config.json``, which refuses any
     that does not fit it; sums are kept in float64 and the mean stored in the weights' dtype.
@@ -87,6 +88,8 @@ def average_checkpoints(model_dir: Path, last: int, output: Path | None = None
     info.provenance = {k: v for k, v in info.provenance.items() if k not in _NOT_INHERITED}
     info.provenance["averaged_steps"] = steps
     save_model_dir(output, model, vocabs, info)
+    if files.shortlist.is_file():  # built from the data, not the weights: it serves the average
+        save_recorded(output, {ModelDir(output).shortlist: files.shortlist.read_bytes()})
     return AverageResult(output, steps)
 
 
