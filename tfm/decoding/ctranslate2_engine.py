@@ -54,6 +54,7 @@ With ``exact`` (``tfm translate --exact-search``), it finds what tfm's own searc
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -114,7 +115,8 @@ class CTranslate2Translator(Translator):
         try:
             self.translator = ct2.Translator(str(path), device=self.device,
                                              device_index=device_index,
-                                             compute_type=self.compute_type)
+                                             compute_type=self.compute_type,
+                                             intra_threads=_cpu_threads())
         except (RuntimeError, ValueError) as e:
             raise ModelError(f"{path}: CTranslate2 cannot load this export "
                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"
@@ -421,6 +423,16 @@ def _model_info(path: Path, record: dict[str, Any]) -> ModelInfo:
                          directions=list(record.get("directions") or []))
     except (KeyError, TypeError, TfmError) as e:
         raise ModelError(f"{path}: tfm_export.json does not describe a tfm model ({e})") from e
+
+
+def _cpu_threads() -> int:
+    """CTranslate2's CPU threads: its default of 4, but never more than the cores this process
+    may run on (more OpenMP threads than cores contend for them)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return min(4, cores)
 
 
 def _device(ct2: Any, name: str) -> tuple[str, int]:
