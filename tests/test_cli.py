@@ -289,3 +289,55 @@ def test_a_model_trained_with_a_lowercasing_tokenizer_writes_lowercase(tmp_path:
                  "--ref", str(tmp_path / "ref.de"))
     assert scored.returncode == 0, scored.stderr
     assert "writes lowercased text" in scored.stderr
+
+
+def test_standard_input_is_read_ahead_in_batches_and_in_order() -> None:
+    """A file piped in: the lines read while the caller is busy come as one batch."""
+    import io
+    import time
+
+    from tfm.cli.decoding import arriving_lines
+
+    text = "".join(f"line {i}\n" for i in range(300))
+    batches = []
+    for batch in arriving_lines(io.StringIO(text), most=128):
+        batches.append(batch)
+        time.sleep(0.05)  # translating: the reader goes on meanwhile
+    assert [line for batch in batches for line in batch] == text.splitlines(keepends=True)
+    assert max(map(len, batches)) == 128  # batches, not a line at a time
+
+
+def test_a_line_typed_is_given_at_once_without_waiting_for_more() -> None:
+    import os
+    import threading
+
+    from tfm.cli.decoding import arriving_lines
+
+    read_end, write_end = os.pipe()
+    writer = os.fdopen(write_end, "w")
+    writer.write("first\n")
+    writer.flush()
+    lines = arriving_lines(os.fdopen(read_end))
+    got: list[list[str]] = []
+    reader = threading.Thread(target=lambda: got.append(next(lines)))
+    reader.start()
+    reader.join(timeout=10)  # the pipe is still open: no end of input yet
+    assert got == [["first\n"]]
+    writer.write("second\n")
+    writer.close()
+    assert list(lines) == [["second\n"]]
+
+
+def test_what_reading_standard_input_fails_with_comes_after_the_lines_before_it() -> None:
+    from tfm.cli.decoding import arriving_lines
+
+    def lines():
+        yield "a\n"
+        yield "b\n"
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    got = []
+    with pytest.raises(UnicodeDecodeError):
+        for batch in arriving_lines(lines()):
+            got += batch
+    assert got == ["a\n", "b\n"]

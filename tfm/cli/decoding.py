@@ -189,11 +189,50 @@ def _prepared(translator: Translator, options: SearchOptions, ask: _Asks, senten
 
 def _stream(translator: Translator, options: SearchOptions, ask: _Asks
             ) -> Iterator[Translation]:
-    """Standard input translated a line at a time as it arrives (pipes, interactive use)."""
-    for n, line in enumerate(sys.stdin):
-        sources = _prepared(translator, options, ask, [line.rstrip("\r\n")], [None],
-                            lambda k: f"standard input, line {k}", first=n)
+    """Standard input translated as it arrives: a line typed is translated at once, and the
+    lines of a file piped in, read while the previous ones are translated, go in batches."""
+    n = 0
+    for lines in arriving_lines(sys.stdin):
+        sources = _prepared(translator, options, ask, [line.rstrip("\r\n") for line in lines],
+                            [None] * len(lines), lambda k: f"standard input, line {k}", first=n)
+        n += len(lines)
         yield from translator.translate_prepared(sources, options)
+
+
+def arriving_lines(stream: TextIO, most: int = 512) -> Iterator[list[str]]:
+    """The lines of ``stream`` as they arrive: each time, the next line (waited for) and every
+    line read after it while the caller was busy, up to ``most``. A thread reads ahead; what it
+    fails with (an undecodable byte) is raised here, in order."""
+    import queue
+    import threading
+
+    lines: queue.Queue[str | BaseException | None] = queue.Queue(maxsize=4 * most)
+
+    def read() -> None:
+        try:
+            for line in stream:
+                lines.put(line)
+            lines.put(None)
+        except BaseException as e:  # noqa: B036 (handed to the caller's thread)
+            lines.put(e)
+
+    threading.Thread(target=read, name="tfm-stdin", daemon=True).start()
+    ended = False
+    while not ended:
+        batch: list[str] = []
+        item = lines.get()
+        while True:
+            if item is None or isinstance(item, BaseException):
+                ended = True
+                break
+            batch.append(item)
+            if len(batch) == most or lines.empty():
+                break
+            item = lines.get()
+        if batch:
+            yield batch
+        if isinstance(item, BaseException):
+            raise item
 
 
 def _translated(translator: Translator, sources: list[Source], options: SearchOptions,
