@@ -341,3 +341,16 @@ def test_what_reading_standard_input_fails_with_comes_after_the_lines_before_it(
         for batch in arriving_lines(lines()):
             got += batch
     assert got == ["a\n", "b\n"]
+
+
+def test_translate_and_eval_decode_in_int8_on_a_cpu(demo_model: Path, tmp_path: Path) -> None:
+    translated = tfm("translate", "-m", str(demo_model), "--precision", "int8",
+                     "The dog sleeps in the garden.")
+    assert translated.returncode == 0, translated.stderr
+    assert translated.stdout.strip()
+    (tmp_path / "src").write_text("The dog sleeps in the garden.\n")
+    (tmp_path / "ref").write_text("Der Hund schläft im Garten.\n")
+    scored = tfm("eval", "-m", str(demo_model), "--precision", "int8", "--src",
+                 str(tmp_path / "src"), "--ref", str(tmp_path / "ref"))
+    assert scored.returncode == 0, scored.stderr
+    assert "BLEU" in scored.stdout + scored.stderr

@@ -464,3 +464,11 @@ def test_an_export_is_translated_without_importing_torch(joint_model) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
+
+
+def test_precision_int8_computes_a_float_export_with_int8_weights(joint_model) -> None:
+    _, export = joint_model
+    translator = load_translator(export, "cpu", "int8")
+    assert translator.describe()["precision"] == "int8_float32"
+    results = translator.translate([s for s, _ in PAIRS[:4]], SearchOptions(beam=2))
+    assert sum(r.text == t for r, (_, t) in zip(results, PAIRS[:4])) >= 2
