@@ -109,6 +109,20 @@ def write_corpus(folder: Path, pairs: list[tuple[str, str]], name: str = "train"
             write_lines(folder / f"{name}.de", [t for _, t in pairs]))
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_as_found():
+    """Each test starts with torch's CPU threads as the worker process started with them:
+    loading a translator of several decoding workers leaves its thread one
+    (tfm.decoding.workers), and a model loaded in a later test would compute on one thread
+    where it was written for two."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def sentence_pairs() -> list[tuple[str, str]]:
     """The 40 natural English-German pairs of the tiny corpus."""

@@ -73,8 +73,8 @@ def test_progress_counts_every_sentence_once_as_batches_end(model_dir: Path,
 
 
 def test_the_workers_decode_side_by_side_each_with_its_share_of_the_threads(
-        model_dir: Path) -> None:
-    torch.set_num_threads(4)
+        model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # the CPU threads decoding may use
     translator = load_translator(model_dir, "cpu", workers=2)
     assert torch.get_num_threads() == 1  # the loading thread keeps one, the workers share 4
     both_inside = threading.Barrier(2, timeout=30)  # broken unless 2 searches run at once
@@ -117,12 +117,14 @@ def test_a_failing_batch_stops_the_batches_not_started(model_dir: Path) -> None:
     assert len(calls) < batches // 2
 
 
-def test_auto_is_two_workers_on_a_cpu_with_two_threads_and_one_elsewhere() -> None:
-    torch.set_num_threads(2)
+def test_auto_is_two_workers_on_a_cpu_with_two_threads_and_one_elsewhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert default_count("cpu") == 2
     assert Workers.for_device(None, "cpu").count == 2
     assert torch.get_num_threads() == 1  # this thread kept one; each worker takes one
-    torch.set_num_threads(1)
+    assert default_count("cpu") == 2  # read from the machine, not from torch's count
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert default_count("cpu") == 1
     assert default_count("cuda") == 1
     assert Workers.for_device(3, "cpu").count == 3
@@ -130,10 +132,13 @@ def test_auto_is_two_workers_on_a_cpu_with_two_threads_and_one_elsewhere() -> No
         Workers.for_device(0, "cpu")
 
 
-def test_the_library_and_the_command_line_have_one_default(model_dir: Path) -> None:
-    torch.set_num_threads(2)
+def test_the_library_and_the_command_line_have_one_default(
+        model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert default_count("cpu") == 2  # what `tfm translate --workers` defaults to
-    assert load_translator(model_dir, "cpu").workers.count == 2
+    first = load_translator(model_dir, "cpu")
+    second = load_translator(model_dir, "cpu")  # loaded after: the same default
+    assert first.workers.count == second.workers.count == 2
 
 
 def test_the_command_line_translates_a_file_alike_with_one_or_two_workers(

@@ -13,6 +13,7 @@ decodes with CTranslate2's own threads, in one.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -24,21 +25,33 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+def cpu_threads() -> int:
+    """The CPU threads decoding may use: OMP_NUM_THREADS where it is set (torch reads it too),
+    else the cores this process may run on. Not torch's current count: a ``Workers`` of more
+    than one sets that to 1 in the thread that makes it, and a second model loaded there would
+    find one thread, so that the order models load in would decide how they decode."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def default_count(device_type: str) -> int:
     """How many workers decode when the user does not say: on a CPU with two threads or
     more, 2; else 1 (on CUDA one keeps the GPU busy; more than two were not measured)."""
     if device_type != "cpu":
         return 1
-    import torch
-
-    return 2 if torch.get_num_threads() >= 2 else 1
+    return 2 if cpu_threads() >= 2 else 1
 
 
 class Workers:
     """``count`` decoding threads, each with its share of torch's CPU threads.
 
-    Made with more than one, it takes this thread's torch CPU threads (one a core by default)
-    at once: this thread keeps one, and each worker takes its share when it starts. torch's
+    Made with more than one, it shares the CPU threads (``cpu_threads``) at once: the thread
+    that makes it keeps one torch thread, and each worker takes its share when it starts. torch's
     CPU threads (OpenMP) are set up per calling thread, so had this thread kept all of them
     (loading the model, say), their pool and the workers' would share the cores and contend
     for them (decoding was several times slower). So it is made before the model is loaded
@@ -53,7 +66,7 @@ class Workers:
         if count > 1 and share_cpu_threads:
             import torch
 
-            self._threads_each = max(1, torch.get_num_threads() // count)
+            self._threads_each = max(1, cpu_threads() // count)
             torch.set_num_threads(1)
         self._executor: ThreadPoolExecutor | None = None
         self._mine = threading.local()  # set in the pool's threads
