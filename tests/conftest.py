@@ -110,17 +110,17 @@ def write_corpus(folder: Path, pairs: list[tuple[str, str]], name: str = "train"
 
 
 @pytest.fixture(autouse=True)
-def torch_threads_as_found():
-    """Each test starts with torch's CPU threads as the worker process started with them:
-    loading a translator of several decoding workers leaves its thread one
-    (tfm.decoding.workers), and a model loaded in a later test would compute on one thread
-    where it was written for two."""
+def torch_threads_as_set():
+    """Each test starts and ends with torch's CPU threads at OMP_NUM_THREADS (above): loading
+    a translator of several decoding workers leaves its thread one (tfm.decoding.workers), a
+    training test may ask for more, and results can differ in their last bits with the number
+    of threads, so a test must not inherit what an earlier one left."""
     import torch
 
-    threads = torch.get_num_threads()
+    threads = int(os.environ["OMP_NUM_THREADS"])
+    torch.set_num_threads(threads)
     yield
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
