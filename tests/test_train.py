@@ -196,8 +196,11 @@ def test_a_new_run_does_not_silently_overwrite_an_old_one(dataset: Path, tmp_pat
     train(dataset, tmp_path / "m", TINY, config(max_steps=2))
     with pytest.raises(UsageError, match="--resume"):
         train(dataset, tmp_path / "m", TINY, config(max_steps=2))
+    shortlist = ModelDir(tmp_path / "m").shortlist
+    shortlist.write_bytes(b"made for the old run's model")
     result = train(dataset, tmp_path / "m", TINY, config(max_steps=2), overwrite=True)
     assert result.step == 2
+    assert not shortlist.exists()  # it described the model --overwrite replaced
 
 
 def test_a_diverging_loss_stops_the_run_and_keeps_the_last_checkpoint(

@@ -125,11 +125,12 @@ class ModelDir:
         return dict(sorted(found.items()))
 
     def run_files(self) -> list[Path]:
-        """Every file a training run writes here (the checkpoints folder aside): what
-        ``tfm train --overwrite`` deletes, and nothing else."""
+        """Every file a training run writes here (the checkpoints folder aside), and the
+        vocabulary shortlist made for its model (``tfm shortlist``), which a new run's model
+        would not match: what ``tfm train --overwrite`` deletes, and nothing else."""
         tokenizers = [self.tokenizer, self.tokenizer.with_suffix(".src.json"),
                       self.tokenizer.with_suffix(".tgt.json")]
         return [self.train_state, self.previous_train_state, self.train_config,
                 self.run_config, self.metrics,
                 self.curve, self.last_weights, self.weights, self.config, *tokenizers,
-                self.manifest]
+                self.shortlist, self.manifest]
