@@ -95,6 +95,51 @@ def random_model_dir(path: Path, tokenizer: Tokenizer, seed: int = 0, tgt: str =
     return path
 
 
+def padded(rows: list[list[int]]):
+    """Token id rows (B, longest), padded at the end."""
+    import torch
+
+    from tfm.special_tokens import PAD_ID
+
+    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row)
+    return out
+
+
+def fit_to_pairs(directory: Path, tok: Tokenizer, steps: int = 120) -> Path:
+    """A small model (d_model 32, 2+2 layers) fitted to PAIRS for ``steps`` full-batch steps
+    from seed 0, saved to ``directory`` with beam 4 by default: it translates the pairs, so
+    decoding tests check meaningful outputs."""
+    import torch
+
+    from tfm.checkpoint import ModelInfo, save_model_dir
+    from tfm.config import GenerationDefaults, ModelConfig
+    from tfm.data.tokenizer import encode_batch
+    from tfm.model import Transformer
+    from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID
+
+    torch.manual_seed(0)
+    vocab = tok.get_vocab_size()
+    config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4,
+                         encoder_layers=2, decoder_layers=2, d_ff=64, dropout=0.0,
+                         max_positions=64)
+    model = Transformer(config)
+    src = padded([x + [EOS_ID] for x in encode_batch(tok, [s for s, _ in PAIRS])])
+    tgt = encode_batch(tok, [t for _, t in PAIRS])
+    t_in, t_out = padded([[BOS_ID, *y] for y in tgt]), padded([[*y, EOS_ID] for y in tgt])
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    for _ in range(steps):
+        loss = torch.nn.functional.cross_entropy(model(src, t_in).view(-1, vocab),
+                                                 t_out.view(-1), ignore_index=PAD_ID)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    save_model_dir(directory, model.eval(), tok, ModelInfo(
+        config, "en", "de", GenerationDefaults(beam=4, max_len_a=1.5, max_len_b=5)))
+    return directory
+
+
 def write_lines(path: Path, lines: list[str]) -> Path:
     """Write newline-terminated UTF-8 lines to ``path``."""
     path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")

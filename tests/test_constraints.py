@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import PAIRS, tfm
+from conftest import PAIRS, fit_to_pairs, padded, tfm
 from test_search import teacher_forced_log_probs
 
-from tfm.checkpoint import ModelInfo, save_model_dir
-from tfm.config import GenerationDefaults, ModelConfig, SearchOptions
-from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, encode_batch, train_tokenizer
+from tfm.config import ModelConfig, SearchOptions
+from tfm.data.tokenizer import BOS_ID, EOS_ID, train_tokenizer
 from tfm.decoding.constraints import (
     MAX_CONSTRAINTS,
     Automaton,
@@ -38,37 +37,11 @@ from tfm.model import Transformer
 SOURCES = [s for s, _ in PAIRS[:10]]
 
 
-def padded(rows: list[list[int]]) -> torch.Tensor:
-    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row)
-    return out
-
-
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A model fitted to the test pairs for 120 steps, beam 4 by default."""
-    torch.manual_seed(0)
     tok = train_tokenizer((t for pair in PAIRS for t in pair), vocab_size=300)
-    vocab = tok.get_vocab_size()
-    config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4,
-                         encoder_layers=2, decoder_layers=2, d_ff=64, dropout=0.0,
-                         max_positions=64)
-    model = Transformer(config)
-    src = padded([x + [EOS_ID] for x in encode_batch(tok, [s for s, _ in PAIRS])])
-    tgt = encode_batch(tok, [t for _, t in PAIRS])
-    t_in, t_out = padded([[BOS_ID, *y] for y in tgt]), padded([[*y, EOS_ID] for y in tgt])
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-    for _ in range(120):
-        loss = torch.nn.functional.cross_entropy(model(src, t_in).view(-1, vocab),
-                                                 t_out.view(-1), ignore_index=PAD_ID)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    directory = tmp_path_factory.mktemp("constraints") / "model"
-    save_model_dir(directory, model.eval(), tok, ModelInfo(
-        config, "en", "de", GenerationDefaults(beam=4, max_len_a=1.5, max_len_b=5)))
-    return directory
+    return fit_to_pairs(tmp_path_factory.mktemp("constraints") / "model", tok)
 
 
 @pytest.fixture(scope="module")

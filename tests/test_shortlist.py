@@ -14,12 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from conftest import PAIRS, tfm, write_corpus
+from conftest import PAIRS, fit_to_pairs, tfm, write_corpus
 from safetensors.numpy import save as st_save
 
-from tfm.checkpoint import ModelInfo, load_model_dir, save_model_dir, save_recorded
-from tfm.config import GenerationDefaults, ModelConfig
+from tfm.checkpoint import load_model_dir, save_recorded
 from tfm.data.corpus import CorpusSpec
 from tfm.data.dataset import TokenizedSplit
 from tfm.data.prepare import prepare
@@ -28,7 +26,6 @@ from tfm.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
-    encode_batch,
     save_tokenizer,
     train_tokenizer,
 )
@@ -36,18 +33,10 @@ from tfm.decoding.constraints import ConstraintSpec, compile_constraints
 from tfm.decoding.engines import load_translator
 from tfm.decoding.shortlist import make_shortlist
 from tfm.layout import ModelDir
-from tfm.model import Transformer
 
 TRAINED = [s for s, _ in PAIRS[:10]]
 UNSEEN = ["A dog is reading the newspaper .", "Two cats are sleeping in the kitchen .",
           "The man rides a horse on the beach ."]
-
-
-def padded(rows: list[list[int]]) -> torch.Tensor:
-    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -60,24 +49,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     write_corpus(root / "corpus", PAIRS)
     prepare(CorpusSpec((str(root / "corpus" / "train"),), "en", "de"), root / "tok.json",
             root / "data")
-    torch.manual_seed(0)
-    vocab = tok.get_vocab_size()
-    config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4,
-                         encoder_layers=2, decoder_layers=2, d_ff=64, dropout=0.0,
-                         max_positions=64)
-    model = Transformer(config)
-    src = padded([x + [EOS_ID] for x in encode_batch(tok, [s for s, _ in PAIRS])])
-    tgt = encode_batch(tok, [t for _, t in PAIRS])
-    t_in, t_out = padded([[BOS_ID, *y] for y in tgt]), padded([[*y, EOS_ID] for y in tgt])
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-    for _ in range(120):
-        loss = torch.nn.functional.cross_entropy(model(src, t_in).view(-1, vocab),
-                                                 t_out.view(-1), ignore_index=PAD_ID)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    save_model_dir(root / "model", model.eval(), tok, ModelInfo(
-        config, "en", "de", GenerationDefaults(beam=4, max_len_a=1.5, max_len_b=5)))
+    fit_to_pairs(root / "model", tok)
     return root / "model", root / "data"
 
 
