@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -141,27 +142,8 @@ class CTranslate2Translator(Translator):
         limits = [length_limit(len(ids), o.max_len_a, o.max_len_b,
                                self.info.model.max_positions) for ids in batch]
         sources = [[self._src_tokens[i] for i in ids] for ids in batch]
-        prefixes = self._prefixes(constraints)
-        if not self.exact:
-            return self._one_pass(sources, limits, o, prefixes)
-        # One call for the whole batch with its largest limit: CTranslate2 pays a fixed cost
-        # per decoding step and call, so many small calls are several times slower than one.
-        # A sentence whose search ended before its own limit found what a search with that
-        # limit finds; the others are decoded again, grouped by their own limit.
-        if o.attention:
-            # CTranslate2's attention rows of a padded source are not tfm's: with attention,
-            # each call holds sources of one length (and so one limit).
-            return self._search_by_length(sources, limits, o, prefixes)
-        top = max(limits)
-        outcomes = self._search_group(sources, top, o, prefixes)
-        groups: dict[int, list[int]] = defaultdict(list)
-        for row, (limit, outcome) in enumerate(zip(limits, outcomes)):
-            if limit < top and outcome.longest >= limit:
-                groups[limit].append(row)
-        for limit, rows in groups.items():
-            for row, outcome in zip(rows, self._search_group([sources[r] for r in rows],
-                                                             limit, o, _pick(prefixes, rows))):
-                outcomes[row] = outcome
+        decode = self._exact_group if self.exact else self._one_pass
+        outcomes = self._by_limit(sources, limits, o, self._prefixes(constraints), decode)
         return [outcome.hyps[: o.n_best] for outcome in outcomes]
 
     def _prefixes(self, constraints: list[TargetConstraints | None] | None
@@ -177,100 +159,78 @@ class CTranslate2Translator(Translator):
                     for c in constraints]
         return prefixes if any(prefixes) else None
 
-    def _one_pass(self, sources: list[list[str]], limits: list[int], o: SearchOptions,
-                  prefixes: list[list[str]] | None) -> list[list[Hypothesis]]:
-        """CTranslate2's own search, one call for the batch with its largest length limit,
-        under tfm's rules where CTranslate2 takes them (``_call``). A sentence whose search
-        reached its own, smaller limit is decoded again with it, so that each sentence gets
-        the translation it gets alone. With attention, each call holds sources of one length:
-        CTranslate2's attention rows of a padded source are not tfm's."""
+    def _by_limit(self, sources: list[list[str]], limits: list[int], o: SearchOptions,
+                  prefixes: list[list[str]] | None, decode: _Decode) -> list[_Outcome]:
+        """Each sentence decoded by ``decode`` as it would be alone, in few calls. CTranslate2
+        has one length limit per call and pays a fixed cost per decoding step and call (many
+        small calls are several times slower than one), so the batch is decoded with its
+        largest limit, and a sentence whose search reached its own, smaller limit is decoded
+        again with it (one that ended before found what a search with its limit finds). With
+        attention, each call holds sources of one length (and so one limit): CTranslate2's
+        attention rows of a padded source are not tfm's."""
         groups: dict[int, list[int]] = defaultdict(list)
         for row, source in enumerate(sources):
             groups[len(source) if o.attention else 0].append(row)
-        found: list[list[Hypothesis]] = [[] for _ in sources]
+        outcomes: list[_Outcome] = [_Outcome([], _Pass())] * len(sources)
         for rows in groups.values():
             top = max(limits[r] for r in rows)
-            hyps, longest = self._call([sources[r] for r in rows], top, o, _pick(prefixes, rows))
             again: dict[int, list[int]] = defaultdict(list)
-            for row, found_row, reached in zip(rows, hyps, longest):
-                found[row] = found_row
-                if limits[row] < top and reached >= limits[row]:
+            for row, outcome in zip(rows, self._decode(decode, sources, rows, top, o,
+                                                       prefixes)):
+                outcomes[row] = outcome
+                if limits[row] < top and outcome.longest >= limits[row]:
                     again[limits[row]].append(row)
             for limit, redo in again.items():
-                hyps, _ = self._call([sources[r] for r in redo], limit, o, _pick(prefixes, redo))
-                for row, found_row in zip(redo, hyps):
-                    found[row] = found_row
-        return found
+                for row, outcome in zip(redo, self._decode(decode, sources, redo, limit, o,
+                                                           prefixes)):
+                    outcomes[row] = outcome
+        return outcomes
 
-    def _call(self, sources: list[list[str]], limit: int, o: SearchOptions,
-              prefixes: list[list[str]] | None) -> tuple[list[list[Hypothesis]], list[int]]:
-        """One call of CTranslate2's search for sentences with the length limit ``limit``
-        (EOS included): the never-emitted tokens disabled, scores by rules.score of
-        CTranslate2's log-probabilities (normalised over the tokens that may be emitted;
-        prefixed hypotheses rescored, so that the prefix counts). It stops as CTranslate2
-        stops: once its best candidate ends (patience 1), which is tfm's ``stop_early``
-        without a length penalty; with one, the hypotheses found can differ from tfm's search
-        (``exact`` finds those). Also: the positions each sentence's search reached."""
+    def _decode(self, decode: _Decode, sources: list[list[str]], rows: list[int], limit: int,
+                o: SearchOptions, prefixes: list[list[str]] | None) -> list[_Outcome]:
+        """``decode`` of the sentences ``rows``, which share the length limit ``limit`` (EOS
+        included)."""
+        chosen = [sources[r] for r in rows]
         if limit == 1:  # tfm forces EOS at once: the empty translation
-            return [[h] for h in self._rescored(sources, [[] for _ in sources], o)], \
-                [1] * len(sources)
-        max_len = limit - 1  # CTranslate2 counts tokens without EOS; tfm's limit counts it
-        greedy = o.beam == 1
-        options: dict[str, Any] = {"disable_unk": True, "suppress_sequences": [
-            [t] for i, t in zip(NEVER_EMITTED, self._never_emitted) if i != UNK_ID]}
+            return [_Outcome([h], _Pass(), longest=1)
+                    for h in self._rescored(chosen, [[] for _ in chosen], o)]
+        return decode(chosen, limit, o, _pick(prefixes, rows))
+
+    def _one_pass(self, sources: list[list[str]], limit: int, o: SearchOptions,
+                  prefixes: list[list[str]] | None) -> list[_Outcome]:
+        """One call of CTranslate2's own search, under tfm's rules where CTranslate2 takes
+        them: the never-emitted tokens disabled, scores by rules.score of CTranslate2's
+        log-probabilities (normalised over the tokens that may be emitted; prefixed hypotheses
+        rescored, so that the prefix counts). It stops as CTranslate2 stops: once its best
+        candidate ends (patience 1), which is tfm's ``stop_early`` without a length penalty;
+        with one, the hypotheses found can differ from tfm's search (``exact`` finds those)."""
+        length_penalty = 0.0 if o.beam == 1 else o.length_penalty
+        options = self._suppressing()
         if prefixes is not None:
             options["target_prefix"] = prefixes
-        length_penalty = 0.0 if greedy else o.length_penalty
+        max_len = limit - 1  # CTranslate2 counts tokens without EOS; tfm's limit counts it
         results = self.translator.translate_batch(
             sources, beam_size=o.beam, num_hypotheses=o.n_best, length_penalty=length_penalty,
             end_token=EOS, return_end_token=True, max_decoding_length=max_len,
             min_decoding_length=min(o.min_len, max_len), max_input_length=0, max_batch_size=0,
             return_scores=True, return_attention=o.attention, **options)
-        found, longest = [], []
-        for result in results:
-            attentions = result.attention if o.attention else [None] * len(result.hypotheses)
-            hyps = []
-            for tokens, value, attn in zip(result.hypotheses, result.scores, attentions):
-                body = tokens[:-1] if tokens and tokens[-1] == EOS else tokens
-                log_prob = float(value) * len(tokens) ** length_penalty
-                rows = None if attn is None else [list(r) for r in attn[: len(body)]]
-                hyps.append(Hypothesis([self._tgt_ids[t] for t in body], log_prob, log_prob,
-                                       rows))
-            found.append(hyps)
-            longest.append(max((len(t) for t in result.hypotheses), default=0))
-        if prefixes is not None:
-            pairs = [(i, h) for i, hyps in enumerate(found) if prefixes[i] for h in hyps]
-            for (_, h), log_prob in zip(pairs, self._log_probs([sources[i] for i, _ in pairs],
-                                                               [h.tokens for _, h in pairs])):
-                h.log_prob = log_prob
-        penalty = 1.0 if greedy else o.length_penalty
-        for hyps in found:
-            for h in hyps:
-                h.score = score(h.log_prob, len(h.tokens), penalty)
-            hyps.sort(key=lambda h: h.score, reverse=True)
-        return found, longest
+        outcomes, to_rescore = [], []
+        for i, result in enumerate(results):
+            outcome = _Outcome([], _Pass(), longest=_longest(result))
+            for tokens, value, attn in _found(result, o):
+                hyp = self._hypothesis(tokens, value, attn, length_penalty,
+                                       ended=bool(tokens) and tokens[-1] == EOS)
+                outcome.hyps.append(hyp)
+                if prefixes is not None and prefixes[i]:
+                    to_rescore.append((i, hyp))
+            outcomes.append(outcome)
+        self._rescore(sources, to_rescore)
+        return self._ranked(outcomes, o)
 
-    def _search_by_length(self, sources: list[list[str]], limits: list[int],
-                          o: SearchOptions, prefixes: list[list[str]] | None = None
-                          ) -> list[list[Hypothesis]]:
-        groups: dict[int, list[int]] = defaultdict(list)
-        for row, source in enumerate(sources):
-            groups[len(source)].append(row)
-        results: list[list[Hypothesis]] = [[] for _ in sources]
-        for rows in groups.values():
-            outcomes = self._search_group([sources[r] for r in rows], limits[rows[0]], o,
-                                          _pick(prefixes, rows))
-            for row, outcome in zip(rows, outcomes):
-                results[row] = outcome.hyps[: o.n_best]
-        return results
-
-    def _search_group(self, sources: list[list[str]], limit: int, o: SearchOptions,
-                      prefixes: list[list[str]] | None = None) -> list[_Outcome]:
-        """The search of sentences that share the length limit ``limit`` (EOS included),
+    def _exact_group(self, sources: list[list[str]], limit: int, o: SearchOptions,
+                     prefixes: list[list[str]] | None = None) -> list[_Outcome]:
+        """What tfm's search finds for sentences that share the length limit ``limit``,
         starting with ``prefixes`` (target tokens, one list per sentence) if given."""
-        if limit == 1:  # tfm forces EOS at once: the empty translation
-            return [_Outcome([h], _Pass(), longest=1)
-                    for h in self._rescored(sources, [[] for _ in sources], o)]
         outcomes = self._translate(sources, limit, o, _Pass(), prefixes)
         # Sentences whose first pass is not tfm's answer yet are decoded again: with the
         # never-emitted tokens disabled, or keeping every hypothesis at the length limit. The
@@ -289,10 +249,10 @@ class CTranslate2Translator(Translator):
 
     def _translate(self, sources: list[list[str]], limit: int, o: SearchOptions,
                    flags: _Pass, prefixes: list[list[str]] | None = None) -> list[_Outcome]:
-        """One CTranslate2 call for sentences with the length limit ``limit``. With
-        ``prefixes``, CTranslate2 starts each translation with its prefix (``target_prefix``);
-        those hypotheses are rescored by teacher forcing, so their scores are tfm's: the
-        log-probability of the whole output, prefix included."""
+        """One CTranslate2 call of the exact search for sentences with the length limit
+        ``limit``. With ``prefixes``, CTranslate2 starts each translation with its prefix
+        (``target_prefix``); those hypotheses are rescored by teacher forcing, so their scores
+        are tfm's: the log-probability of the whole output, prefix included."""
         greedy = o.beam == 1
         length_penalty = 0.0 if greedy else o.length_penalty  # greedy: raw sums, scored below
         if greedy:
@@ -307,10 +267,7 @@ class CTranslate2Translator(Translator):
         if flags.wide:  # the same search, which reached the limit: keep all it found
             patience, wanted = _PATIENCE + 1, (_PATIENCE + 1) * o.beam
         end_tokens = [EOS] if flags.suppress else [EOS, *self._never_emitted]
-        options: dict[str, Any] = {}
-        if flags.suppress:
-            options = {"disable_unk": True, "suppress_sequences": [
-                [t] for i, t in zip(NEVER_EMITTED, self._never_emitted) if i != UNK_ID]}
+        options = self._suppressing() if flags.suppress else {}
         if prefixes is not None:
             options["target_prefix"] = prefixes
         max_len = limit - 1  # CTranslate2 counts tokens without EOS; tfm's limit counts EOS
@@ -324,12 +281,8 @@ class CTranslate2Translator(Translator):
         outcomes: list[_Outcome] = []
         to_rescore: list[tuple[int, Hypothesis]] = []  # (sentence, hypothesis)
         for i, result in enumerate(results):
-            outcome = _Outcome([], flags)
-            # tokens of the longest hypothesis found, the end token counted as tfm counts EOS
-            outcome.longest = max((len(t) for t in result.hypotheses), default=0)
-            attentions = result.attention if o.attention else [None] * len(result.hypotheses)
-            for rank, (tokens, value, attn) in enumerate(zip(result.hypotheses, result.scores,
-                                                             attentions)):
+            outcome = _Outcome([], flags, longest=_longest(result))
+            for rank, (tokens, value, attn) in enumerate(_found(result, o)):
                 ended = bool(tokens) and tokens[-1] in end_tokens
                 if ended and tokens[-1] != EOS:  # <pad>, <unk> or <s>: tfm never emits it
                     if rank < o.n_best:
@@ -337,23 +290,45 @@ class CTranslate2Translator(Translator):
                     continue
                 if not ended and not greedy:  # cut at the limit
                     outcome.again = replace(outcome.again, wide=True)
-                # CTranslate2 divided the sum by len(tokens) ** penalty, the end token counted
-                log_prob = float(value) * len(tokens) ** length_penalty
-                body = tokens[:-1] if ended else tokens
-                rows = None if attn is None else [list(r) for r in attn[: len(body)]]
-                hyp = Hypothesis([self._tgt_ids[t] for t in body], log_prob, log_prob, rows)
+                hyp = self._hypothesis(tokens, value, attn, length_penalty, ended)
                 outcome.hyps.append(hyp)
                 # tfm's log P differs where EOS was forced (cut here) or disabled (min_len),
                 # or where disabling renormalised the softmax (suppress).
                 if not ended or o.min_len > 0 or flags.suppress or (prefixes and prefixes[i]):
                     to_rescore.append((i, hyp))
             outcomes.append(outcome)
-        if to_rescore:
-            log_probs = self._log_probs([sources[i] for i, _ in to_rescore],
-                                        [h.tokens for _, h in to_rescore])
-            for (_, hyp), log_prob in zip(to_rescore, log_probs):
+        self._rescore(sources, to_rescore)
+        return self._ranked(outcomes, o)
+
+    def _suppressing(self) -> dict[str, Any]:
+        """translate_batch's options that disable the never-emitted tokens (which
+        renormalises CTranslate2's softmax over the others)."""
+        return {"disable_unk": True, "suppress_sequences": [
+            [t] for i, t in zip(NEVER_EMITTED, self._never_emitted) if i != UNK_ID]}
+
+    def _hypothesis(self, tokens: list[str], value: float, attention: Any,
+                    length_penalty: float, ended: bool) -> Hypothesis:
+        """A hypothesis CTranslate2 found: its tokens (without the end token) as tfm's ids,
+        its log-probability (CTranslate2 divided the sum by len(tokens) ** penalty, the end
+        token counted), its attention rows; scored by ``_ranked``."""
+        body = tokens[:-1] if ended else tokens
+        log_prob = float(value) * len(tokens) ** length_penalty
+        rows = None if attention is None else [list(r) for r in attention[: len(body)]]
+        return Hypothesis([self._tgt_ids[t] for t in body], log_prob, log_prob, rows)
+
+    def _rescore(self, sources: list[list[str]], found: list[tuple[int, Hypothesis]]) -> None:
+        """Each (sentence, hypothesis) of ``found`` given tfm's log-probability, by teacher
+        forcing."""
+        if found:
+            log_probs = self._log_probs([sources[i] for i, _ in found],
+                                        [h.tokens for _, h in found])
+            for (_, hyp), log_prob in zip(found, log_probs):
                 hyp.log_prob = log_prob
-        penalty = 1.0 if greedy else o.length_penalty
+
+    @staticmethod
+    def _ranked(outcomes: list[_Outcome], o: SearchOptions) -> list[_Outcome]:
+        """The outcomes with their hypotheses scored by rules.score, best first."""
+        penalty = 1.0 if o.beam == 1 else o.length_penalty
         for outcome in outcomes:
             for h in outcome.hyps:
                 h.score = score(h.log_prob, len(h.tokens), penalty)
@@ -386,6 +361,18 @@ class CTranslate2Translator(Translator):
         return [list(r.log_probs) for r in results]
 
 
+def _found(result: Any, o: SearchOptions) -> Iterator[tuple[list[str], float, Any]]:
+    """(tokens, score, attention or None) of each hypothesis of a translate_batch result."""
+    attentions = result.attention if o.attention else [None] * len(result.hypotheses)
+    return zip(result.hypotheses, result.scores, attentions)
+
+
+def _longest(result: Any) -> int:
+    """The positions a sentence's search reached: the tokens of its longest hypothesis, the
+    end token counted as tfm counts EOS."""
+    return max((len(t) for t in result.hypotheses), default=0)
+
+
 def _pick(prefixes: list[list[str]] | None, rows: list[int]) -> list[list[str]] | None:
     """The prefixes of ``rows``, or None when there are none."""
     return None if prefixes is None else [prefixes[r] for r in rows]
@@ -412,6 +399,12 @@ class _Outcome:
     def __post_init__(self) -> None:
         if self.again is None:
             self.again = self.done
+
+
+# How a group of sentences with one length limit is decoded: (sources, limit, options,
+# prefixes) -> one _Outcome per sentence (CTranslate2Translator._one_pass, _exact_group).
+_Decode = Callable[[list[list[str]], int, SearchOptions, "list[list[str]] | None"],
+                   list[_Outcome]]
 
 
 def _model_info(path: Path, record: dict[str, Any]) -> ModelInfo:

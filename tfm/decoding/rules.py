@@ -11,6 +11,7 @@ numbers; ``score`` also takes a tensor of log-probabilities, with the same arith
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -65,8 +66,6 @@ def length_limit(source_tokens: int, a: float, b: int, most: int) -> int:
 
 def _float32(x: float) -> float:
     """``x`` rounded to the nearest float32."""
-    import struct
-
     return struct.unpack("f", struct.pack("f", x))[0]
 
 

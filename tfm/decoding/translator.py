@@ -109,9 +109,7 @@ class Translator(ABC):
     vocabs: Vocabularies
     info: ModelInfo
     max_source_tokens: int  # longest source the model takes, EOS included
-    # The threads that decode the batches of one ``translate`` call (tfm.decoding.workers):
-    # one unless the engine makes more.
-    workers: Workers = Workers(1)
+    _workers: Workers | None = None
     # Ranks each sentence's beam hypotheses anew (tfm.decoding.rerank); None: by their scores.
     reranker: Reranker | None = None
 
@@ -124,6 +122,19 @@ class Translator(ABC):
         ``options.batch_tokens`` source tokens x beam in all. ``constraints``: one per source
         (None: none), given only when some source has any; an engine that cannot honour
         them raises UsageError."""
+
+    @property
+    def workers(self) -> Workers:
+        """The threads that decode the batches of one ``translate`` call, and the server's
+        batches (tfm.decoding.workers): this translator's own, one unless the engine made
+        more."""
+        if self._workers is None:
+            self._workers = Workers(1)
+        return self._workers
+
+    @workers.setter
+    def workers(self, workers: Workers) -> None:
+        self._workers = workers
 
     def no_phrases(self) -> str:
         """Why an engine without ``supports_phrases`` refuses constraint phrases: the one
