@@ -15,7 +15,6 @@ sentence's candidates (as in Marian and CTranslate2, whose shortlists are the ba
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,7 +39,7 @@ from tfm.data.shortlist import (
 )
 from tfm.data.tokenizer import Vocabularies, load_vocabularies
 from tfm.decoding.constraints import TargetConstraints
-from tfm.decoding.search import Hypothesis
+from tfm.decoding.search import Hypothesis, search
 from tfm.errors import UsageError
 from tfm.layout import TOKENIZER_FILE, ModelDir
 from tfm.model import DecoderState, Transformer
@@ -133,20 +132,18 @@ class ShortlistModel:
         return logits, ShortlistState(inner, state.barred), weights
 
 
-def shortlist_search(translator: Any, batch: list[list[int]], options: SearchOptions,
+def shortlist_search(model: Transformer | Any, shortlist: Shortlist, batch: list[list[int]],
+                     src: Tensor, options: SearchOptions,
                      constraints: list[TargetConstraints | None] | None = None
                      ) -> list[list[Hypothesis]]:
-    """``translator.search`` (a TorchTranslator with a ``shortlist``) over the candidates of
-    ``batch``: run by a copy of the translator whose model scores only them, with the
-    constraints in their ids and the hypotheses mapped back to full ids."""
+    """tfm's search of ``src`` (``batch``'s token ids, padded) by ``model`` scoring only the
+    candidates of ``batch`` in ``shortlist``, with the constraints in their ids and the
+    hypotheses mapped back to full ids."""
     extra = [_constraint_tokens(c) for c in constraints] if constraints else None
-    ids, allowed = translator.shortlist.batch_candidates(batch, extra)
-    device = translator.device
-    narrowed = copy.copy(translator)
-    narrowed.shortlist = None
-    narrowed.model = ShortlistModel(translator.model, torch.as_tensor(ids, device=device),
-                                    torch.as_tensor(allowed, device=device))
-    found = narrowed.search(batch, options, _reduced_constraints(constraints, ids))
+    ids, allowed = shortlist.batch_candidates(batch, extra)
+    narrowed = ShortlistModel(model, torch.as_tensor(ids, device=src.device),
+                              torch.as_tensor(allowed, device=src.device))
+    found = search(narrowed, src, options, _reduced_constraints(constraints, ids))
     return [[replace(h, tokens=ids[h.tokens].tolist()) for h in hyps] for hyps in found]
 
 

@@ -107,9 +107,10 @@ class TorchTranslator(Translator):
     def search(self, batch: list[list[int]], o: SearchOptions,
                constraints: list[TargetConstraints | None] | None = None
                ) -> list[list[Hypothesis]]:
-        if self.shortlist is not None:  # this search, over the batch's shortlist
-            return shortlist_search(self, batch, o, constraints)
-        return search(self.model, _padded(batch).to(self.device), o, constraints)
+        src = _padded(batch).to(self.device)
+        if self.shortlist is not None:  # the same search, over the batch's shortlist
+            return shortlist_search(self.model, self.shortlist, batch, src, o, constraints)
+        return search(self.model, src, o, constraints)
 
 
 def _padded(rows: list[list[int]]) -> torch.Tensor:
