@@ -154,3 +154,28 @@ def test_the_command_line_translates_a_file_alike_with_one_or_two_workers(
     assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == len(SENTENCES)
     refused = tfm("translate", "-m", str(model_dir), "--workers", "0", "x")
     assert refused.returncode == 2 and "--workers 0" in refused.stderr
+
+
+def test_each_translator_has_decoding_threads_of_its_own(model_dir: Path) -> None:
+    """A translator without threads of its own still gets its own pool: the server starts and
+    closes it, and must not close another translator's."""
+    from tfm.decoding.translator import Translator
+
+    class Bare(Translator):
+        def search(self, batch, options, constraints=None):
+            raise NotImplementedError
+
+    a, b = Bare(), Bare()
+    assert a.workers is a.workers and a.workers is not b.workers
+    assert a.workers.count == 1
+
+
+def test_ctranslate2_gets_no_more_threads_than_the_cores_it_may_use(monkeypatch) -> None:
+    import os
+
+    from tfm.decoding import ctranslate2_engine
+
+    for cores, threads in ((1, 1), (2, 2), (16, 4)):  # 4: CTranslate2's own default
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _, n=cores: set(range(n)),
+                            raising=False)
+        assert ctranslate2_engine._cpu_threads() == threads

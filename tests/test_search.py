@@ -341,3 +341,19 @@ def test_finished_sentences_leave_the_batch(monkeypatch):
     assert all(r % beam == 0 for r in rows)
     assert rows == sorted(rows, reverse=True)
     assert rows[0] == beam * len(LENGTHS) and rows[-1] < rows[0]
+
+
+def test_the_length_limit_rule_is_computed_as_in_float32_on_every_engine():
+    """rules.length_limit (plain Python, for engines without torch) gives the limit the
+    float32 formula gives, to the last rounding: floor(a * tokens + b), within [1, most]."""
+    from tfm.decoding.rules import length_limit
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(2000):
+        a = round(float(torch.rand(1, generator=g)) * 3, int(torch.randint(1, 4, (1,),
+                                                                          generator=g)))
+        b = int(torch.randint(-5, 50, (1,), generator=g))
+        n = int(torch.randint(1, 300, (1,), generator=g))
+        expected = int((torch.tensor([n], dtype=torch.float32) * a + b).floor()
+                       .clamp(min=1, max=256))
+        assert length_limit(n, a, b, 256) == expected, (a, b, n)
