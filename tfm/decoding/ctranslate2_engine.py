@@ -66,6 +66,7 @@ from tfm.data.tokenizer import load_vocabularies
 from tfm.decoding.constraints import TargetConstraints
 from tfm.decoding.rules import NEVER_EMITTED, Hypothesis, length_limit, score
 from tfm.decoding.translator import Translator
+from tfm.decoding.workers import Workers
 from tfm.device import PRECISIONS, cpu_has_native_bf16
 from tfm.errors import ModelError, TfmError, UsageError
 from tfm.extras import require
@@ -97,10 +98,13 @@ class CTranslate2Translator(Translator):
     supports_phrases = False  # CTranslate2 has no constrained search; prefixes it takes
 
     def __init__(self, path: Path, device: str = "auto", precision: str = "fp32",
-                 exact: bool = False) -> None:
+                 exact: bool = False, workers: int | None = None) -> None:
         """``exact``: find what tfm's own search finds (see the module's docstring), in
-        several passes; else CTranslate2's own beam search in one pass, at its speed."""
+        several passes; else CTranslate2's own beam search in one pass, at its speed.
+        ``workers``: batches handed to CTranslate2 at once (None: one; it decodes each with
+        its own CPU threads, and torch's are not involved)."""
         ct2 = require("ctranslate2", "export")
+        self.workers = Workers(workers or 1, share_cpu_threads=False)
         self.path, self.exact = Path(path), exact
         path = Path(path)
         record = read_export_info(path)

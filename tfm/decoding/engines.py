@@ -19,10 +19,11 @@ def load_translator(model: Path, device: str = "auto", precision: str = "fp32",
     CTranslate2 export (``tfm export --to ctranslate2``) with CTranslate2. ``ensemble``: more
     tfm model directories decoded together with ``model`` (tfm's search only). ``workers``:
     batches of one call decoded at once by tfm's search, each by a thread of its own (None:
-    tfm.decoding.workers.default_count, as the command line's default); CTranslate2 decodes
-    with its own threads, from one. ``shortlist``: tfm's search over the directory's
-    vocabulary shortlist (tfm.decoding.shortlist). ``exact_search``: a CTranslate2 export finds
-    what tfm's search finds (tfm.decoding.ctranslate2_engine), in more passes."""
+    tfm.decoding.workers.default_count, as the command line's default); an export's batches go
+    to CTranslate2 from one thread unless more are asked for. ``shortlist``: tfm's search
+    over the directory's vocabulary shortlist (tfm.decoding.shortlist). ``exact_search``: a
+    CTranslate2 export finds what tfm's search finds (tfm.decoding.ctranslate2_engine), in
+    more passes."""
     if ctranslate2_engine.is_export(Path(model)) or any(
             ctranslate2_engine.is_export(Path(d)) for d in ensemble):
         if ensemble:
@@ -32,7 +33,7 @@ def load_translator(model: Path, device: str = "auto", precision: str = "fp32",
             raise UsageError("--shortlist decodes tfm model directories with tfm's own search, "
                              "not CTranslate2 exports")
         return ctranslate2_engine.CTranslate2Translator(Path(model), device, precision,
-                                                         exact=exact_search)
+                                                         exact=exact_search, workers=workers)
     from tfm.decoding.torch_engine import TorchTranslator  # imports torch: only when needed
 
     return TorchTranslator(Path(model), device, precision=precision, weights_file=weights_file,
