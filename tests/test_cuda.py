@@ -91,6 +91,27 @@ def test_beam_search_in_a_batch_finds_what_it_finds_one_sentence_at_a_time(
         assert alone[0][0].score == pytest.approx(together[row][0].score, abs=1e-4)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cuda_graphs_find_what_step_by_step_decoding_finds(dataset: Path, tmp_path: Path,
+                                                           precision: str) -> None:
+    # One sentence at a time (the latency case) and whole batches; greedy, beam, n-best.
+    train(dataset, tmp_path / "m", TINY, config(max_steps=40))
+    graphs = load_translator(tmp_path / "m", "cuda", precision)
+    steps = load_translator(tmp_path / "m", "cuda", precision, cuda_graphs=False)
+    assert graphs.graphs is not None and steps.graphs is None
+    for beam, n_best in ((1, 1), (4, 1), (5, 3)):
+        options = graphs.default_options(beam=beam, n_best=n_best)
+        for batch in [sources(12), *([s] for s in sources(6))]:
+            mine = graphs.translate(batch, options)
+            theirs = steps.translate(batch, options)
+            for a, b in zip(mine, theirs):
+                assert [text for text, _ in a.hypotheses] == [text for text, _ in b.hypotheses]
+                assert [score for _, score in a.hypotheses] == pytest.approx(
+                    [score for _, score in b.hypotheses], abs=1e-3 if precision == "bf16"
+                    else 1e-5)
+    assert graphs.graphs.graphs, "no batch was searched by a CUDA graph"
+
+
 def test_a_run_stopped_and_resumed_on_a_gpu_ends_where_the_straight_run_ends(
         dataset: Path, tmp_path: Path) -> None:
     # Dropout draws from the GPU's generator: the resumed run must continue its stream. (The

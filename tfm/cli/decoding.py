@@ -333,7 +333,8 @@ def _load_decoder(engine: EngineOptions, search: dict[str, Any], **more: Any
 
     translator = load_translator(engine.model, engine.device, engine.precision,
                                  ensemble=engine.ensemble, workers=engine.workers,
-                                 shortlist=engine.shortlist, exact_search=engine.exact_search)
+                                 shortlist=engine.shortlist, exact_search=engine.exact_search,
+                                 cuda_graphs=engine.cuda_graphs)
     options = translator.default_options(**search, **more)
     if engine.reverse_model:
         from tfm.decoding.rerank import attach_reverse_model

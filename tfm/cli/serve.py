@@ -55,7 +55,8 @@ def serve(
         # at once as it has.
         translator = load_translator(engine.model, engine.device, engine.precision,
                                      workers=engine.workers, shortlist=engine.shortlist,
-                                     exact_search=engine.exact_search)
+                                     exact_search=engine.exact_search,
+                                 cuda_graphs=engine.cuda_graphs)
         application = create_app(translator, settings, glossary=terms)
         info = translator.info
         url = _url(host, sock.getsockname()[1])

@@ -14,7 +14,7 @@ from tfm.layout import WEIGHTS_FILE
 def load_translator(model: Path, device: str = "auto", precision: str = "fp32",
                     weights_file: str = WEIGHTS_FILE, ensemble: Sequence[Path] = (),
                     workers: int | None = None, shortlist: bool = False,
-                    exact_search: bool = False) -> Translator:
+                    exact_search: bool = False, cuda_graphs: bool = True) -> Translator:
     """The translator for ``model``: a tfm model directory decodes with tfm's own search, a
     CTranslate2 export (``tfm export --to ctranslate2``) with CTranslate2. ``ensemble``: more
     tfm model directories decoded together with ``model`` (tfm's search only). ``workers``:
@@ -23,7 +23,8 @@ def load_translator(model: Path, device: str = "auto", precision: str = "fp32",
     to CTranslate2 from one thread unless more are asked for. ``shortlist``: tfm's search
     over the directory's vocabulary shortlist (tfm.decoding.shortlist). ``exact_search``: a
     CTranslate2 export finds what tfm's search finds (tfm.decoding.ctranslate2_engine), in
-    more passes."""
+    more passes. ``cuda_graphs``: on CUDA, tfm's search of short batches replays CUDA graphs
+    (tfm.decoding.graphs)."""
     if ctranslate2_engine.is_export(Path(model)) or any(
             ctranslate2_engine.is_export(Path(d)) for d in ensemble):
         if ensemble:
@@ -37,4 +38,5 @@ def load_translator(model: Path, device: str = "auto", precision: str = "fp32",
     from tfm.decoding.torch_engine import TorchTranslator  # imports torch: only when needed
 
     return TorchTranslator(Path(model), device, precision=precision, weights_file=weights_file,
-                           ensemble=ensemble, workers=workers, shortlist=shortlist)
+                           ensemble=ensemble, workers=workers, shortlist=shortlist,
+                           cuda_graphs=cuda_graphs)

@@ -12,6 +12,7 @@ from tfm.checkpoint import load_model_dir
 from tfm.config import SearchOptions
 from tfm.data.batching import pad_pairs
 from tfm.decoding.constraints import TargetConstraints
+from tfm.decoding.graphs import CudaGraphs
 from tfm.decoding.search import Hypothesis, search
 from tfm.decoding.shortlist import load_shortlist, shortlist_search
 from tfm.decoding.translator import Translator, length_batches
@@ -33,7 +34,8 @@ class TorchTranslator(Translator):
 
     def __init__(self, model_dir: Path, device: str = "auto", weights_file: str = WEIGHTS_FILE,
                  precision: str = "fp32", ensemble: Sequence[Path] = (),
-                 workers: int | None = None, shortlist: bool = False) -> None:
+                 workers: int | None = None, shortlist: bool = False,
+                 cuda_graphs: bool = True) -> None:
         """``weights_file``: another weights file of the directory, e.g. a numbered
         checkpoint ``checkpoints/step_00001000.safetensors``. ``precision``: fp32, or bf16 /
         fp16 weights (``auto``: bf16 on CUDA and on CPUs with native bf16, where they decode
@@ -43,7 +45,9 @@ class TorchTranslator(Translator):
         (their probabilities averaged); the first gives the languages and decoding defaults.
         ``workers``: batches decoded at once, each by a thread of its own with its share of the
         CPU threads (tfm.decoding.workers; None: its default for the device). ``shortlist``:
-        decode over the vocabulary shortlist of the directory (tfm.decoding.shortlist)."""
+        decode over the vocabulary shortlist of the directory (tfm.decoding.shortlist).
+        ``cuda_graphs``: on CUDA, short batches that tfm.decoding.graphs takes are searched by
+        replaying CUDA graphs (not with an ensemble, a shortlist or int8)."""
         self.device = resolve_device(device)
         self.workers = Workers.for_device(workers, self.device.type)  # before the model loads
         self.model, self.vocabs, self.info = load_model_dir(Path(model_dir), weights_file)
@@ -61,6 +65,9 @@ class TorchTranslator(Translator):
         self.max_source_tokens = self.model.config.max_positions
         self.shortlist = (load_shortlist(Path(model_dir), self.vocabs, ensemble)
                           if shortlist else None)
+        self.graphs = (CudaGraphs(self.model) if cuda_graphs and self.device.type == "cuda"
+                       and isinstance(self.model, Transformer) and self.shortlist is None
+                       else None)
 
     def _member(self, first: Path, directory: Path, weights_file: str) -> Transformer:
         """An ensemble member's model (its ``weights_file``, as for the first: runs trained
@@ -84,6 +91,8 @@ class TorchTranslator(Translator):
                      "precision": self.precision}
         if isinstance(self.model, Ensemble):
             described["ensemble"] = len(self.model.members)
+        if self.graphs is not None:
+            described["cuda_graphs"] = True
         return described
 
     @torch.inference_mode()
@@ -110,6 +119,8 @@ class TorchTranslator(Translator):
         src = _padded(batch).to(self.device)
         if self.shortlist is not None:  # the same search, over the batch's shortlist
             return shortlist_search(self.model, self.shortlist, batch, src, o, constraints)
+        if self.graphs is not None and CudaGraphs.takes(o, constraints, len(batch)):
+            return self.graphs.search(src, o)
         return search(self.model, src, o, constraints)
 
 

@@ -8,10 +8,16 @@ from tfm.model.attention import (
     padding_mask,
 )
 from tfm.model.layers import LayerCache, sinusoidal_positions
-from tfm.model.transformer import DecoderState, Transformer, count_parameters
+from tfm.model.transformer import (
+    DecoderState,
+    FixedDecoderState,
+    Transformer,
+    count_parameters,
+)
 
 __all__ = [
     "DecoderState",
+    "FixedDecoderState",
     "LayerCache",
     "MultiHeadAttention",
     "Transformer",

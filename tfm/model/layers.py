@@ -56,6 +56,12 @@ class Embeddings(nn.Module):
         x = self.token(tokens) * self.scale + self.positions[offset : offset + length]
         return self.dropout(x)
 
+    def at(self, tokens: Tensor, position: Tensor) -> Tensor:
+        """(B, 1) ids at ``position`` (1,), a tensor -> (B, 1, D): ``forward`` with the offset
+        read on the device (a CUDA graph replays it at every position)."""
+        x = self.token(tokens) * self.scale + self.positions.index_select(0, position)
+        return self.dropout(x)
+
 
 # The FFN's activation functions (ModelConfig.activation): the paper's ReLU, and those of
 # imported MarianMT models: swish (= SiLU, x * sigmoid(x)) and GELU (exact, with erf: what
@@ -132,6 +138,39 @@ class LayerCache:
                           self.cross_v.index_select(0, memory_index))
 
 
+@dataclass
+class FixedLayerCache:
+    """One decoder layer's keys and values in buffers of a fixed shape, written in place: what a
+    CUDA graph replays (tfm.decoding.graphs), since a captured step may neither grow a tensor
+    nor read a number back to the host.
+
+    ``self_k``/``self_v`` (B, H, L, Dh) hold L positions, of which the first ``position + 1``
+    are real once the step at ``position`` has written its own; ``position`` (1,) is a tensor,
+    advanced by the search. ``cross_k``/``cross_v`` as in LayerCache.
+    """
+
+    self_k: Tensor
+    self_v: Tensor
+    cross_k: Tensor
+    cross_v: Tensor
+    position: Tensor
+
+    def attend(self, attn: MultiHeadAttention, h: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """h (B, 1, D) at ``position``, its keys/values k, v (B, H, 1, Dh): written into the
+        buffers, then h attends to every position up to its own (a mask hides the later,
+        unwritten ones) -> (B, 1, D)."""
+        self.self_k.index_copy_(2, self.position, k)
+        self.self_v.index_copy_(2, self.position, v)
+        length = self.self_k.size(2)
+        written = torch.arange(length, device=h.device) <= self.position  # (L,)
+        return attn(h, (self.self_k, self.self_v), written[None, None, None, :])[0]
+
+    def reorder(self, index: Tensor) -> None:
+        """Rows ``index`` of the self-attention buffers, in place (beam search's new beams)."""
+        self.self_k.copy_(self.self_k.index_select(0, index))
+        self.self_v.copy_(self.self_v.index_select(0, index))
+
+
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention over the encoder output, then the FFN."""
 
@@ -154,10 +193,10 @@ class DecoderLayer(nn.Module):
         cross_kv: tuple[Tensor, Tensor],
         self_mask: Tensor | None,
         src_mask: Tensor,
-        cache: LayerCache | None = None,
+        cache: LayerCache | FixedLayerCache | None = None,
         need_weights: bool = False,
         group: int = 1,
-    ) -> tuple[Tensor, LayerCache | None, Tensor | None]:
+    ) -> tuple[Tensor, LayerCache | FixedLayerCache | None, Tensor | None]:
         """x (B, T, D) -> (B, T, D), the extended cache, and cross-attention weights (B, H, T, S).
 
         Without a cache, x is the whole target prefix and ``self_mask`` (B, 1, T, T) hides later
@@ -177,13 +216,17 @@ class DecoderLayer(nn.Module):
         x = residual(x, self.ffn(h), self.final_layer_norm, self.dropout, self.norm_first)
         return x, new_cache, weights
 
-    def self_attention(self, h: Tensor, self_mask: Tensor | None, cache: LayerCache | None
-                       ) -> tuple[Tensor, LayerCache | None]:
+    def self_attention(self, h: Tensor, self_mask: Tensor | None,
+                       cache: LayerCache | FixedLayerCache | None
+                       ) -> tuple[Tensor, LayerCache | FixedLayerCache | None]:
         """Masked self-attention over the target prefix: h (B, T, D) -> (B, T, D), and the
-        cache extended by h's keys and values (None without a cache)."""
+        cache extended by h's keys and values (None without a cache; a FixedLayerCache is
+        written in place and returned as it is)."""
         k, v = self.self_attn.project_kv(h)  # (B, H, T, Dh)
         if cache is None:
             return self.self_attn(h, (k, v), self_mask)[0], None
+        if isinstance(cache, FixedLayerCache):
+            return cache.attend(self.self_attn, h, k, v), cache
         k = torch.cat([cache.self_k, k], dim=2)  # (B, H, L + T, Dh)
         v = torch.cat([cache.self_v, v], dim=2)
         # The newest positions may attend to every cached one: no mask.

@@ -16,7 +16,13 @@ from torch.nn import functional as F
 
 from tfm.config import ModelConfig
 from tfm.model.attention import decoder_self_attention_mask, padding_mask
-from tfm.model.layers import DecoderLayer, Embeddings, EncoderLayer, LayerCache
+from tfm.model.layers import (
+    DecoderLayer,
+    Embeddings,
+    EncoderLayer,
+    FixedLayerCache,
+    LayerCache,
+)
 from tfm.special_tokens import PAD_ID
 
 
@@ -50,6 +56,29 @@ class DecoderState:
     @property
     def batch_size(self) -> int:
         return self.memory_mask.size(0) * self.group
+
+
+@dataclass
+class FixedDecoderState:
+    """Incremental decoding's state in buffers of a fixed shape, written in place
+    (Transformer.fixed_decoder_state): rows (B), source positions (S) and target positions (L)
+    do not change from step to step, so a CUDA graph can replay the step (tfm.decoding.graphs).
+    Rows are never pruned: the search ignores those it has finished with.
+
+    memory_mask: (B / group, 1, 1, S); layers: one FixedLayerCache per decoder layer, all
+    sharing ``position`` (1,), the position fed next; group as in DecoderState.
+    """
+
+    memory_mask: Tensor
+    layers: list[FixedLayerCache]
+    position: Tensor
+    group: int = 1
+
+    def reorder(self, index: Tensor) -> None:
+        """Rows ``index`` (B,) of the self-attention caches, in place; beams move within their
+        sentence, so the memory stays as it is."""
+        for layer in self.layers:
+            layer.reorder(index)
 
 
 @dataclass
@@ -189,6 +218,53 @@ class Transformer(nn.Module):
         logits = self.logits(self.decoder_norm(x), rows)[:, 0]  # (B, V)
         new_state = DecoderState(state.memory_mask, new_layers, state.step + 1, state.group)
         return logits, new_state, None if weights is None else weights[:, :, 0]
+
+    # --- decoder, one position at a time in fixed buffers (CUDA graphs) ------------------------
+
+    def fixed_decoder_state(self, sentences: int, source_length: int, length: int,
+                            group: int = 1) -> FixedDecoderState:
+        """Zeroed buffers for ``sentences`` x ``group`` decoder rows, sources of
+        ``source_length`` positions and up to ``length`` target positions, on the model's
+        device and in its dtype; ``load_memory`` fills them for a batch."""
+        c = self.config
+        weight = self.output_proj.weight
+        rows = sentences * group
+
+        def zeros(*shape: int) -> Tensor:
+            return torch.zeros(shape, dtype=weight.dtype, device=weight.device)
+
+        position = torch.zeros(1, dtype=torch.long, device=weight.device)
+        layers = [FixedLayerCache(zeros(rows, c.n_heads, length, c.d_head),
+                                  zeros(rows, c.n_heads, length, c.d_head),
+                                  zeros(sentences, c.n_heads, source_length, c.d_head),
+                                  zeros(sentences, c.n_heads, source_length, c.d_head), position)
+                  for _ in self.decoder_layers]
+        mask = torch.zeros(sentences, 1, 1, source_length, dtype=torch.bool,
+                           device=weight.device)
+        return FixedDecoderState(mask, layers, position, group)
+
+    def load_memory(self, state: FixedDecoderState, memory: Tensor, memory_mask: Tensor) -> None:
+        """``state`` made ready for a batch: the encoder output's cross-attention keys and
+        values (as ``start_decoding`` projects them) copied in, the self-attention caches
+        emptied, position 0."""
+        state.memory_mask.copy_(memory_mask)
+        for layer, cache in zip(self.decoder_layers, state.layers):
+            cross_k, cross_v = layer.encoder_attn.project_kv(memory)
+            cache.cross_k.copy_(cross_k)
+            cache.cross_v.copy_(cross_v)
+            cache.self_k.zero_()
+            cache.self_v.zero_()
+        state.position.zero_()
+
+    def decode_step_in_place(self, tokens: Tensor, state: FixedDecoderState) -> Tensor:
+        """``decode_step`` over fixed buffers: tokens (B,) fed at ``state.position`` -> logits
+        (B, V) for the next position; their keys and values are written into the caches. The
+        position is left for the caller to advance. Reads nothing back to the host."""
+        x = self.tgt_embed.at(tokens[:, None], state.position)  # (B, 1, D)
+        for layer, cache in zip(self.decoder_layers, state.layers):
+            x = layer(x, (cache.cross_k, cache.cross_v), None, state.memory_mask, cache,
+                      False, state.group)[0]
+        return self.logits(self.decoder_norm(x))[:, 0]  # (B, V)
 
 
 def count_parameters(model: nn.Module) -> int:

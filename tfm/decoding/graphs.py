@@ -1,0 +1,280 @@
+"""Greedy and beam search in fixed buffers, replayed as CUDA graphs: short batches on a GPU.
+
+On a GPU, one short sentence is decoded in the time its kernels take to launch: each step of
+tfm.decoding.search launches about a hundred small kernels and reads results back to the host.
+Here one step of the search (the decoder over caches of a fixed size, the rules of
+tfm.decoding.rules, the choice of the next tokens, the finished hypotheses kept best first) is
+one function of tensors whose shapes never change and that reads nothing back. On CUDA it is
+captured once per batch shape as a CUDA graph and replayed (``CudaGraphs``); the host looks
+only every ``check_every`` steps whether every sentence is done.
+
+It finds what tfm.decoding.search finds: the same rules, applied in the same order, to the same
+numbers. Two things differ in the arithmetic, never in the rules: the self-attention reads a
+fixed number of positions, the later ones masked, where the search's cache grows by one a step
+(another kernel, so not bit for bit), and finished sentences stay in the batch (ignored) where
+the search prunes them. It covers the searches without constraints, attention weights, a
+shortlist or an ensemble (``CudaGraphs.takes``); the others go to tfm.decoding.search.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import torch
+from torch import Tensor
+
+from tfm.config import SearchOptions
+from tfm.decoding.constraints import TargetConstraints
+from tfm.decoding.rules import NEVER_EMITTED, Hypothesis, score
+from tfm.decoding.search import max_lengths
+from tfm.model import Transformer
+from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID
+
+NEG_INF = float("-inf")
+MOST_ROWS = 64  # sentences x beam: larger batches are bound by arithmetic, not launches
+MOST_GRAPHS = 64  # batch shapes kept captured, the least recently used dropped first
+
+
+class FixedSearch:
+    """One batch shape's search: ``sentences`` sources of ``source_length`` positions, beam
+    ``options.beam`` (1: greedy), at most ``length`` output positions (EOS included).
+    ``load`` takes a batch, ``step`` advances every sentence by one position without reading
+    anything back, ``over`` says whether all are done, ``hypotheses`` reads the results."""
+
+    def __init__(self, model: Transformer, sentences: int, source_length: int, length: int,
+                 options: SearchOptions) -> None:
+        self.model, self.o = model, options
+        self.b, self.k, self.length = sentences, options.beam, length
+        rows = sentences * self.k
+        self.state = model.fixed_decoder_state(sentences, source_length, length, self.k)
+        device = self.state.position.device
+        self.position = self.state.position  # (1,) the position fed next
+
+        def full(shape: tuple[int, ...], value: float | int, dtype: torch.dtype) -> Tensor:
+            return torch.full(shape, value, dtype=dtype, device=device)
+
+        self.max_len = full((rows,), length, torch.long)  # each row's length limit
+        self.tokens = full((rows,), BOS_ID, torch.long)  # fed next
+        self.history = full((rows, length), PAD_ID, torch.long)  # tokens chosen so far
+        self.never = torch.tensor(NEVER_EMITTED, dtype=torch.long, device=device)
+        vocab = model.config.tgt_vocab_size
+        self.not_eos = torch.arange(vocab, device=device) != EOS_ID  # (V,)
+        if self.k == 1:  # greedy: each row's log P, length, and whether it has ended
+            self.log_prob = full((rows,), 0.0, torch.float64)  # summed as Python floats are
+            self.lengths = full((rows,), 0, torch.long)
+            self.ended = full((rows,), False, torch.bool)
+        else:
+            self.needed = min(options.n_best, self.k) if options.stop_early else self.k
+            self.scores = full((sentences, self.k), NEG_INF, torch.float32)
+            # Each sentence's finished hypotheses, best first (at most k), and whether it is done.
+            self.kept_score = full((sentences, self.k), NEG_INF, torch.float64)
+            self.kept_log_prob = full((sentences, self.k), NEG_INF, torch.float32)
+            self.kept_length = full((sentences, self.k), 0, torch.long)
+            self.kept_tokens = full((sentences, self.k, length), PAD_ID, torch.long)
+            self.done = full((sentences,), False, torch.bool)
+            # rules.score's length factors, by position, computed as the search computes them:
+            # a hypothesis ending at position t has t tokens before its EOS; the best live beam
+            # is scored as if it ended at the next position, in float32.
+            lp = options.length_penalty
+            self.ending_factor = torch.tensor([(t + 1) ** lp for t in range(length)],
+                                              dtype=torch.float64, device=device)
+            self.live_factor = torch.tensor([(t + 2) ** lp for t in range(length)],
+                                            dtype=torch.float32, device=device)
+            self.sentence_rows = torch.arange(sentences, device=device)[:, None] * self.k
+
+    @torch.inference_mode()
+    def load(self, src: Tensor, max_len: Tensor) -> None:
+        """A batch: ``src`` (sentences, source_length) ids, ``max_len`` (sentences,) their
+        length limits (tfm.decoding.search.max_lengths). Everything else starts afresh."""
+        memory, memory_mask = self.model.encode(src)
+        self.model.load_memory(self.state, memory, memory_mask)
+        self.max_len.copy_(max_len.repeat_interleave(self.k))
+        self.tokens.fill_(BOS_ID)
+        self.history.fill_(PAD_ID)
+        if self.k == 1:
+            self.log_prob.zero_()
+            self.lengths.zero_()
+            self.ended.zero_()
+        else:
+            self.scores.fill_(NEG_INF)
+            self.scores[:, 0] = 0.0  # all beams start identical: expand only the first
+            self.kept_score.fill_(NEG_INF)
+            self.kept_log_prob.fill_(NEG_INF)
+            self.kept_length.zero_()
+            self.kept_tokens.fill_(PAD_ID)
+            self.done.zero_()
+
+    def step(self) -> None:
+        """One position for every row: what a CUDA graph captures (no host reads, no shapes
+        that change)."""
+        logits = self.model.decode_step_in_place(self.tokens, self.state)
+        logp = self._log_probs(logits)
+        if self.k == 1:
+            self._greedy(logp)
+        else:
+            self._beam(logp)
+        self.position += 1
+
+    def _log_probs(self, logits: Tensor) -> Tensor:
+        """search._step_log_probs, with the position read on the device."""
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        logp.index_fill_(1, self.never, NEG_INF)
+        last = self.max_len == self.position + 1  # (R,) rows at their last position
+        if self.o.min_len:
+            early = (self.position < self.o.min_len) & ~last
+            logp[:, EOS_ID] = logp[:, EOS_ID].masked_fill(early, NEG_INF)
+        return logp.masked_fill(last[:, None] & self.not_eos, NEG_INF)
+
+    def _greedy(self, logp: Tensor) -> None:
+        """search.greedy_search's step: each live row takes its most probable token."""
+        best, token = logp.max(dim=-1)
+        live = ~self.ended
+        self.log_prob += torch.where(live, best.double(), 0.0)
+        grows = live & (token != EOS_ID)
+        self.history.index_copy_(1, self.position, torch.where(grows, token, PAD_ID)[:, None])
+        self.lengths += grows
+        self.ended |= token == EOS_ID
+        self.tokens.copy_(token)
+
+    def _beam(self, logp: Tensor) -> None:
+        """search._BeamSearch's expand, allocate, finish and stop; sentences that are done are
+        left as they are instead of pruned."""
+        b, k, vocab = self.b, self.k, logp.size(-1)
+        candidates = self.scores.view(b, k, 1) + logp.view(b, k, vocab)
+        top_scores, top_index = candidates.view(b, k * vocab).topk(2 * k, dim=-1)  # (b, 2k)
+        top_beam = top_index // vocab
+        top_token = top_index % vocab
+        is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)
+        cont_scores, order = top_scores.masked_fill(is_eos, NEG_INF).topk(k, dim=-1)
+        beam, token = top_beam.gather(1, order), top_token.gather(1, order)
+        self._finish(is_eos[:, :k] & ~self.done[:, None], top_beam[:, :k], top_scores[:, :k])
+        self._stop(cont_scores[:, 0])
+        source_rows = (self.sentence_rows + beam).view(-1)
+        self.state.reorder(source_rows)
+        self.history.copy_(self.history.index_select(0, source_rows))
+        self.history.index_copy_(1, self.position, token.view(-1, 1))
+        self.tokens.copy_(token.view(-1))
+        self.scores.copy_(cont_scores)
+
+    def _finish(self, ends: Tensor, beam: Tensor, log_prob: Tensor) -> None:
+        """Beams ``beam`` (b, k) that end (``ends``) with their summed ``log_prob`` join their
+        sentence's kept hypotheses, which keep the k best by score; of equal scores the earlier
+        kept first (search._BeamSearch.finish sorts stably)."""
+        b, k, length = self.b, self.k, self.length
+        factor = self.ending_factor.index_select(0, self.position)
+        new_score = torch.where(ends, log_prob.double() / factor, NEG_INF)
+        scores = torch.cat([self.kept_score, new_score], dim=1)  # (b, 2k)
+        order = scores.sort(dim=1, descending=True, stable=True).indices[:, :k]
+        ending = self.history.view(b, k, length).gather(1, beam[..., None].expand(b, k, length))
+        tokens = torch.cat([self.kept_tokens, ending], dim=1)
+        log_probs = torch.cat([self.kept_log_prob, log_prob], dim=1)
+        lengths = torch.cat([self.kept_length, self.position.expand(b, k)], dim=1)
+        self.kept_score.copy_(scores.gather(1, order))
+        self.kept_log_prob.copy_(log_probs.gather(1, order))
+        self.kept_length.copy_(lengths.gather(1, order))
+        self.kept_tokens.copy_(tokens.gather(1, order[..., None].expand(b, k, length)))
+
+    def _stop(self, best: Tensor) -> None:
+        """rules.sentence_done for every sentence: at its length limit, or with ``needed``
+        kept hypotheses, the worst of which scores at least its best live beam ended now."""
+        at_limit = self.max_len.view(self.b, self.k)[:, 0] == self.position + 1
+        best_live = best / self.live_factor.index_select(0, self.position)  # float32
+        worst_kept = self.kept_score[:, self.needed - 1]  # -inf while fewer are kept
+        self.done |= at_limit | (worst_kept >= best_live.double())
+
+    def over(self) -> bool:
+        """Whether every sentence is done (reads one number back)."""
+        return bool((self.ended if self.k == 1 else self.done).all())
+
+    def hypotheses(self) -> list[list[Hypothesis]]:
+        """Each sentence's hypotheses, best first, ``n_best`` of them, scored by rules.score."""
+        if self.k == 1:
+            lengths, log_probs = self.lengths.tolist(), self.log_prob.tolist()
+            history = self.history.tolist()
+            return [[Hypothesis(row[:n], score(lp, n, 1.0), lp)]
+                    for row, n, lp in zip(history, lengths, log_probs)]
+        kept = (self.kept_score > NEG_INF).sum(dim=1).tolist()
+        lengths, log_probs = self.kept_length.tolist(), self.kept_log_prob.tolist()
+        tokens = self.kept_tokens.tolist()
+        lp = self.o.length_penalty
+        return [[Hypothesis(tokens[s][j][:lengths[s][j]],
+                            score(log_probs[s][j], lengths[s][j], lp), log_probs[s][j])
+                 for j in range(min(kept[s], self.o.n_best))]
+                for s in range(self.b)]
+
+
+def fixed_search(model: Transformer, src: Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
+    """tfm.decoding.search.search over fixed buffers, step by step without a graph (what a
+    graph replays; on a CPU it is only slower)."""
+    max_len = max_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
+                          model.config.max_positions)
+    fixed = FixedSearch(model, src.size(0), src.size(1), int(max_len.max()), options)
+    fixed.load(src, max_len)
+    with torch.inference_mode():
+        for _ in range(fixed.length):
+            fixed.step()
+            if fixed.over():
+                break
+    return fixed.hypotheses()
+
+
+class CudaGraphs:
+    """``model``'s searches of short batches on CUDA, one captured graph per batch shape
+    (sentences, source length, beam, output limit and the options that change the step),
+    the ``most`` most recently used kept. ``check_every``: steps replayed between two looks
+    at whether every sentence is done (a look waits for the GPU)."""
+
+    def __init__(self, model: Transformer, most: int = MOST_GRAPHS, check_every: int = 4) -> None:
+        self.model, self.most, self.check_every = model, most, check_every
+        self.graphs: OrderedDict[tuple, tuple[FixedSearch, torch.cuda.CUDAGraph]] = OrderedDict()
+        self.lock = threading.Lock()  # one batch at a time replays a shape's buffers
+
+    @staticmethod
+    def takes(options: SearchOptions, constraints: list[TargetConstraints | None] | None,
+              sentences: int) -> bool:
+        """Whether a batch is one this path searches: no constraints, no attention weights,
+        at most MOST_ROWS decoder rows."""
+        unconstrained = constraints is None or all(
+            c is None or not (c.phrases or c.prefix) for c in constraints)
+        return (unconstrained and not options.attention
+                and sentences * options.beam <= MOST_ROWS)
+
+    def search(self, src: Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
+        """``src`` (B, S) on the model's CUDA device: its hypotheses, as search.search's."""
+        max_len = max_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
+                              self.model.config.max_positions)
+        length = int(max_len.max())
+        needed = min(options.n_best, options.beam) if options.stop_early else options.beam
+        key = (*src.shape, length, options.beam, options.min_len, options.length_penalty,
+               needed)
+        with self.lock, torch.inference_mode():
+            fixed, graph = self._graph(key, src, options)
+            fixed.load(src, max_len)
+            for replayed in range(1, length + 1):
+                graph.replay()
+                if replayed % self.check_every == 0 and fixed.over():
+                    break
+            return fixed.hypotheses()
+
+    def _graph(self, key: tuple, src: Tensor, options: SearchOptions
+               ) -> tuple[FixedSearch, torch.cuda.CUDAGraph]:
+        if key in self.graphs:
+            self.graphs.move_to_end(key)
+            return self.graphs[key]
+        fixed = FixedSearch(self.model, src.size(0), src.size(1), key[2], options)
+        fixed.load(src, max_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
+                                    self.model.config.max_positions))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up: kernels chosen and workspaces made
+            for _ in range(2):
+                fixed.step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fixed.step()
+        self.graphs[key] = fixed, graph
+        while len(self.graphs) > self.most:
+            self.graphs.popitem(last=False)
+        return fixed, graph
