@@ -86,3 +86,39 @@ off_target_option() {
         echo --off-target
     fi
 }
+
+# budget MINUTES RATE STEPS [train options...]: the `tfm train` options that end one of a
+# recipe's training runs. On a CPU, --max-time MINUTES (the learning rate decays to zero at
+# the end of the minutes). A GPU trains the same batches many times faster, so where the run
+# trains on CUDA (its --device, else CUDA where torch sees one) the budget is the steps that
+# the recipe's reference CPU trained in those minutes, RATE a minute (docs/multi30k.md): the
+# same run, in minutes of GPU time, its rate decaying to zero at that step instead. STEPS
+# (non-empty) asks for that many steps on any device.
+budget() {
+    local minutes=$1 rate=$2 steps=$3
+    shift 3
+    if [ -z "$steps" ] && trains_on_cuda "$@"; then steps=$(( minutes * rate )); fi
+    if [ -n "$steps" ]; then
+        echo --max-steps "$steps" --max-time 0  # the steps end it, not the minutes
+    else
+        echo --max-time "$minutes"
+    fi
+}
+
+# trains_on_cuda [train options...]: whether `tfm train` with those options trains on CUDA:
+# their --device, else (auto) where torch sees a CUDA device.
+trains_on_cuda() {
+    local device=auto previous=""
+    for option in "$@"; do
+        if [ "$previous" = --device ]; then device=$option; fi
+        case $option in --device=*) device=${option#--device=} ;; esac
+        previous=$option
+    done
+    case $device in
+        cpu) return 1 ;;
+        cuda*) return 0 ;;
+    esac
+    # No NVIDIA device file: no CUDA, known without torch's import (seconds on some CPUs).
+    compgen -G "/dev/nvidia[0-9]*" > /dev/null || return 1
+    python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null
+}

@@ -27,6 +27,9 @@
 # from the SRC→TGT teacher; step 4's second candidate is the students together with the
 # reverse teacher ranking their beam (beam 12, --mbr bleu, --reverse-model; beam 12 was chosen
 # on val). It gained on val and not on test, so it is not the default.
+# On a GPU (CUDA, `tfm train`'s default where torch sees one) teachers and students train the
+# steps the reference CPU trains in their minutes (recipes/lib.sh, budget); TEACHER_STEPS=N and
+# STUDENT_STEPS=N set them on any device. The whole recipe as one GPU call: bench/gpu/run.sh.
 # What each variant scores, per language pair and CPU: docs/multi30k.md.
 # Run again with the same arguments after an interruption, it goes on where it stopped: the
 # models it finished are kept, a stopped training run resumes, the translations are kept once
@@ -52,11 +55,11 @@ trap 'stop_training "${pids[@]}"' INT TERM HUP EXIT
 if [ "$both_ways" = 1 ]; then
     echo "== 1. teachers: $src→$tgt and $tgt→$src side by side (logs: $out/teachers.log, $out/reverse.log)"
     mkdir -p "$out"
-    MEMBERS=1 THREADS=$threads MINUTES=${TEACHER_MINUTES:-90} \
+    MEMBERS=1 THREADS=$threads MINUTES=${TEACHER_MINUTES:-90} STEPS=${TEACHER_STEPS:-} \
         bash "$here/multi30k-ensemble.sh" "$data" "$src" "$tgt" "$out/teachers" "$@" \
         > "$out/teachers.log" 2>&1 &
     pids+=($!)
-    MEMBERS=1 THREADS=$threads MINUTES=${TEACHER_MINUTES:-90} \
+    MEMBERS=1 THREADS=$threads MINUTES=${TEACHER_MINUTES:-90} STEPS=${TEACHER_STEPS:-} \
         bash "$here/multi30k-ensemble.sh" "$data" "$tgt" "$src" "$out/reverse" "$@" \
         > "$out/reverse.log" 2>&1 &
     pids+=($!)
@@ -66,7 +69,7 @@ if [ "$both_ways" = 1 ]; then
     teachers=(--model "$out/teachers/member1")
 else
     echo "== 1. teachers"
-    MEMBERS=$members MINUTES=${TEACHER_MINUTES:-90} \
+    MEMBERS=$members MINUTES=${TEACHER_MINUTES:-90} STEPS=${TEACHER_STEPS:-} \
         bash "$here/multi30k-ensemble.sh" "$data" "$src" "$tgt" "$out/teachers" "$@"
     teachers=(--model "$out/teachers/member1")
     for seed in $(seq 2 "$members"); do
@@ -83,10 +86,13 @@ translate_once() {
     if [ -e "$output" ]; then
         echo "translated before: $output"
     else
-        tfm translate "$@" --input "$input" --output "$output.partial" --beam 5
+        tfm translate "$@" --input "$input" --output "$output.partial" --beam 5 \
+            "${decode_batch[@]}"
         mv "$output.partial" "$output"
     fi
 }
+decode_batch=()  # a GPU decodes larger batches faster; the output is the same whatever the size
+if trains_on_cuda "$@"; then decode_batch=(--batch-tokens 16384); fi
 translate_once "$out/train.distilled.$tgt" "$data/train.$src.gz" "${teachers[@]}"
 mkdir -p "$out/corpus"
 if [ "$both_ways" = 1 ]; then
@@ -115,7 +121,7 @@ for i in $(seq 1 "$members"); do
         --init-from "$out/teachers/member$teacher" || continue
     tfm train --data "$out/data" --output "$student" "${start[@]}" --max-tokens 1024 \
         --lr 1.5e-3 --warmup 800 --lr-schedule linear \
-        --max-time "${STUDENT_MINUTES:-80}" --valid-every 1000 --save-every 500 --keep-last 40 \
+        $(budget "${STUDENT_MINUTES:-80}" 102 "${STUDENT_STEPS:-}" "$@") --valid-every 1000 --save-every 500 --keep-last 40 \
         --threads "$threads" --seed "$seed" "$@" >> "$student.log" 2>&1 &
     pids+=($!)
     training+=("$student")

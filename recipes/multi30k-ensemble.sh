@@ -14,7 +14,8 @@
 # together (`--ensemble`, their probabilities averaged at each step) on val and
 # test_2016_flickr, beam 5 and --mbr bleu (chosen on val), cased sacreBLEU and (with
 # sacremoses) the lowercased, Moses-tokenized BLEU of Multi30k papers. What it scores:
-# docs/multi30k.md. Run again with the same arguments after an interruption, it goes on where
+# docs/multi30k.md. On a GPU each trains the steps the reference CPU trains in MINUTES instead
+# (recipes/lib.sh, budget); STEPS=N trains N steps on any device. Run again with the same arguments after an interruption, it goes on where
 # it stopped (recipes/lib.sh).
 set -euo pipefail
 set -m  # each training run in a process group of its own (recipes/lib.sh)
@@ -46,7 +47,7 @@ for seed in $(seq 1 "$members"); do
     member="$out/member$seed"
     how_to_start "$member" "member $seed" "$member.log" || continue
     tfm train --data "$out/data" --output "$member" "${start[@]}" --preset small \
-        --max-tokens 1024 --lr 1.5e-3 --warmup 800 --lr-schedule linear --max-time "$minutes" \
+        --max-tokens 1024 --lr 1.5e-3 --warmup 800 --lr-schedule linear $(budget "$minutes" 98 "${STEPS:-}" "$@") \
         --valid-every 1000 --save-every 500 --keep-last 40 --threads "$threads" --seed "$seed" \
         "$@" >> "$member.log" 2>&1 &
     pids+=($!)

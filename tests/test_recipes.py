@@ -83,6 +83,23 @@ def test_the_quick_recipe_trains_and_scores_val_and_test(multi30k_like, tmp_path
                                                    is not None)
 
 
+def test_a_recipe_budgets_minutes_on_a_cpu_and_the_reference_cpus_steps_on_a_gpu() -> None:
+    def budget(*args: str) -> str:
+        done = subprocess.run(["bash", "-c", f"source recipes/lib.sh; budget {' '.join(args)}"],
+                              cwd=ROOT, capture_output=True, text=True, env=recipe_env(),
+                              check=True)
+        return done.stdout.strip()
+
+    assert budget("45", "166", "''", "--device", "cpu") == "--max-time 45"
+    # On CUDA the minutes become the steps the reference CPU trains in them (166 a minute);
+    # the learning rate then decays to zero at that step. STEPS wins on any device.
+    assert budget("45", "166", "''", "--device", "cuda") == "--max-steps 7470 --max-time 0"
+    assert budget("45", "166", "''", "--device=cuda:0") == "--max-steps 7470 --max-time 0"
+    assert budget("45", "166", "300", "--device", "cpu") == "--max-steps 300 --max-time 0"
+    if not Path("/dev/nvidia0").exists():
+        assert budget("45", "166", "''") == "--max-time 45"  # auto, and no GPU here
+
+
 def test_the_distillation_recipe_trains_the_teachers_on_with_their_translations(
         multi30k_like, tmp_path, run_recipe):
     out = tmp_path / "distill"
