@@ -272,7 +272,8 @@ class CudaGraphs:
                 fixed.step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: CUDA work of other threads (a server's) does not break the capture.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             fixed.step()
         self.graphs[key] = fixed, graph
         while len(self.graphs) > self.most:

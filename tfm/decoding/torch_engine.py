@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,12 @@ class TorchTranslator(Translator):
         if self.shortlist is not None:  # the same search, over the batch's shortlist
             return shortlist_search(self.model, self.shortlist, batch, src, o, constraints)
         if self.graphs is not None and CudaGraphs.takes(o, constraints, len(batch)):
-            return self.graphs.search(src, o)
+            try:
+                return self.graphs.search(src, o)
+            except RuntimeError as e:  # a kernel this GPU or torch cannot capture
+                warnings.warn(f"CUDA graphs unavailable here ({e}); decoding step by step",
+                              stacklevel=2)
+                self.graphs = None
         return search(self.model, src, o, constraints)
 
 
