@@ -1,6 +1,6 @@
 """Specifications of the search in fixed buffers (tfm.decoding.graphs), the step a CUDA graph
-replays: on the CPU, step by step, it must find what tfm.decoding.search finds. (On a GPU,
-tests/test_cuda.py checks the graphs themselves.)"""
+replays: on the CPU, where CudaGraphs runs each step as it is, it must find what
+tfm.decoding.search finds. (On a GPU, tests/test_cuda.py checks the graphs themselves.)"""
 
 from __future__ import annotations
 
@@ -8,13 +8,20 @@ import itertools
 
 import pytest
 import torch
+from conftest import random_model_dir
 from test_search import sources, tiny_model
 
 from tfm.config import SearchOptions
 from tfm.decoding.constraints import TargetConstraints
-from tfm.decoding.graphs import MOST_ROWS, CudaGraphs, FixedSearch, fixed_search
+from tfm.decoding.engines import load_translator
+from tfm.decoding.graphs import MOST_ROWS, CudaGraphs, FixedSearch
 from tfm.decoding.search import max_lengths, search
 from tfm.special_tokens import PAD_ID
+
+
+def tokens(found: list[list]) -> list[list[list[int]]]:
+    return [[h.tokens for h in hyps] for hyps in found]
+
 
 SEARCHES = [
     dict(beam=1),
@@ -33,9 +40,9 @@ def test_the_fixed_search_finds_what_the_search_finds(seed: int, how: dict) -> N
     model = tiny_model(seed, vocab=12, layers=2)
     src = sources([5, 3, 7, 2, 6], 12, seed)
     options = SearchOptions(max_len_a=1.5, max_len_b=4, **how)
-    expected, found = search(model, src, options), fixed_search(model, src, options)
-    assert [[h.tokens for h in hyps] for hyps in found] == \
-        [[h.tokens for h in hyps] for hyps in expected]
+    expected = search(model, src, options)
+    found = CudaGraphs(model, check_every=1).search(src, options)
+    assert tokens(found) == tokens(expected)
     for mine, theirs in zip(itertools.chain(*found), itertools.chain(*expected)):
         # The self-attention reads masked positions too: the same numbers to float rounding.
         assert mine.score == pytest.approx(theirs.score, abs=1e-5)
@@ -68,3 +75,40 @@ def test_cuda_graphs_take_only_unconstrained_short_batches() -> None:
     assert not CudaGraphs.takes(SearchOptions(beam=4, attention=True), None, 1)
     assert not CudaGraphs.takes(plain, [TargetConstraints(prefix=[5])], 1)
     assert not CudaGraphs.takes(plain, [None, TargetConstraints(phrases=[[5, 6]])], 2)
+
+
+def test_each_batch_shape_is_made_once_and_the_least_recently_used_go_first() -> None:
+    model = tiny_model(3, vocab=20, layers=1)
+    options = SearchOptions(beam=2, max_len_a=1.0, max_len_b=3)
+    graphs = CudaGraphs(model, most=2)
+    batches = [sources([4, 3], 20, 0), sources([4, 4], 20, 1), sources([5], 20, 2),
+               sources([3, 2, 3], 20, 3)]
+    for src in batches[:2]:  # one shape, (2, 4): one search made, used twice
+        assert tokens(graphs.search(src, options)) == tokens(search(model, src, options))
+    assert len(graphs.graphs) == 1
+    graphs.search(batches[2], options)
+    graphs.search(batches[0], options)  # (2, 4) used again: (1, 5) is now the oldest
+    graphs.search(batches[3], options)
+    assert [key[:2] for key in graphs.graphs] == [(2, 4), (3, 3)]
+    small = CudaGraphs(model, most_bytes=1)  # over budget: only the newest is kept
+    for src in batches:
+        small.search(src, options)
+    assert [key[:2] for key in small.graphs] == [(3, 3)]
+
+
+@pytest.mark.parametrize("check_every", [1, 3, 100])
+def test_looking_less_often_whether_the_batch_is_done_changes_nothing(check_every: int) -> None:
+    # Steps replayed after every sentence is done leave the results as they are, and no
+    # step is replayed beyond the batch's length limit.
+    model = tiny_model(5, vocab=16, layers=2)
+    src = sources([6, 2, 4], 16, 5)
+    for options in (SearchOptions(beam=1, max_len_a=1.0, max_len_b=2),
+                    SearchOptions(beam=3, n_best=3, max_len_a=1.0, max_len_b=2)):
+        expected = CudaGraphs(model, check_every=1).search(src, options)
+        assert CudaGraphs(model, check_every=check_every).search(src, options) == expected
+
+
+def test_a_translator_replays_graphs_on_cuda_only(tmp_path, tokenizer) -> None:
+    # On a CPU there are no launches to save: tfm's search, whatever --cuda-graphs says.
+    model = random_model_dir(tmp_path / "m", tokenizer)
+    assert load_translator(model, "cpu", cuda_graphs=True).graphs is None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -33,7 +34,8 @@ from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
 MOST_ROWS = 64  # sentences x beam: larger batches are bound by arithmetic, not launches
-MOST_GRAPHS = 64  # batch shapes kept captured, the least recently used dropped first
+MOST_GRAPHS = 64  # batch shapes kept captured, the least recently used dropped first,
+MOST_BYTES = 1 << 30  # and fewer where their buffers would take more than this
 
 
 class FixedSearch:
@@ -183,6 +185,14 @@ class FixedSearch:
         worst_kept = self.kept_score[:, self.needed - 1]  # -inf while fewer are kept
         self.done |= at_limit | (worst_kept >= best_live.double())
 
+    @property
+    def nbytes(self) -> int:
+        """The memory its buffers take (a captured graph's temporaries come on top)."""
+        caches = [t for layer in self.state.layers
+                  for t in (layer.self_k, layer.self_v, layer.cross_k, layer.cross_v)]
+        return sum(t.numel() * t.element_size() for t in caches + list(vars(self).values())
+                   if isinstance(t, Tensor))
+
     def over(self) -> bool:
         """Whether every sentence is done (reads one number back)."""
         return bool((self.ended if self.k == 1 else self.done).all())
@@ -204,30 +214,18 @@ class FixedSearch:
                 for s in range(self.b)]
 
 
-def fixed_search(model: Transformer, src: Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
-    """tfm.decoding.search.search over fixed buffers, step by step without a graph (what a
-    graph replays; on a CPU it is only slower)."""
-    max_len = max_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
-                          model.config.max_positions)
-    fixed = FixedSearch(model, src.size(0), src.size(1), int(max_len.max()), options)
-    fixed.load(src, max_len)
-    with torch.inference_mode():
-        for _ in range(fixed.length):
-            fixed.step()
-            if fixed.over():
-                break
-    return fixed.hypotheses()
-
-
 class CudaGraphs:
     """``model``'s searches of short batches on CUDA, one captured graph per batch shape
     (sentences, source length, beam, output limit and the options that change the step),
-    the ``most`` most recently used kept. ``check_every``: steps replayed between two looks
-    at whether every sentence is done (a look waits for the GPU)."""
+    the ``most`` most recently used kept while their buffers take at most ``most_bytes``.
+    ``check_every``: steps replayed between two looks at whether every sentence is done (a
+    look waits for the GPU)."""
 
-    def __init__(self, model: Transformer, most: int = MOST_GRAPHS, check_every: int = 4) -> None:
-        self.model, self.most, self.check_every = model, most, check_every
-        self.graphs: OrderedDict[tuple, tuple[FixedSearch, torch.cuda.CUDAGraph]] = OrderedDict()
+    def __init__(self, model: Transformer, most: int = MOST_GRAPHS,
+                 most_bytes: int = MOST_BYTES, check_every: int = 4) -> None:
+        self.model, self.most, self.most_bytes = model, most, most_bytes
+        self.check_every = check_every
+        self.graphs: OrderedDict[tuple, tuple[FixedSearch, Callable[[], None]]] = OrderedDict()
         self.lock = threading.Lock()  # one batch at a time replays a shape's buffers
 
     @staticmethod
@@ -241,7 +239,8 @@ class CudaGraphs:
                 and sentences * options.beam <= MOST_ROWS)
 
     def search(self, src: Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
-        """``src`` (B, S) on the model's CUDA device: its hypotheses, as search.search's."""
+        """``src`` (B, S) on the model's device: its hypotheses, as search.search's. (On a
+        CPU, where tests run it, each step runs as it is, without a graph.)"""
         max_len = max_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
                               self.model.config.max_positions)
         length = int(max_len.max())
@@ -249,33 +248,44 @@ class CudaGraphs:
         key = (*src.shape, length, options.beam, options.min_len, options.length_penalty,
                needed)
         with self.lock, torch.inference_mode():
-            fixed, graph = self._graph(key, src, options)
+            fixed, replay = self._graph(key, src, options)
             fixed.load(src, max_len)
             for replayed in range(1, length + 1):
-                graph.replay()
+                replay()
                 if replayed % self.check_every == 0 and fixed.over():
                     break
             return fixed.hypotheses()
 
     def _graph(self, key: tuple, src: Tensor, options: SearchOptions
-               ) -> tuple[FixedSearch, torch.cuda.CUDAGraph]:
+               ) -> tuple[FixedSearch, Callable[[], None]]:
+        """The search and its replay for ``key``'s batch shape: kept, or made and captured."""
         if key in self.graphs:
             self.graphs.move_to_end(key)
             return self.graphs[key]
         fixed = FixedSearch(self.model, src.size(0), src.size(1), key[2], options)
         fixed.load(src, max_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
                                     self.model.config.max_positions))
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up: kernels chosen and workspaces made
-            for _ in range(2):
-                fixed.step()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        # thread_local: CUDA work of other threads (a server's) does not break the capture.
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            fixed.step()
-        self.graphs[key] = fixed, graph
-        while len(self.graphs) > self.most:
+        self.graphs[key] = fixed, _captured(fixed)
+        while len(self.graphs) > 1 and (
+                len(self.graphs) > self.most
+                or sum(f.nbytes for f, _ in self.graphs.values()) > self.most_bytes):
             self.graphs.popitem(last=False)
-        return fixed, graph
+        return self.graphs[key]
+
+
+def _captured(fixed: FixedSearch) -> Callable[[], None]:
+    """``fixed.step`` captured as a CUDA graph: its replay. Off CUDA (the tests on a CPU),
+    ``fixed.step`` itself."""
+    if fixed.position.device.type != "cuda":
+        return fixed.step
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: kernels chosen and workspaces made
+        for _ in range(2):
+            fixed.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    # thread_local: CUDA work of other threads (a server's) does not break the capture.
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        fixed.step()
+    return graph.replay
