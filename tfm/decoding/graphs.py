@@ -8,10 +8,10 @@ one function of tensors whose shapes never change and that reads nothing back. O
 captured once per batch shape as a CUDA graph and replayed (``CudaGraphs``); the host looks
 only every ``check_every`` steps whether every sentence is done.
 
-It finds what tfm.decoding.search finds: the same rules, applied in the same order, to the same
-numbers. Two things differ in the arithmetic, never in the rules: the self-attention reads a
-fixed number of positions, the later ones masked, where the search's cache grows by one a step
-(another kernel, so not bit for bit), and finished sentences stay in the batch (ignored) where
+It finds what tfm.decoding.search finds: the same rules, applied in the same order. Two things
+differ in the arithmetic, never in the rules: the self-attention reads a fixed number of
+positions, the later ones masked, where the search's cache grows by one a step (scores equal
+to float rounding, not bit for bit), and finished sentences stay in the batch (ignored) where
 the search prunes them. It covers the searches without constraints, attention weights, a
 shortlist or an ensemble (``CudaGraphs.takes``); the others go to tfm.decoding.search.
 """
