@@ -214,3 +214,18 @@ def test_hard_translation_input_is_handled(model) -> None:
     assert len(out) == len(lines) + 1 and out[-1] == ""
     assert out[0] == "" and out[1] == ""
     assert "truncated" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_output_file_that_cannot_be_written_is_refused_before_any_work(model,
+                                                                          tmp_path) -> None:
+    # Found only at the end, a folder that does not exist would have cost the whole decoding.
+    missing = tmp_path / "no-such-folder" / "out.txt"
+    refused(tfm("translate", "-m", str(model), "Hi.", "--output", str(missing)), 2,
+            "--output", "does not exist")
+    refused(tfm("translate", "-m", str(model), "Hi.", "--output", str(tmp_path)), 2,
+            "--output", "is a folder")
+    src = tmp_path / "src.txt"
+    src.write_text("Hi.\n", encoding="utf-8")
+    refused(tfm("eval", "-m", str(model), "--src", str(src), "--ref", str(src),
+                "--save-hyp", str(missing)), 2, "--save-hyp", "does not exist")
+    assert not missing.parent.exists()

@@ -17,7 +17,13 @@ from rich.markup import escape
 
 from tfm import __version__
 from tfm.allocator import keep_freed_memory
-from tfm.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OUT_OF_MEMORY, TfmError
+from tfm.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OUT_OF_MEMORY,
+    TfmError,
+    UsageError,
+)
 
 app = typer.Typer(
     name="tfm",
@@ -65,6 +71,20 @@ def writing_into(directory: Path, command: str) -> Iterator[None]:
     with directory_lock(directory, command,
                         lambda m: err.print(f"[yellow]warning[/]: {escape(m)}", highlight=False)):
         yield
+
+
+def check_output_file(path: Path | None, option: str) -> None:
+    """Refuse, before any work, an output file that could not be written: one in a folder that
+    does not exist, or a folder itself (found only at the end, such a path would cost the
+    work done before it)."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a folder; give a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: the folder {parent} does not exist; create it "
+                         "first")
 
 
 def _is_click_error(e: Exception) -> bool:

@@ -25,7 +25,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from tfm.cli.app import app, err, out
+from tfm.cli.app import app, check_output_file, err, out
 from tfm.cli.fields import Fields, derive
 from tfm.cli.options import GlossaryOpt
 from tfm.cli.run_config import with_config
@@ -86,6 +86,8 @@ def translate(
 ) -> None:
     """Translate sentences with a trained model (greedy or beam search)."""
     _check_options(text, input, fmt, alignments, show_attention, plot)
+    check_output_file(output, "--output")
+    check_output_file(plot, "--plot")
     jsonl = _input_is_jsonl(input, input_format)
     terms = _load_glossary(glossary)
     translator, options = _load_decoder(
@@ -400,6 +402,7 @@ def eval_cmd(
     if tgt_lang is not None and not needs_lang:
         raise UsageError("--tgt-lang is only used by --lc-tok and --off-target")
     _require_scorers(report)
+    check_output_file(save_hyp, "--save-hyp")
     if hyp is not None and needs_lang and tgt_lang is None:
         raise UsageError(f"{needs_lang} with --hyp needs --tgt-lang (the language of the "
                          "translations, e.g. de)")
