@@ -27,6 +27,12 @@
 # from the SRC→TGT teacher; step 4's second candidate is the students together with the
 # reverse teacher ranking their beam (beam 12, --mbr bleu, --reverse-model; beam 12 was chosen
 # on val). It gained on val and not on test, so it is not the default.
+# ROUNDS=N: N - 1 more rounds after step 3, each translating the training set with the last
+# round's students together and training new students on from them (their own seeds, each from
+# the student of its place) on the originals plus those translations; step 4 then scores the
+# last round's students (and them with the teachers). Not the default: a lever for more compute
+# (a step-matched GPU round found a second round's translations the best teacher of a fresh
+# student: docs/multi30k-log.md), not yet chosen on val.
 # On a GPU (CUDA, `tfm train`'s default where torch sees one) teachers and students train the
 # steps the reference CPU trains in their minutes (recipes/lib.sh, budget); TEACHER_STEPS=N and
 # STUDENT_STEPS=N set them on any device. The whole recipe as one GPU call: bench/gpu/run.sh.
@@ -49,6 +55,7 @@ source "$here/lib.sh"
 lock_out "$out"  # one recipe at a time in OUT_DIR
 
 both_ways=${BOTH_WAYS:-0}
+train_options=("$@")
 pids=()
 training=()
 trap 'stop_training "${pids[@]}"' INT TERM HUP EXIT
@@ -109,28 +116,65 @@ fi
 tfm prepare --train "$out/corpus/train" --valid "$data/val" -s "$src" -t "$tgt" \
     --tokenizer "$out/teachers/tokenizer.json" -o "$out/data"
 
+# train_students DIR DATA: one student per model directory of the array `starts`, each
+# trained on from it (`--init-from`, a fresh schedule) with DATA, side by side as the teachers
+# were, into DIR/student$seed (seeds after every earlier model's); sets `students` to them.
+next_seed=$(( members + 1 ))
+train_students() {
+    local dir=$1 data_dir=$2 i seed student from
+    students=()
+    pids=()
+    training=()
+    trap 'stop_training "${pids[@]}"' INT TERM HUP EXIT
+    for i in "${!starts[@]}"; do
+        seed=$(( next_seed + i ))
+        student="$dir/student$seed"
+        students+=("$student")
+        # (A stopped run has its own weights: no --init-from.)
+        from=$(basename "${starts[$i]}")  # member1: "teacher 1"; student5: "student 5"
+        from=${from/member/teacher }
+        from=${from/student/student }
+        how_to_start "$student" "student $seed ($from trained on)" "$student.log" \
+            --init-from "${starts[$i]}" || continue
+        tfm train --data "$data_dir" --output "$student" "${start[@]}" --max-tokens 1024 \
+            --lr 1.5e-3 --warmup 800 --lr-schedule linear \
+            $(budget "${STUDENT_MINUTES:-80}" 102 "${STUDENT_STEPS:-}" "${train_options[@]}") \
+            --valid-every 1000 --save-every 500 --keep-last 40 --threads "$threads" \
+            --seed "$seed" "${train_options[@]}" >> "$student.log" 2>&1 &
+        pids+=($!)
+        training+=("$student")
+    done
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}"
+        touch "${training[$i]}.done"
+    done
+    trap - INT TERM HUP EXIT
+    next_seed=$(( next_seed + ${#starts[@]} ))
+}
+
 echo "== 3. students"
-students=()
-for i in $(seq 1 "$members"); do
-    seed=$(( members + i ))
-    student="$out/student$seed"
-    students+=("$student")
-    teacher=$([ "$both_ways" = 1 ] && echo 1 || echo "$i")  # both ways: one teacher to start from
-    # (A stopped run has its own weights: no --init-from.)
-    how_to_start "$student" "student $seed (teacher $teacher trained on)" "$student.log" \
-        --init-from "$out/teachers/member$teacher" || continue
-    tfm train --data "$out/data" --output "$student" "${start[@]}" --max-tokens 1024 \
-        --lr 1.5e-3 --warmup 800 --lr-schedule linear \
-        $(budget "${STUDENT_MINUTES:-80}" 102 "${STUDENT_STEPS:-}" "$@") --valid-every 1000 --save-every 500 --keep-last 40 \
-        --threads "$threads" --seed "$seed" "$@" >> "$student.log" 2>&1 &
-    pids+=($!)
-    training+=("$student")
+starts=()
+for i in $(seq 1 "$members"); do  # both ways: all from the one teacher
+    starts+=("$out/teachers/member$([ "$both_ways" = 1 ] && echo 1 || echo "$i")")
 done
-for i in "${!pids[@]}"; do
-    wait "${pids[$i]}"
-    touch "${training[$i]}.done"
+train_students "$out" "$out/data"
+
+# ROUNDS=N: N - 1 more rounds, each the training set translated by the last round's students
+# together, and new students trained on from them with the originals plus those translations.
+for round in $(seq 2 "${ROUNDS:-1}"); do
+    echo "== 3.$round. round $round: the training set translated by round $(( round - 1 ))'s students"
+    dir="$out/round$round"
+    previous=(--model "${students[0]}")
+    for student in "${students[@]:1}"; do previous+=(--ensemble "$student"); done
+    mkdir -p "$dir/corpus"
+    translate_once "$dir/train.distilled.$tgt" "$data/train.$src.gz" "${previous[@]}"
+    { zcat -f "$data/train.$src.gz"; zcat -f "$data/train.$src.gz"; } | gzip -n > "$dir/corpus/train.$src.gz"
+    { zcat -f "$data/train.$tgt.gz"; cat "$dir/train.distilled.$tgt"; } | gzip -n > "$dir/corpus/train.$tgt.gz"
+    tfm prepare --train "$dir/corpus/train" --valid "$data/val" -s "$src" -t "$tgt" \
+        --tokenizer "$out/teachers/tokenizer.json" -o "$dir/data"
+    starts=("${students[@]}")
+    train_students "$dir" "$dir/data"
 done
-trap - INT TERM HUP EXIT
 
 echo "== 4. scores"
 lc_tok=$(lc_tok_option)

@@ -138,6 +138,25 @@ def test_the_distillation_recipe_trains_the_teachers_on_with_their_translations(
     assert "chosen on val" in result.stdout
 
 
+def test_more_distillation_rounds_train_each_rounds_students_on_from_the_last_ones(
+        multi30k_like, tmp_path, run_recipe):
+    out = tmp_path / "rounds"
+    result = run_recipe("multi30k-distill.sh", str(multi30k_like), "en", "de", str(out), *TINY,
+                        MEMBERS="1", ROUNDS="3", TEACHER_MINUTES="5", STUDENT_MINUTES="5")
+    # teacher 1 -> student 2 -> (round 2) student 3 -> (round 3) student 4, each trained on
+    # from the one before with the originals plus its predecessor's translations.
+    chain = [out / "teachers" / "member1", out / "student2", out / "round2" / "student3",
+             out / "round3" / "student4"]
+    for before, after in zip(chain, chain[1:]):
+        provenance = json.loads((after / "config.json").read_text())["provenance"]
+        assert provenance["init_from"] == str(before)
+    for round_dir in (out / "round2", out / "round3"):
+        assert len(lines(round_dir / "train.distilled.de")) == len(PAIRS) * 3
+    assert "student 4 (student 3 trained on): training" in result.stdout
+    assert "== val, the 1 students together" in result.stdout  # the last round's students
+    assert len(lines(out / "test_2016_flickr.hyp")) == 6
+
+
 def test_the_distillation_recipe_both_ways_back_translates_and_ranks_with_the_reverse_teacher(
         multi30k_like, tmp_path, run_recipe):
     out = tmp_path / "both-ways"
