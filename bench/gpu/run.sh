@@ -12,10 +12,13 @@
 #             scores), timed as a whole
 #
 # Default: tests latency. Everything printed goes to $OUT/run.log too; a recipe's logs, scores,
-# learning curves and final models come back as $OUT/STAGE.tgz.part-* (split under the device
-# tool's 16 MiB a file; `cat STAGE.tgz.part-* | tar xz` here). A recipe is stopped after
-# RECIPE_SECONDS (default 540) so that what it finished still comes back. Off the GPU machine
-# (a dry run on a CPU), OUT defaults to runs/gpu/out and DATA to .gpu/data.
+# learning curves and final models come back as $OUT/NAME.tgz.part-* (NAME: RUN_NAME, default
+# the stage's; split under the device tool's 16 MiB a file; `cat NAME.tgz.part-* | tar xz`
+# here). A recipe's own variables (MEMBERS, ROUNDS, TEACHER_STEPS, STUDENT_STEPS, STEPS) reach
+# it; give a variant its own RUN_NAME. A recipe is stopped after RECIPE_SECONDS (default 540)
+# so that what it finished still comes back; run again on the same (warm) machine, it goes on
+# where it stopped. Off the GPU machine (a dry run on a CPU), OUT defaults to runs/gpu/out and
+# DATA to .gpu/data.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/gpu/out}
@@ -42,27 +45,32 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda" if torch.cuda
 python3 -c 'import datasets, sacrebleu, tokenizers, typer; print("datasets", datasets.__version__, "tokenizers", tokenizers.__version__)' || exit 1
 
 # pack_back STAGE DIR: DIR's logs, scores, curves and final models into
-# $OUT/STAGE.tgz.part-*: not the checkpoints, training states, prepared data or the teachers'
-# weights (the distillation's final models are the students; two `small` models' weights
-# compress to about 56 MB, within what comes back).
+# $OUT/STAGE.tgz.part-*: not the checkpoints, training states or prepared data, and of the
+# weights only the final models' (the quick recipe's model; the distillation's last students,
+# where they are at most 2: two `small` models' weights compress to about 56 MB, what can
+# come back).
 pack_back() {
+    local final="$(basename "$2")/student" rounds=${ROUNDS:-1}
+    if [ "$rounds" -gt 1 ]; then final="$(basename "$2")/round$rounds/student"; fi
+    if [ "$1" = quick ]; then final="$(basename "$2")/model/"; fi
+    if [ "${MEMBERS:-2}" -gt 2 ]; then final=/none; fi
     (cd "$(dirname "$2")" && find "$(basename "$2")" \
         \( -name checkpoints -o -name data -o -name corpus \) -prune -o -type f \
         ! -name 'train_state*' ! -name last.safetensors ! -name '*.lock' ! -name 'train.*' \
-        ! -path '*/teachers/*.safetensors' \
-        -print | tar czf - -T -) | split -b 15m - "$OUT/$1.tgz.part-"
+        ! \( -name '*.safetensors' ! -path "$final*" \) \
+        -print | tar czf - -T -) | split -b 15m - "$OUT/$(basename "$2").tgz.part-"
     ls -la "$OUT"
 }
 
-# recipe STAGE SCRIPT: the recipe en→de into runs/gpu/STAGE, fp32 (a `small` model is faster in
+# recipe STAGE SCRIPT: the recipe en→de into runs/gpu/NAME (RUN_NAME, else STAGE), fp32 (a `small` model is faster in
 # fp32 than in bf16 on a GPU: docs/BENCHMARKS.md), timed, stopped after RECIPE_SECONDS.
 recipe() {
-    local stage=$1 script=$2 start
+    local name=${RUN_NAME:-$1} script=$2 start
     start=$(date +%s)
     timeout --signal=INT "${RECIPE_SECONDS:-540}" bash "recipes/$script" "$DATA" en de \
-        "runs/gpu/$stage" --precision fp32 "${@:3}"
-    echo "== $stage: exit $?, $(( $(date +%s) - start )) s wall, recipe included end to end"
-    pack_back "$stage" "runs/gpu/$stage"
+        "runs/gpu/$name" --precision fp32
+    echo "== $name: exit $?, $(( $(date +%s) - start )) s wall, recipe included end to end"
+    pack_back "$1" "runs/gpu/$name"
 }
 
 for stage in "${@:-tests latency}"; do
