@@ -112,3 +112,38 @@ def test_a_translator_replays_graphs_on_cuda_only(tmp_path, tokenizer) -> None:
     # On a CPU there are no launches to save: tfm's search, whatever --cuda-graphs says.
     model = random_model_dir(tmp_path / "m", tokenizer)
     assert load_translator(model, "cpu", cuda_graphs=True).graphs is None
+
+
+def test_a_step_reads_nothing_back_to_the_host(monkeypatch) -> None:
+    # What a CUDA graph cannot capture: a number read back (item, tolist, bool, int, float)
+    # or a shape that depends on the data (nonzero, a boolean mask as an index), wherever
+    # Python asks for them (the search's own rules, search._step_log_probs, fail here).
+    model = tiny_model(2, vocab=16, layers=2)
+    src = sources([5, 3], 16, 2)
+    for options in (SearchOptions(beam=1, min_len=2), SearchOptions(beam=3, n_best=2,
+                                                                     stop_early=False)):
+        max_len = max_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
+                              model.config.max_positions)
+        fixed = FixedSearch(model, 2, 5, int(max_len.max()), options)
+        fixed.load(src, max_len)
+
+        def read_back(*args, **kwargs):
+            raise AssertionError("a step read a value back to the host")
+
+        def no_mask(method):
+            def indexed(self, index, *value):
+                parts = index if isinstance(index, tuple) else (index,)
+                assert not any(isinstance(p, torch.Tensor) and p.dtype == torch.bool
+                               for p in parts), "a step indexed by a boolean mask"
+                return method(self, index, *value)
+            return indexed
+
+        with monkeypatch.context() as patch:
+            for name in ("item", "tolist", "__bool__", "__int__", "__float__", "nonzero"):
+                patch.setattr(torch.Tensor, name, read_back)
+            patch.setattr(torch, "nonzero", read_back)
+            for name in ("__getitem__", "__setitem__"):
+                patch.setattr(torch.Tensor, name, no_mask(getattr(torch.Tensor, name)))
+            with torch.inference_mode():
+                for _ in range(3):
+                    fixed.step()
