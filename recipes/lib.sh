@@ -38,6 +38,17 @@ tokenizer_once() {
     fi
 }
 
+# wait_training: waits for each run of the arrays `pids` and `training` (training runs started
+# side by side in the background, their PIDs and directories) and marks each one finished with
+# DIR.done, which how_to_start reads. A run that failed ends the recipe (set -e).
+wait_training() {
+    local i
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}"
+        touch "${training[$i]}.done"
+    done
+}
+
 # stop_training PID...: asks the training runs PID... to stop and waits for them. Each is sent
 # one SIGTERM, on which it saves a checkpoint before it stops (a second signal would stop it at
 # once, without saving). For that the recipes start their runs in the background with job

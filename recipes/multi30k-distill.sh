@@ -144,10 +144,7 @@ train_students() {
         pids+=($!)
         training+=("$student")
     done
-    for i in "${!pids[@]}"; do
-        wait "${pids[$i]}"
-        touch "${training[$i]}.done"
-    done
+    wait_training
     trap - INT TERM HUP EXIT
     next_seed=$(( next_seed + ${#starts[@]} ))
 }

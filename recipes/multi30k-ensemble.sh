@@ -53,10 +53,7 @@ for seed in $(seq 1 "$members"); do
     pids+=($!)
     training+=("$member")
 done
-for i in "${!pids[@]}"; do
-    wait "${pids[$i]}"
-    touch "${training[$i]}.done"
-done
+wait_training
 trap - INT TERM HUP EXIT
 if [ ${#training[@]} -eq 0 ] && [ -e "$out/test_2016_flickr.hyp" ]; then
     echo "scored before: $out/val.hyp, $out/test_2016_flickr.hyp"
