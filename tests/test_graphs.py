@@ -117,7 +117,8 @@ def test_a_translator_replays_graphs_on_cuda_only(tmp_path, tokenizer) -> None:
 def test_a_step_reads_nothing_back_to_the_host(monkeypatch) -> None:
     # What a CUDA graph cannot capture: a number read back (item, tolist, bool, int, float)
     # or a shape that depends on the data (nonzero, a boolean mask as an index), wherever
-    # Python asks for them (the search's own rules, search._step_log_probs, fail here).
+    # Python asks for them (a mask indexing the rows at their limit fails here), or a tensor
+    # made from host data inside the step (on CUDA a copy, which a capture forbids).
     model = tiny_model(2, vocab=16, layers=2)
     src = sources([5, 3], 16, 2)
     for options in (SearchOptions(beam=1, min_len=2), SearchOptions(beam=3, n_best=2,
@@ -142,6 +143,8 @@ def test_a_step_reads_nothing_back_to_the_host(monkeypatch) -> None:
             for name in ("item", "tolist", "__bool__", "__int__", "__float__", "nonzero"):
                 patch.setattr(torch.Tensor, name, read_back)
             patch.setattr(torch, "nonzero", read_back)
+            for name in ("tensor", "as_tensor"):  # a copy from the host, on CUDA
+                patch.setattr(torch, name, read_back)
             for name in ("__getitem__", "__setitem__"):
                 patch.setattr(torch.Tensor, name, no_mask(getattr(torch.Tensor, name)))
             with torch.inference_mode():

@@ -27,8 +27,8 @@ from torch import Tensor
 
 from tfm.config import SearchOptions
 from tfm.decoding.constraints import TargetConstraints
-from tfm.decoding.rules import NEVER_EMITTED, Hypothesis, score
-from tfm.decoding.search import max_lengths
+from tfm.decoding.rules import Hypothesis, score
+from tfm.decoding.search import max_lengths, step_log_probs
 from tfm.model import Transformer
 from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -59,9 +59,6 @@ class FixedSearch:
         self.max_len = full((rows,), length, torch.long)  # each row's length limit
         self.tokens = full((rows,), BOS_ID, torch.long)  # fed next
         self.history = full((rows, length), PAD_ID, torch.long)  # tokens chosen so far
-        self.never = torch.tensor(NEVER_EMITTED, dtype=torch.long, device=device)
-        vocab = model.config.tgt_vocab_size
-        self.not_eos = torch.arange(vocab, device=device) != EOS_ID  # (V,)
         if self.k == 1:  # greedy: each row's log P, length, and whether it has ended
             self.log_prob = full((rows,), 0.0, torch.float64)  # summed as Python floats are
             self.lengths = full((rows,), 0, torch.long)
@@ -111,22 +108,12 @@ class FixedSearch:
         """One position for every row: what a CUDA graph captures (no host reads, no shapes
         that change)."""
         logits = self.model.decode_step_in_place(self.tokens, self.state)
-        logp = self._log_probs(logits)
+        logp = step_log_probs(logits, self.position, self.o.min_len, self.max_len)
         if self.k == 1:
             self._greedy(logp)
         else:
             self._beam(logp)
         self.position += 1
-
-    def _log_probs(self, logits: Tensor) -> Tensor:
-        """search._step_log_probs, with the position read on the device."""
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        logp.index_fill_(1, self.never, NEG_INF)
-        last = self.max_len == self.position + 1  # (R,) rows at their last position
-        if self.o.min_len:
-            early = (self.position < self.o.min_len) & ~last
-            logp[:, EOS_ID] = logp[:, EOS_ID].masked_fill(early, NEG_INF)
-        return logp.masked_fill(last[:, None] & self.not_eos, NEG_INF)
 
     def _greedy(self, logp: Tensor) -> None:
         """search.greedy_search's step: each live row takes its most probable token."""
@@ -248,7 +235,7 @@ class CudaGraphs:
         key = (*src.shape, length, options.beam, options.min_len, options.length_penalty,
                needed)
         with self.lock, torch.inference_mode():
-            fixed, replay = self._graph(key, src, options)
+            fixed, replay = self._graph(key, src, max_len, options)
             fixed.load(src, max_len)
             for replayed in range(1, length + 1):
                 replay()
@@ -256,15 +243,14 @@ class CudaGraphs:
                     break
             return fixed.hypotheses()
 
-    def _graph(self, key: tuple, src: Tensor, options: SearchOptions
+    def _graph(self, key: tuple, src: Tensor, max_len: Tensor, options: SearchOptions
                ) -> tuple[FixedSearch, Callable[[], None]]:
         """The search and its replay for ``key``'s batch shape: kept, or made and captured."""
         if key in self.graphs:
             self.graphs.move_to_end(key)
             return self.graphs[key]
         fixed = FixedSearch(self.model, src.size(0), src.size(1), key[2], options)
-        fixed.load(src, max_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
-                                    self.model.config.max_positions))
+        fixed.load(src, max_len)  # real numbers for the warm-up steps before the capture
         self.graphs[key] = fixed, _captured(fixed)
         while len(self.graphs) > 1 and (
                 len(self.graphs) > self.most

@@ -57,20 +57,21 @@ def _limits(model: Transformer, src: Tensor, o: SearchOptions) -> Tensor:
     return max_lengths(src, PAD_ID, o.max_len_a, o.max_len_b, model.config.max_positions)
 
 
-def _step_log_probs(logits: Tensor, step: int, min_len: int, max_len: Tensor) -> Tensor:
-    """Log-probabilities for output position ``step``. The never-emitted tokens
-    (rules.NEVER_EMITTED) get none; EOS is forbidden before ``min_len`` and forced at each
-    row's last allowed position (the length limit wins over ``min_len``)."""
+def step_log_probs(logits: Tensor, step: int | Tensor, min_len: int, max_len: Tensor
+                   ) -> Tensor:
+    """Log-probabilities (B, V) for output position ``step`` (a number, or a (1,) tensor that
+    stays on the device: tfm.decoding.graphs). The never-emitted tokens (rules.NEVER_EMITTED)
+    get none; EOS is forbidden before ``min_len`` and forced at each row's last allowed
+    position (the length limit wins over ``min_len``). Reads nothing back to the host."""
     logp = torch.log_softmax(logits.float(), dim=-1)
-    logp[:, list(NEVER_EMITTED)] = NEG_INF
-    last = max_len == step + 1
-    if step < min_len:
-        logp[~last, EOS_ID] = NEG_INF
-    if last.any():
-        eos = logp[last, EOS_ID].clone()
-        logp[last] = NEG_INF
-        logp[last, EOS_ID] = eos
-    return logp
+    for token in NEVER_EMITTED:  # (an index tensor would be a copy from the host)
+        logp[:, token] = NEG_INF
+    last = max_len == step + 1  # (B,) rows at their last position
+    if min_len:
+        early = (step < min_len) & ~last
+        logp[:, EOS_ID] = logp[:, EOS_ID].masked_fill(early, NEG_INF)
+    not_eos = torch.arange(logp.size(-1), device=logp.device) != EOS_ID  # (V,)
+    return logp.masked_fill_(last[:, None] & not_eos, NEG_INF)
 
 
 @torch.inference_mode()
@@ -95,7 +96,7 @@ def greedy_search(model: Transformer, src: Tensor, options: SearchOptions,
     step = 0
     while alive.numel():
         logits, state, weights = model.decode_step(tokens, state, need_attention)
-        logp = _step_log_probs(logits, step, options.min_len, max_len[alive])
+        logp = step_log_probs(logits, step, options.min_len, max_len[alive])
         if prefix is not None and step < prefix.size(1):
             _force(logp, prefix[alive, step])
         best_logp, tokens = logp.max(dim=-1)
@@ -200,7 +201,7 @@ class _BeamSearch:
         log P, under the rules (never-emitted tokens, length limits, prefixes, phrases)."""
         n, k, step = self.alive.numel(), self.k, self.step
         max_len = self.max_len[self.alive].repeat_interleave(k)
-        logp = _step_log_probs(logits, step, self.o.min_len, max_len)  # (n*k, V)
+        logp = step_log_probs(logits, step, self.o.min_len, max_len)  # (n*k, V)
         if self.prefix is not None and step < self.prefix.size(1):
             _force(logp, self.prefix[self.alive, step].repeat_interleave(k))
         if self.banks is not None:  # unmet constraints: no EOS before the limit
