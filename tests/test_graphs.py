@@ -150,3 +150,23 @@ def test_a_step_reads_nothing_back_to_the_host(monkeypatch) -> None:
             with torch.inference_mode():
                 for _ in range(3):
                     fixed.step()
+
+
+def test_a_capture_that_fails_falls_back_to_step_by_step_search_once(tmp_path, tokenizer,
+                                                                   monkeypatch) -> None:
+    # A kernel some GPU or torch cannot capture must not fail every short batch.
+    import tfm.decoding.graphs as graphs_module
+
+    translator = load_translator(random_model_dir(tmp_path / "m", tokenizer), "cpu")
+    options = translator.default_options(beam=3)
+    expected = [t.hypotheses for t in translator.translate(["A dog runs.", "Hi."], options)]
+    translator.graphs = CudaGraphs(translator.model)  # as on CUDA
+
+    def cannot_capture(fixed):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs_module, "_captured", cannot_capture)
+    with pytest.warns(UserWarning, match="CUDA graphs unavailable here"):
+        found = [t.hypotheses for t in translator.translate(["A dog runs.", "Hi."], options)]
+    assert found == expected
+    assert translator.graphs is None  # tried once, not at every batch
