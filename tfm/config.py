@@ -338,7 +338,7 @@ class EngineOptions:
     cuda_graphs: bool = option(
         True, "On CUDA, tfm's search of short batches (up to 64 sentences x beam, without "
         "constraints or an ensemble) replays each batch shape's decoding step as a CUDA graph, "
-        "one launch a step instead of a hundred: lower latency for one sentence or a few. "
+        "one launch a step instead of one per kernel: lower latency for one sentence or a few. "
         "The same hypotheses; --no-cuda-graphs decodes step by step.")
     exact_search: bool = option(
         False, "A CTranslate2 export: find exactly what tfm's own search finds (its stopping "

@@ -11,8 +11,8 @@
 #   .gpu/model   MODEL_DIR's weights, config, manifest and tokenizer: the model whose
 #                one-sentence latency bench/latency.py measures (a `small` model, en→de)
 #
-# Everything must fit the device tool's 64 MiB with the repository (a `small` model's weights
-# are about 30 MB).
+# Everything must fit the device tool's limit on what travels, with the repository
+# (the device tool's README, Limits; this prints the size).
 set -euo pipefail
 data=${1:?usage: bench/gpu/pack.sh DATA_DIR MODEL_DIR}
 model=${2:?usage: bench/gpu/pack.sh DATA_DIR MODEL_DIR}

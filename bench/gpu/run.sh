@@ -28,17 +28,18 @@ exec > >(tee -a "$OUT/run.log") 2>&1
 export PYTHONUNBUFFERED=1
 
 echo "== setup $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+scratch=$(mktemp -d)  # the wheels installed, a `tfm` command
 if compgen -G "${WHEELS:-.gpu/wheels}/*.whl" > /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/tfm-site "${WHEELS:-.gpu/wheels}"/*.whl || exit 1
-    export PYTHONPATH="/tmp/tfm-site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+        --target "$scratch/site" "${WHEELS:-.gpu/wheels}"/*.whl || exit 1
+    export PYTHONPATH="$scratch/site:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
 if ! command -v tfm > /dev/null; then  # the checkout itself, run by that machine's python3
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-    mkdir -p /tmp/tfm-bin
-    printf '#!/bin/sh\nexec python3 -m tfm "$@"\n' > /tmp/tfm-bin/tfm
-    chmod +x /tmp/tfm-bin/tfm
-    export PATH="/tmp/tfm-bin:$PATH"
+    mkdir -p "$scratch/bin"
+    printf '#!/bin/sh\nexec python3 -m tfm "$@"\n' > "$scratch/bin/tfm"
+    chmod +x "$scratch/bin/tfm"
+    export PATH="$scratch/bin:$PATH"
 fi
 nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda" if torch.cuda.is_available() else "no cuda", torch.cuda.get_device_name() if torch.cuda.is_available() else "")'
@@ -47,8 +48,7 @@ python3 -c 'import datasets, sacrebleu, tokenizers, typer; print("datasets", dat
 # pack_back STAGE DIR: DIR's logs, scores, curves and final models into
 # $OUT/STAGE.tgz.part-*: not the checkpoints, training states or prepared data, and of the
 # weights only the final models' (the quick recipe's model; the distillation's last students,
-# where they are at most 2: two `small` models' weights compress to about 56 MB, what can
-# come back).
+# where they are at most 2: what comes back is limited, and more would not fit).
 pack_back() {
     local final="$(basename "$2")/student" rounds=${ROUNDS:-1}
     if [ "$rounds" -gt 1 ]; then final="$(basename "$2")/round$rounds/student"; fi

@@ -1,7 +1,7 @@
 """Greedy and beam search in fixed buffers, replayed as CUDA graphs: short batches on a GPU.
 
 On a GPU, one short sentence is decoded in the time its kernels take to launch: each step of
-tfm.decoding.search launches about a hundred small kernels and reads results back to the host.
+tfm.decoding.search launches many small kernels and reads results back to the host.
 Here one step of the search (the decoder over caches of a fixed size, the rules of
 tfm.decoding.rules, the choice of the next tokens, the finished hypotheses kept best first) is
 one function of tensors whose shapes never change and that reads nothing back. On CUDA it is
