@@ -56,7 +56,7 @@ def serve(
         translator = load_translator(engine.model, engine.device, engine.precision,
                                      workers=engine.workers, shortlist=engine.shortlist,
                                      exact_search=engine.exact_search,
-                                 cuda_graphs=engine.cuda_graphs)
+                                     cuda_graphs=engine.cuda_graphs)
         application = create_app(translator, settings, glossary=terms)
         info = translator.info
         url = _url(host, sock.getsockname()[1])

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from tfm.config import SearchOptions
 from tfm.decoding.constraints import TargetConstraints
-from tfm.decoding.rules import Hypothesis, score
+from tfm.decoding.rules import Hypothesis, hypotheses_needed, score
 from tfm.decoding.search import max_lengths, step_log_probs
 from tfm.model import Transformer
 from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID
@@ -64,7 +64,7 @@ class FixedSearch:
             self.lengths = full((rows,), 0, torch.long)
             self.ended = full((rows,), False, torch.bool)
         else:
-            self.needed = min(options.n_best, self.k) if options.stop_early else self.k
+            self.needed = hypotheses_needed(self.k, options.n_best, options.stop_early)
             self.scores = full((sentences, self.k), NEG_INF, torch.float32)
             # Each sentence's finished hypotheses, best first (at most k), and whether it is done.
             self.kept_score = full((sentences, self.k), NEG_INF, torch.float64)
@@ -231,9 +231,9 @@ class CudaGraphs:
         max_len = max_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
                               self.model.config.max_positions)
         length = int(max_len.max())
-        needed = min(options.n_best, options.beam) if options.stop_early else options.beam
+        # Everything FixedSearch builds into its step, and nothing else.
         key = (*src.shape, length, options.beam, options.min_len, options.length_penalty,
-               needed)
+               hypotheses_needed(options.beam, options.n_best, options.stop_early))
         with self.lock, torch.inference_mode():
             fixed, replay = self._graph(key, src, max_len, options)
             fixed.load(src, max_len)

@@ -69,6 +69,13 @@ def _float32(x: float) -> float:
     return struct.unpack("f", struct.pack("f", x))[0]
 
 
+def hypotheses_needed(beam: int, n_best: int, stop_early: bool) -> int:
+    """How many finished hypotheses a sentence's beam search must have before it may stop
+    (``sentence_done``): the ``n_best`` asked for with ``stop_early`` (as OpenNMT-py and
+    CTranslate2), else the whole beam (as fairseq)."""
+    return min(n_best, beam) if stop_early else beam
+
+
 def sentence_done(finished: list[Hypothesis], needed: int, best_live: float,
                   at_limit: bool) -> bool:
     """Whether a sentence's beam search is over: at its length limit (every live beam was just

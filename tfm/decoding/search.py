@@ -24,6 +24,7 @@ from tfm.decoding.constraints import Automaton, State, TargetConstraints
 from tfm.decoding.rules import (
     NEVER_EMITTED,
     Hypothesis,
+    hypotheses_needed,
     length_limit,
     rank,
     score,
@@ -166,7 +167,7 @@ class _BeamSearch:
         self.model, self.o = model, options
         self.k = k = options.beam
         # Finished hypotheses a sentence needs before it may stop.
-        self.needed = min(options.n_best, k) if options.stop_early else k
+        self.needed = hypotheses_needed(k, options.n_best, options.stop_early)
         device = self.device = src.device
         b = src.size(0)
         self.max_len = _limits(model, src, options)
