@@ -22,35 +22,32 @@ import time
 
 import torch
 from machine import cpu_name
+from serve import percentile
 
 from tfm.data.corpus import read_text_lines
 from tfm.decoding.engines import load_translator
 
 
 def timed(translator, lines: list[str], options) -> tuple[list[float], list, float]:
-    """Each line alone, untimed once, then timed: (milliseconds each, outputs, first pass s)."""
+    """Each line alone, untimed once, then timed: (seconds each, outputs, first pass s)."""
     start = time.perf_counter()
     for line in lines:
         translator.translate([line], options)
     first = time.perf_counter() - start
-    ms, outputs = [], []
+    seconds, outputs = [], []
     for line in lines:
         if translator.device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
         outputs.append(translator.translate([line], options)[0].hypotheses)
-        ms.append((time.perf_counter() - start) * 1000)
-    return ms, outputs, first
+        seconds.append(time.perf_counter() - start)
+    return seconds, outputs, first
 
 
-def percentiles(ms: list[float]) -> dict[str, float]:
-    ordered = sorted(ms)
-
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
-
-    return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99),
-            "mean": round(statistics.fmean(ms), 2)}
+def percentiles(seconds: list[float]) -> dict[str, float]:
+    """p50, p90, p99 and the mean, in milliseconds (bench/serve.py's nearest rank)."""
+    return {**{f"p{p}": round(percentile(seconds, p), 2) for p in (50, 90, 99)},
+            "mean": round(1000 * statistics.fmean(seconds), 2)}
 
 
 def main() -> None:
@@ -80,8 +77,8 @@ def main() -> None:
         row: dict = {"beam": beam}
         outputs = {}
         for name, translator in sides.items():
-            ms, outputs[name], first = timed(translator, lines, options)
-            row[name] = {**percentiles(ms), "first_pass_s": round(first, 2)}
+            seconds, outputs[name], first = timed(translator, lines, options)
+            row[name] = {**percentiles(seconds), "first_pass_s": round(first, 2)}
         pairs = list(zip(outputs["steps"], outputs["graphs"]))
         row["texts_differ"] = sum([t for t, _ in a] != [t for t, _ in b] for a, b in pairs)
         row["scores_differ"] = sum(any(abs(x - y) > 1e-4 for (_, x), (_, y) in zip(a, b))
