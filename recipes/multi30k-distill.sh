@@ -98,7 +98,21 @@ translate_once() {
         mv "$output.partial" "$output"
     fi
 }
+# prepare_corpus DIR: DIR/corpus/train.{SRC,TGT}.gz prepared into DIR/data with the teachers'
+# tokenizer.
+prepare_corpus() {
+    tfm prepare --train "$1/corpus/train" --valid "$data/val" -s "$src" -t "$tgt" \
+        --tokenizer "$out/teachers/tokenizer.json" -o "$1/data"
+}
+# distilled_corpus DIR: the original pairs and the same sources again with their translations
+# DIR/train.distilled.TGT as targets, prepared into DIR/data.
+distilled_corpus() {
+    { zcat -f "$data/train.$src.gz"; zcat -f "$data/train.$src.gz"; } | gzip -n > "$1/corpus/train.$src.gz"
+    { zcat -f "$data/train.$tgt.gz"; cat "$1/train.distilled.$tgt"; } | gzip -n > "$1/corpus/train.$tgt.gz"
+    prepare_corpus "$1"
+}
 decode_batch=()  # a GPU decodes larger batches faster; the output is the same whatever the size
+student_budget=($(budget "${STUDENT_MINUTES:-80}" 102 "${STUDENT_STEPS:-}" "$@"))
 if trains_on_cuda "$@"; then decode_batch=(--batch-tokens 16384); fi
 translate_once "$out/train.distilled.$tgt" "$data/train.$src.gz" "${teachers[@]}"
 mkdir -p "$out/corpus"
@@ -109,12 +123,10 @@ if [ "$both_ways" = 1 ]; then
         | gzip -n > "$out/corpus/train.$src.gz"
     { zcat -f "$data/train.$tgt.gz"; cat "$out/train.distilled.$tgt"; zcat -f "$data/train.$tgt.gz"; } \
         | gzip -n > "$out/corpus/train.$tgt.gz"
+    prepare_corpus "$out"
 else
-    { zcat -f "$data/train.$src.gz"; zcat -f "$data/train.$src.gz"; } | gzip -n > "$out/corpus/train.$src.gz"
-    { zcat -f "$data/train.$tgt.gz"; cat "$out/train.distilled.$tgt"; } | gzip -n > "$out/corpus/train.$tgt.gz"
+    distilled_corpus "$out"
 fi
-tfm prepare --train "$out/corpus/train" --valid "$data/val" -s "$src" -t "$tgt" \
-    --tokenizer "$out/teachers/tokenizer.json" -o "$out/data"
 
 # train_students DIR DATA: one student per model directory of the array `starts`, each
 # trained on from it (`--init-from`, a fresh schedule) with DATA, side by side as the teachers
@@ -138,7 +150,7 @@ train_students() {
             --init-from "${starts[$i]}" || continue
         tfm train --data "$data_dir" --output "$student" "${start[@]}" --max-tokens 1024 \
             --lr 1.5e-3 --warmup 800 --lr-schedule linear \
-            $(budget "${STUDENT_MINUTES:-80}" 102 "${STUDENT_STEPS:-}" "${train_options[@]}") \
+            "${student_budget[@]}" \
             --valid-every 1000 --save-every 500 --keep-last 40 --threads "$threads" \
             --seed "$seed" "${train_options[@]}" >> "$student.log" 2>&1 &
         pids+=($!)
@@ -165,10 +177,7 @@ for round in $(seq 2 "${ROUNDS:-1}"); do
     for student in "${students[@]:1}"; do previous+=(--ensemble "$student"); done
     mkdir -p "$dir/corpus"
     translate_once "$dir/train.distilled.$tgt" "$data/train.$src.gz" "${previous[@]}"
-    { zcat -f "$data/train.$src.gz"; zcat -f "$data/train.$src.gz"; } | gzip -n > "$dir/corpus/train.$src.gz"
-    { zcat -f "$data/train.$tgt.gz"; cat "$dir/train.distilled.$tgt"; } | gzip -n > "$dir/corpus/train.$tgt.gz"
-    tfm prepare --train "$dir/corpus/train" --valid "$data/val" -s "$src" -t "$tgt" \
-        --tokenizer "$out/teachers/tokenizer.json" -o "$dir/data"
+    distilled_corpus "$dir"
     starts=("${students[@]}")
     train_students "$dir" "$dir/data"
 done
