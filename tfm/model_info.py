@@ -34,13 +34,6 @@ class ModelInfo:
             return list(self.directions)
         return [f"{self.src_lang or '?'}-{self.tgt_lang or '?'}"]
 
-    @property
-    def target_languages(self) -> list[str]:
-        """The languages the model writes, sorted (one: its tgt_lang, where known)."""
-        if self.directions:
-            return sorted({d.split("-", 1)[1] for d in self.directions})
-        return [self.tgt_lang] if self.tgt_lang else []
-
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
 
