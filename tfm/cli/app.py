@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from tfm import __version__
 from tfm.allocator import keep_freed_memory
+from tfm.cli.help_layout import App
 from tfm.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -25,7 +26,7 @@ from tfm.errors import (
     UsageError,
 )
 
-app = typer.Typer(
+app = App(
     name="tfm",
     help="Train and use Transformer translation models.\n\n"
     "Typical run: train-tokenizer -> prepare -> train -> translate / eval.",

@@ -19,7 +19,7 @@ import functools
 import inspect
 import types
 import typing
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Optional, TypeVar, Union
 
@@ -44,11 +44,19 @@ class Fields:
 
     ``given_only``: every option defaults to None, and the command receives a dict of the
     options given (a resumed run must know what was asked anew; a model's own defaults fill
-    the rest); else it receives an instance of ``cls``."""
+    the rest); else it receives an instance of ``cls``.
+
+    How --help shows them, for a command to choose: ``panels``, the panel of a field (by
+    name) whose dataclass does not say it (``option(..., panel=...)``), ``panel`` that of the
+    rest; ``metavars``, the name --help gives a field's value where its type's would crowd the
+    panel's help column (tfm.cli.help_layout)."""
 
     cls: type
     given_only: bool = False
     exclude: Collection[str] = ()
+    panels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    panel: str | None = None
+    metavars: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def fields(self) -> list[dataclasses.Field]:
         return [f for f in dataclasses.fields(self.cls)
@@ -78,6 +86,9 @@ class Fields:
             shown = f.metadata.get("shown_default", shown)
             more = ({"envvar": f.metadata["envvar"], "show_envvar": True}
                     if "envvar" in f.metadata else {})
+            more["rich_help_panel"] = self.panels.get(f.name, f.metadata.get("panel", self.panel))
+            if f.name in self.metavars:
+                more["metavar"] = self.metavars[f.name]
             if self.given_only or default is None:
                 info = typer.Option(*decls, help=help_text + (
                     default_note(shown) if shown is not None else ""), show_default=False,
