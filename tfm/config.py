@@ -22,7 +22,8 @@ def option(default: Any, help: str, **metadata: Any) -> Any:
     """A field and its command-line option, written once: the commands derive the option
     (tfm.cli.fields) from the field's name, type, default and this metadata:
 
-    - ``help``: what --help says of it;
+    - ``help``: what --help says of it, in a line or two (the details: docs/CLI.md);
+    - ``panel``: the --help panel it is listed in (typer's ``rich_help_panel``);
     - ``option``: its spelling where it is not ``--field-name``; None: no option;
     - ``short``: a one-letter alias ("-b");
     - ``flag``: a bool's two spellings where they are not ``--name``/``--no-name``;
@@ -82,20 +83,24 @@ class ModelConfig:
 
     src_vocab_size: int = _cli(8000, None)  # from the tokenizer
     tgt_vocab_size: int = _cli(8000, None)
-    d_model: int = _arch(512, "Model width: embeddings and every sub-layer's output.")
-    n_heads: int = _arch(8, "Attention heads (d_model must be divisible by them).")
-    encoder_layers: int = _arch(6, "Encoder layers.")
-    decoder_layers: int = _arch(6, "Decoder layers.")
-    d_ff: int = _arch(2048, "Feed-forward width, inside each layer's FFN.")
-    dropout: float = _arch(0.1, "Dropout on the embeddings and on every sub-layer's output, "
-                           "before the residual add.")
-    attention_dropout: float = option(0.0, "Dropout on the attention weights.")
-    activation_dropout: float = option(0.0, "Dropout inside the FFN, after the ReLU.")
+    d_model: int = _arch(512, "Model width: embeddings and every sub-layer's output.",
+                         panel="Model")
+    n_heads: int = _arch(8, "Attention heads (d_model must be divisible by them).",
+                         panel="Model")
+    encoder_layers: int = _arch(6, "Encoder layers.", panel="Model")
+    decoder_layers: int = _arch(6, "Decoder layers.", panel="Model")
+    d_ff: int = _arch(2048, "Feed-forward width, inside each layer's FFN.", panel="Model")
+    dropout: float = _arch(0.1, "Dropout on the embeddings and every sub-layer's output.",
+                           panel="Dropout")
+    attention_dropout: float = option(0.0, "Dropout on the attention weights.",
+                                      panel="Dropout")
+    activation_dropout: float = option(0.0, "Dropout inside the FFN, after the ReLU.",
+                                       panel="Dropout")
     # longest sequence (tokens, BOS/EOS included) the model accepts
     max_positions: int = _cli(1024, None)
-    norm_first: bool = _arch(False, "LayerNorm before each sub-layer (pre-norm) or after the "
-                             "residual add (post-norm, as in the paper).",
-                             flag=("--pre-norm", "--post-norm"))
+    norm_first: bool = _arch(False, "LayerNorm before each sub-layer, or after the residual "
+                             "add (the paper's).", flag=("--pre-norm", "--post-norm"),
+                             panel="Model")
     share_embeddings: bool = _cli(True, None)  # one embedding table for both sides (joint vocab)
     tie_output: bool = _cli(True, None)  # output projection shares the target embedding matrix
     # Set by `tfm import` for MarianMT models (format 2; a model of format 1 has the defaults):
@@ -156,51 +161,55 @@ class TrainConfig:
     ``tfm train`` has an option for each field that has a help (see ``option``); its --help
     shows these defaults."""
 
-    max_tokens: int = option(4096, "Batch size in padded token positions (the longer of "
-                             "source and target side, per sentence).", min=1)
-    update_freq: int = option(1, "Batches per optimizer step (gradient accumulation).", min=1)
-    lr: float = option(7e-4, "Peak learning rate, reached after warmup.")
+    max_tokens: int = option(4096, "Batch size in padded tokens (of a pair's longer side).",
+                             min=1, panel="Optimisation")
+    update_freq: int = option(1, "Batches per optimizer step (gradient accumulation).", min=1,
+                              panel="Optimisation")
+    lr: float = option(7e-4, "Peak learning rate, reached after warmup.", panel="Optimisation")
     warmup_steps: int = option(4000, "Linear warmup steps, then the --lr-schedule decay.",
-                               option="--warmup", min=0)
+                               option="--warmup", min=0, panel="Optimisation")
     lr_schedule: str = option(
-        "inverse-sqrt", "After warmup: inverse-sqrt (the paper's), or linear / cosine decay to "
-        "0 at the end of the budget (--max-steps, --max-epochs or --max-time, whichever runs "
-        "out first).")
+        "inverse-sqrt", "After warmup: inverse-sqrt, or linear / cosine decay to 0 at the end "
+        "of the budget.", panel="Optimisation")
     adam_betas: tuple[float, float] = _cli((0.9, 0.98), None)
     adam_eps: float = _cli(1e-9, None)
-    label_smoothing: float = option(0.1, "Label smoothing epsilon.", min=0)
-    weight_decay: float = option(0.0, "L2 penalty on the weights, added to the gradient by "
-                                 "Adam (not AdamW's decoupled decay).", min=0)
-    clip_norm: float = option(1.0, "Clip the gradient norm to this; 0 disables.", min=0)
-    max_steps: int = option(0, "Stop after this many optimizer steps (0: no limit).", min=0)
-    max_epochs: int = option(0, "Stop after this many epochs (0: no limit).", min=0)
+    label_smoothing: float = option(0.1, "Label smoothing epsilon.", min=0,
+                                    panel="Optimisation")
+    weight_decay: float = option(0.0, "L2 penalty on the weights, through Adam (not AdamW).",
+                                 min=0, panel="Optimisation")
+    clip_norm: float = option(1.0, "Clip the gradient norm to this; 0 disables.", min=0,
+                              panel="Optimisation")
+    max_steps: int = option(0, "Stop after this many optimizer steps (0: no limit).", min=0,
+                            panel="Stopping")
+    max_epochs: int = option(0, "Stop after this many epochs (0: no limit).", min=0,
+                             panel="Stopping")
     max_time: float = option(0.0, "Stop after this many minutes of training (0: no limit).",
-                             min=0)
+                             min=0, panel="Stopping")
     sampling_temperature: float = option(
-        1.0, "A multilingual run: each epoch draws direction i with probability proportional "
-        "to its pairs ** (1/T): 1 in proportion to the data, higher values closer to uniform "
-        "(more of the small directions). Corpora given weights are drawn by those instead.")
-    valid_every: int = option(1000, "Validate every N steps, and once more at the end of "
-                              "training.", min=1)
+        1.0, "Each epoch draws direction i in proportion to its pairs ** (1/T); higher: "
+        "closer to uniform.", panel="Multilingual")
+    valid_every: int = option(1000, "Validate every N steps, and once more at the end.", min=1,
+                              panel="Checkpoints and logs")
     valid_bleu: bool = _cli(True, None)  # greedy BLEU on the validation set at each validation
     # (without BLEU, a lower validation loss is the better score)
     patience: int = option(0, "Stop after N validations in a row without a better BLEU "
-                           "(0: never). Needs a validation split.", min=0)
-    save_every: int = option(1000, "Save the training state every N steps.", min=1)
-    keep_last: int = option(5, "Numbered checkpoints to keep (for `tfm average`).", min=0)
-    log_every: int = option(50, "Log training metrics every N steps.", min=1)
-    seed: int = option(1, "Random seed.")
-    device: str = option("auto", "auto (CUDA if available, else CPU), cpu or cuda.")
+                           "(0: never).", min=0, panel="Stopping")
+    save_every: int = option(1000, "Save the training state every N steps.", min=1,
+                             panel="Checkpoints and logs")
+    keep_last: int = option(5, "Numbered checkpoints to keep (for `tfm average`).", min=0,
+                            panel="Checkpoints and logs")
+    log_every: int = option(50, "Log training metrics every N steps.", min=1,
+                            panel="Checkpoints and logs")
+    seed: int = option(1, "Random seed.", panel="Optimisation")
+    device: str = option("auto", "auto (CUDA if available, else CPU), cpu or cuda.",
+                         panel="Device")
     precision: str = option(
-        "auto", "auto, fp32, bf16 or fp16. auto: bf16 autocast on CUDA (fp16 where bf16 is "
-        "not supported); on CPUs with native bf16 (AMX, AVX-512 BF16) a bf16 model with fp32 "
-        "master weights, fp32 on other CPUs (bf16 is emulated there and trains many times "
-        "slower). Saved weights are fp32 in every precision. fp16 scales the loss to keep "
-        "small gradients (a step whose gradients overflow is skipped and the scale lowered).")
+        "auto", "auto, fp32, bf16 or fp16 (auto: by the device); saved weights are fp32.",
+        panel="Device")
     compile: bool = option(False, "Compile the model with torch.compile (slower start, often "
-                           "faster steps on GPUs).")
+                           "faster steps on GPUs).", panel="Device")
     num_threads: int = option(0, "CPU threads for torch (0: torch's default).",
-                              option="--threads", min=0)
+                              option="--threads", min=0, panel="Device")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -219,12 +228,11 @@ def option_name(name: str) -> str | None:
 class CleanConfig:
     """Which pairs ``tfm prepare`` keeps."""
 
-    max_length: int = option(250, "Drop pairs with a side longer than this many BPE tokens "
-                             "(the end-of-sentence token not counted).",
-                             min=1, was="--max-tokens")
-    max_ratio: float = option(3.0, "Drop pairs whose length ratio (longer side / shorter "
-                              "side, in tokens + 1) exceeds this; 0: keep all.", min=0)
-    dedup: bool = option(False, "Drop repeated (source, target) pairs.")
+    max_length: int = option(250, "Drop pairs with a side longer than this many BPE tokens.",
+                             min=1, was="--max-tokens", panel="Cleaning")
+    max_ratio: float = option(3.0, "Drop pairs whose length ratio (tokens + 1) exceeds this; "
+                              "0: keep all.", min=0, panel="Cleaning")
+    dedup: bool = option(False, "Drop repeated (source, target) pairs.", panel="Cleaning")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -263,29 +271,27 @@ class SearchOptions:
     leaves unset (``Translator.default_options``)."""
 
     beam: int = option(GenerationDefaults.beam, "Beam size; 1 is greedy decoding.",
-                       short="-b", min=1, shown_default=f"the model's, {_G.beam}")
+                       short="-b", min=1, shown_default=f"the model's, {_G.beam}",
+                       panel="Search")
     length_penalty: float = option(
         GenerationDefaults.length_penalty, "Beam search: scores are divided by length ** this.",
-        shown_default=f"the model's, {_G.length_penalty}")
+        shown_default=f"the model's, {_G.length_penalty}", panel="Search")
     max_len_a: float = option(GenerationDefaults.max_len_a, "Maximum output length is a * "
-                              "source length + b.", shown_default=f"the model's, {_G.max_len_a}")
+                              "source length + b.", shown_default=f"the model's, {_G.max_len_a}",
+                              panel="Search")
     max_len_b: int = option(GenerationDefaults.max_len_b, "See --max-len-a.",
-                            shown_default=f"the model's, {_G.max_len_b}")
-    min_len: int = option(0, "Minimum output length in tokens.", min=0)
-    n_best: int = option(1, "Hypotheses per sentence (jsonl shows them all).")
+                            shown_default=f"the model's, {_G.max_len_b}", panel="Search")
+    min_len: int = option(0, "Minimum output length in tokens.", min=0, panel="Search")
+    n_best: int = option(1, "Hypotheses per sentence (jsonl shows them all).", panel="Search")
     stop_early: bool = option(
-        True, "Beam search: end a sentence once its --n-best best hypotheses have ended (as "
-        "OpenNMT-py and CTranslate2 do), or wait for --beam of them (as fairseq does: slower, "
-        "sometimes slightly higher BLEU).")
-    batch_tokens: int = option(4096, "Most source tokens x beam decoded in one batch (more: "
-                               "more memory, fewer batches). The output is the same whatever "
-                               "the number.", min=1)
+        True, "Beam search: end a sentence once its --n-best best hypotheses have ended, or "
+        "wait for --beam of them.", panel="Search")
+    batch_tokens: int = option(4096, "Most source tokens x beam in one batch; the output is "
+                               "the same for any.", min=1, panel="Speed")
     attention: bool = _cli(False, None)  # keep cross-attention and word alignments (slower)
     mbr: str | None = option(
-        None, "Beam search: output the hypothesis the beam's other hypotheses agree with most "
-        "(minimum Bayes risk, each weighted by its probability), by this sentence-level "
-        "metric: bleu or chrf (tfm.decoding.mbr). Usually a little higher BLEU / chrF than the "
-        "best-scoring hypothesis, at a larger beam (e.g. --beam 8).")
+        None, "Beam search: output the hypothesis the others agree with most by bleu or chrf "
+        "(minimum Bayes risk).", panel="Reranking")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -305,46 +311,33 @@ class EngineOptions:
     """Which model decodes, where, and what ranks its hypotheses: what ``tfm translate`` and
     ``tfm eval`` load (tfm.decoding.engines.load_translator, tfm.decoding.rerank)."""
 
-    model: Path = option(Path("model"), "A model directory written by `tfm train` (or `tfm "
-                         "average`), or a CTranslate2 export from `tfm export --to "
-                         "ctranslate2`, decoded with CTranslate2.", short="-m")
-    ensemble: list[Path] = option([], "Another model directory (same tokenizer) to decode "
-                                  "together with --model, their probabilities averaged at "
-                                  "every step; repeat for more.")
+    model: Path = option(Path("model"), "A model directory, or a CTranslate2 export (`tfm "
+                         "export`).", short="-m", panel="Model")
+    ensemble: list[Path] = option([], "Another model (same tokenizer) decoded with --model, "
+                                  "probabilities averaged; repeat for more.", panel="Model")
     reverse_model: list[Path] = option(
-        [], "Beam search: rank each sentence's hypotheses anew with a tfm model of the other "
-        "direction (e.g. de->en for an en->de model): each scored by how well it lets that "
-        "model read the source back (see --reverse-weight). Repeat for an ensemble. Most "
-        "useful with --mbr.")
+        [], "Beam search: rank the hypotheses by how well a model of the other direction reads "
+        "the source back; repeat for more.", panel="Reranking")
     reverse_weight: float = option(
-        REVERSE_WEIGHT, "With --reverse-model: hypothesis score + this x the reverse model's "
-        "log-probability of the source per source token.")
-    device: str = option("auto", "auto (CUDA if available, else CPU), cpu or cuda.")
+        REVERSE_WEIGHT, "With --reverse-model: score + this x its log-probability of the "
+        "source per token.", panel="Reranking")
+    device: str = option("auto", "auto (CUDA if available, else CPU), cpu or cuda.",
+                         panel="Model")
     precision: str = option(
-        "fp32", "Weights for decoding: fp32, bf16, fp16 (CUDA), int8 (CPU: int8 weights, and "
-        "each token's activations rounded to int8, in the Linear layers; the output can differ "
-        "a little from fp32's) or auto (bf16 on CUDA and on CPUs with native bf16, else fp32; "
-        "never int8).")
+        "fp32", "Weights for decoding: fp32, bf16, fp16 (CUDA), int8 (CPU) or auto.",
+        panel="Model")
     workers: int | None = option(
-        None, "Batches decoded at once (tfm's search), each by a thread with its share of the "
-        "CPU threads, so that the cores stay busy between the small steps of one search. The "
-        "output is the same whatever the number.", min=1,
-        shown_default="2 on a CPU with 2 threads or more, else 1")
+        None, "Batches decoded at once, each by a thread; the output is the same for any.",
+        min=1, shown_default="2 on a CPU with 2 threads or more, else 1", panel="Speed")
     shortlist: bool = option(
-        False, "tfm's search: score only the target tokens that the sources' tokens are "
-        "likely to be translated into (the model directory's vocabulary shortlist, from `tfm "
-        "shortlist`), a smaller output layer and softmax. Compare BLEU with and without "
-        "(tfm eval) before relying on it.")
+        False, "Score only the likely target tokens (`tfm shortlist`); compare BLEU first.",
+        panel="Speed")
     cuda_graphs: bool = option(
-        True, "On CUDA, tfm's search of short batches (up to 64 sentences x beam, without "
-        "constraints or an ensemble) replays each batch shape's decoding step as a CUDA graph, "
-        "one launch a step instead of one per kernel: lower latency for one sentence or a few. "
-        "The same hypotheses; --no-cuda-graphs decodes step by step.")
+        True, "On CUDA: decode short batches by replaying CUDA graphs (the same hypotheses).",
+        panel="Speed")
     exact_search: bool = option(
-        False, "A CTranslate2 export: find exactly what tfm's own search finds (its stopping "
-        "rule and per-sentence length limits), in up to three CTranslate2 passes, instead of "
-        "CTranslate2's own search in one pass (faster; with a length penalty its hypotheses "
-        "can differ).")
+        False, "A CTranslate2 export: find what tfm's own search finds (slower).",
+        panel="Speed")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -354,17 +347,16 @@ class EngineOptions:
 class ScoreOptions:
     """Which scores ``tfm eval`` reports (tfm.decoding.scoring)."""
 
-    bleu: bool = option(True, "Report BLEU.")
-    chrf: bool = option(False, "Also report chrF.")
-    ter: bool = option(False, "Also report TER.")
+    bleu: bool = option(True, "Report BLEU.", panel="Scores")
+    chrf: bool = option(False, "Also report chrF.", panel="Scores")
+    ter: bool = option(False, "Also report TER.", panel="Scores")
     lc_tok: bool = option(False, "Also report BLEU as the Multi30k papers do: lowercased, "
-                          "punctuation-normalised, Moses-tokenized text (needs tfm\\[moses]).")
-    off_target: bool = option(False, "Also report the share of translations that py3langid "
-                              "identifies as another language than the target (--tgt-lang; "
-                              "needs tfm\\[langid]).")
-    tgt_lang: str | None = option(None, "The translations' language: for --lc-tok's tokenizer "
-                                  "and --off-target's check.",
-                                  shown_default="--target-lang, else the model's")
+                          "Moses-tokenized (needs tfm\\[moses]).", panel="Scores")
+    off_target: bool = option(False, "Also report the share of translations in another "
+                              "language (needs tfm\\[langid]).", panel="Scores")
+    tgt_lang: str | None = option(None, "The translations' language, for --lc-tok and "
+                                  "--off-target.", shown_default="--target-lang, else the model's",
+                                  panel="Languages")
 
 
 def _from_dict(cls: type[T], data: dict[str, Any]) -> T:

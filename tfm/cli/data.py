@@ -13,6 +13,7 @@ from rich.table import Table
 from tfm.cli.app import app, err, writing_into
 from tfm.cli.fields import Fields, derive
 from tfm.cli.options import (
+    CORPUS,
     CorpusOpt,
     HfConfigOpt,
     SplitOpt,
@@ -25,6 +26,8 @@ from tfm.cli.run_config import with_config
 from tfm.config import CleanConfig
 from tfm.data.tokenizer import train_tokenizer
 
+TOKENIZER, OUTPUT = "Tokenizer", "Output"  # --help's panels of the options declared here
+
 # The BPE trainer's defaults, read from its signature so that they are written once.
 _BPE = {name: p.default for name, p in inspect.signature(train_tokenizer).parameters.items()}
 
@@ -34,32 +37,30 @@ _BPE = {name: p.default for name, p in inspect.signature(train_tokenizer).parame
 def train_tokenizer_cmd(
     train: CorpusOpt = [],  # noqa: B006 (typer reads the default)
     output: Annotated[Path, typer.Option(
-        "--output", "-o", help="Where to write the tokenizer (HF tokenizers JSON).")] = Path(
-        "tokenizer.json"),
+        "--output", "-o", help="Where to write the tokenizer (HF tokenizers JSON).",
+        rich_help_panel=TOKENIZER)] = Path("tokenizer.json"),
     vocab_size: Annotated[int, typer.Option(
-        "--vocab-size", help="Vocabulary size, special tokens included.", min=260)
-    ] = _BPE["vocab_size"],
+        "--vocab-size", help="Vocabulary size, special tokens included.", min=260,
+        rich_help_panel=TOKENIZER)] = _BPE["vocab_size"],
     min_frequency: Annotated[int, typer.Option(
-        "--min-frequency", help="Minimum count of a pair of symbols to be merged.", min=1)
-    ] = _BPE["min_frequency"],
+        "--min-frequency", help="Minimum count of a pair of symbols to be merged.", min=1,
+        rich_help_panel=TOKENIZER)] = _BPE["min_frequency"],
     separate: Annotated[bool, typer.Option(
-        "--separate/--joint", help="One vocabulary per language, written as NAME.src.json and "
-        "NAME.tgt.json beside --output NAME.json, instead of one joint vocabulary (needed to "
-        "share embeddings).")] = False,
+        "--separate/--joint", help="One vocabulary per language (NAME.src.json, "
+        "NAME.tgt.json), or one joint vocabulary.", rich_help_panel=TOKENIZER)] = False,
     lowercase: Annotated[bool, typer.Option(
-        "--lowercase", help="Lowercase everything the tokenizer encodes, as the Multi30k papers "
-        "train (on lowercased text): a model trained with it writes lowercase, for scores on "
-        "lowercased text only (`tfm eval --lc-tok`).")] = False,
+        "--lowercase", help="Lowercase all it encodes, as the Multi30k papers train "
+        "(score with `tfm eval --lc-tok`).", rich_help_panel=TOKENIZER)] = False,
     src_lang: SrcLangOpt = None,
     tgt_lang: TgtLangOpt = None,
     split: SplitOpt = "train",
     hf_config: HfConfigOpt = None,
     corpora: list | None = None,  # a run config's corpora (tfm.data.directions)
 ) -> None:
-    """Train a byte-level BPE tokenizer on the source and target sides of a corpus: one joint
-    vocabulary (default) or one per language (--separate).
+    """Train a byte-level BPE tokenizer on a parallel corpus.
 
-    Special tokens: <pad>=0, <unk>=1, <s>=2 (begin), </s>=3 (end of sentence). Wherever a
+    One joint vocabulary of both sides (default) or one per language (--separate). Special
+    tokens: <pad>=0, <unk>=1, <s>=2 (begin), </s>=3 (end of sentence). Wherever a
     tokenizer is asked for (--tokenizer NAME.json), separate ones are found as NAME.src.json
     and NAME.tgt.json. With several corpora (a run config's corpora:, each language read
     once) that translate into more than one language, the vocabulary also gets a
@@ -87,27 +88,29 @@ def train_tokenizer_cmd(
 def prepare(
     train: CorpusOpt = [],  # noqa: B006
     tokenizer: Annotated[Path, typer.Option(
-        "--tokenizer", help="Tokenizer from `tfm train-tokenizer`.")] = Path("tokenizer.json"),
+        "--tokenizer", help="Tokenizer from `tfm train-tokenizer`.", rich_help_panel=OUTPUT)
+    ] = Path("tokenizer.json"),
     output: Annotated[Path, typer.Option(
-        "--output", "-o", help="Directory for the prepared dataset.")] = Path("data-bin"),
+        "--output", "-o", help="Directory for the prepared dataset.", rich_help_panel=OUTPUT)
+    ] = Path("data-bin"),
     valid: Annotated[list[str], typer.Option(
         "--valid", help="Validation corpus, in any form --train accepts.",
-        show_default=False)] = [],  # noqa: B006
+        show_default=False, rich_help_panel=CORPUS)] = [],  # noqa: B006
     src_lang: SrcLangOpt = None,
     tgt_lang: TgtLangOpt = None,
     force: Annotated[bool, typer.Option(
-        "--force", help="Prepare again even if the output is up to date.")] = False,
+        "--force", help="Prepare again even if the output is up to date.",
+        rich_help_panel=OUTPUT)] = False,
     num_proc: Annotated[int, typer.Option(
-        "--num-proc", help="Worker processes that normalise and tokenize chunks of 20,000 "
-        "pairs in parallel; 1 tokenizes in this process (the tokenizers library still uses "
-        "every core). The result is the same for any value.", min=1)] = 1,
+        "--num-proc", help="Worker processes that tokenize in parallel (the same result).",
+        min=1, rich_help_panel=OUTPUT)] = 1,
     split: SplitOpt = "train",
     hf_config: HfConfigOpt = None,
     *,
     clean: CleanConfig,  # which pairs to keep: its options
     corpora: list | None = None,  # a run config's corpora (tfm.data.directions)
 ) -> None:
-    """Clean and tokenize a parallel corpus into a dataset for `tfm train`.
+    """Clean and tokenize a parallel corpus for `tfm train`.
 
     Drops empty pairs, over-long pairs and pairs of extreme length ratio, and reports how many
     were kept. The output is a Hugging Face dataset on disk (memory-mapped Arrow) with a copy of

@@ -32,6 +32,9 @@ from tfm.cli.run_config import with_config
 from tfm.config import EngineOptions, ScoreOptions, SearchOptions
 from tfm.errors import UsageError
 
+# --help's panels of the options declared here (the others are their fields').
+IO, CONSTRAINTS, LANGUAGES = "Input and output", "Constraints", "Languages"
+
 if TYPE_CHECKING:
     from tfm.decoding.constraints import ConstraintSpec
     from tfm.decoding.glossary import Glossary
@@ -47,44 +50,43 @@ def translate(
         help="Sentences to translate. Without any, reads --input or standard input, one "
         "sentence a line.", show_default=False)] = None,
     input: Annotated[Optional[Path], typer.Option(
-        "--input", "-i", help="File to translate, one sentence a line; a .jsonl file (or "
-        "--input-format jsonl): one request a line, {\"src\": ..., \"constraints\": "
-        "[...], \"prefix\": ...} (docs/CONSTRAINTS.md).")] = None,
+        "--input", "-i", help="File to translate, one sentence (or jsonl request) a line.",
+        rich_help_panel=IO)] = None,
     input_format: Annotated[str, typer.Option(
-        "--input-format", help="auto (jsonl for a .jsonl or .jsonl.gz file, else text), text "
-        "or jsonl.")] = "auto",
+        "--input-format", help="auto (jsonl for a .jsonl[.gz] file), text or jsonl.",
+        rich_help_panel=IO)] = "auto",
     glossary: GlossaryOpt = None,
     prefix: Annotated[Optional[str], typer.Option(
-        "--prefix", help="Each translation starts with this text (a jsonl line's own "
-        "\"prefix\" wins).", show_default=False)] = None,
+        "--prefix", help="Each translation starts with this text.", show_default=False,
+        rich_help_panel=CONSTRAINTS)] = None,
     constraint: Annotated[Optional[list[str]], typer.Option(
-        "--constraint", help="A phrase each translation must contain (repeat for more; added "
-        "to a jsonl line's own). Needs beam search.", show_default=False)] = None,
+        "--constraint", help="A phrase each translation must contain; repeat for more.",
+        show_default=False, rich_help_panel=CONSTRAINTS)] = None,
     output: Annotated[Optional[Path], typer.Option(
-        "--output", help="Write translations here instead of standard output.")] = None,
+        "--output", help="Write translations here instead of standard output.",
+        rich_help_panel=IO)] = None,
     fmt: Annotated[str, typer.Option(
-        "--format", help="text: one translation a line; jsonl: scores and n-best too.")
+        "--format", help="text, or jsonl: scores and n-best too.", rich_help_panel=IO)
     ] = "text",
     alignments: Annotated[bool, typer.Option(
-        "--alignments", help="With --format jsonl: add attention-based word alignments "
-        "('i-j': source word i, target word j, from 0).")] = False,
+        "--alignments", help="With --format jsonl: add word alignments.", rich_help_panel=IO)
+    ] = False,
     show_attention: Annotated[bool, typer.Option(
-        "--show-attention", help="For one sentence: draw the cross-attention matrix in the "
-        "terminal (on stderr).")] = False,
+        "--show-attention", help="For one sentence: draw its cross-attention on stderr.",
+        rich_help_panel=IO)] = False,
     plot: Annotated[Optional[Path], typer.Option(
-        "--plot", help="For one sentence: save the cross-attention as a heatmap picture "
-        "(PNG).")] = None,
+        "--plot", help="For one sentence: save its cross-attention as a PNG heatmap.",
+        rich_help_panel=IO)] = None,
     target_lang: Annotated[Optional[str], typer.Option(
-        "--target-lang", help="For a model of several target languages (a multilingual tfm "
-        "model, or one imported from MarianMT): the language to translate into (e.g. fr), "
-        "whose >>fr<< tag is put before each sentence. Needed by such a model unless each "
-        "sentence starts with its own tag.",
-        show_default=False)] = None,
+        "--target-lang", help="A model of several target languages: the one to translate "
+        "into (e.g. fr).", show_default=False, rich_help_panel=LANGUAGES)] = None,
     *,
     search: dict[str, Any],  # SearchOptions' options, those given
     engine: EngineOptions,
 ) -> None:
-    """Translate sentences with a trained model (greedy or beam search)."""
+    """Translate sentences with a trained model.
+
+    Greedy or beam search; options in detail: docs/CLI.md#tfm-translate."""
     _check_options(text, input, fmt, alignments, show_attention, plot)
     check_output_file(output, "--output")
     check_output_file(plot, "--plot")
@@ -359,27 +361,31 @@ def _read_lines(path: Path, allow_empty: bool = False) -> list[str]:
         engine=Fields(EngineOptions))
 def eval_cmd(
     src: Annotated[Optional[Path], typer.Option(
-        "--src", help="Source file to translate (one sentence a line).")] = None,
+        "--src", help="Source file to translate (one sentence a line).",
+        rich_help_panel=IO)] = None,
     ref: Annotated[Optional[Path], typer.Option(
-        "--ref", help="Reference translations, aligned with --src.")] = None,
+        "--ref", help="Reference translations, aligned with --src.", rich_help_panel=IO)] = None,
     hyp: Annotated[Optional[Path], typer.Option(
-        "--hyp", help="Score these existing translations instead of translating --src.")
-    ] = None,
+        "--hyp", help="Score these translations instead of translating --src.",
+        rich_help_panel=IO)] = None,
     save_hyp: Annotated[Optional[Path], typer.Option(
-        "--save-hyp", help="Also write the translations to this file.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,
+        "--save-hyp", help="Also write the translations to this file.",
+        rich_help_panel=IO)] = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the scores as JSON.", rich_help_panel=IO)] = False,
     target_lang: Annotated[Optional[str], typer.Option(
-        "--target-lang", help="For a multilingual model: the language to translate --src into "
-        "(e.g. fr), whose >>fr<< token is put before each sentence; also the language "
-        "--off-target and --lc-tok take, unless --tgt-lang.", show_default=False)] = None,
+        "--target-lang", help="A multilingual model: the language to translate --src into.",
+        show_default=False, rich_help_panel=LANGUAGES)] = None,
     *,
     report: ScoreOptions,  # which scores
     search: dict[str, Any],  # SearchOptions' options, those given
     engine: EngineOptions,
 ) -> None:
-    """Translate --src and score it against --ref with sacrebleu (or score --hyp); --lc-tok adds
-    the lowercased, Moses-tokenized BLEU that Multi30k results are reported in, --off-target
-    the share of translations in another language than the target."""
+    """Score translations of --src (or --hyp) against --ref.
+
+    BLEU, chrF and TER by sacrebleu; --lc-tok adds the lowercased, Moses-tokenized BLEU of the
+    Multi30k papers, --off-target the share of translations in another language than the
+    target. Options in detail: docs/CLI.md#tfm-eval."""
     from tfm.decoding.scoring import Score, bleu_lc_tok, score
 
     bleu_flag, chrf, ter, lc_tok = report.bleu, report.chrf, report.ter, report.lc_tok

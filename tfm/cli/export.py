@@ -19,20 +19,21 @@ def export(
         help="The tfm model directory to export (from `tfm train` or `tfm average`).",
         show_default=False)],
     to: Annotated[str, typer.Option(
-        "--to", help="ctranslate2: a CTranslate2 model, which `tfm translate` and `tfm eval` "
-        "decode with CTranslate2 (--model OUT); marian: a Hugging Face MarianMT directory "
-        "for transformers.", show_default=False)],
+        "--to", help="ctranslate2 (decoded by tfm with --model OUT) or marian (for "
+        "transformers).", show_default=False)],
     output: Annotated[Path, typer.Option(
         "--output", "-o", help="Directory to write; it appears whole or not at all.",
         show_default=False)],
     quantization: Annotated[Optional[str], typer.Option(
-        "--quantization", help="ctranslate2: store the weights as int8, int8_float32, "
-        "int8_float16, int8_bfloat16, int16, float16, bfloat16 or float32 "
-        "(int8 and int16 are also computed in integers).  \\[default: float32]")] = None,
+        "--quantization", help="ctranslate2: the weights as int8, int8_float32, int8_float16, "
+        "int8_bfloat16, int16, float16, bfloat16 or float32.  \\[default: float32]")] = None,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace --output if it exists.")] = False,
 ) -> None:
-    """Export a model to CTranslate2 (fast inference) or Hugging Face MarianMT."""
+    """Export a model to CTranslate2 or Hugging Face MarianMT.
+
+    CTranslate2 for fast inference; MarianMT for transformers. In detail:
+    docs/CLI.md#tfm-export."""
     if to not in FORMATS:
         raise UsageError(f"--to {to}: choose one of {', '.join(FORMATS)}")
     if to == "ctranslate2":

@@ -23,8 +23,10 @@ def import_(
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace --output if it exists.")] = False,
 ) -> None:
-    """Import a MarianMT (OPUS-MT) model: translate, serve, fine-tune and export it as any
-    tfm model. Nothing is fetched and no code in it is run."""
+    """Import a MarianMT (OPUS-MT) model as a tfm model directory.
+
+    Translate, serve, fine-tune and export it as any tfm model. Nothing is fetched and no code
+    in it is run (docs/IMPORT.md)."""
     from tfm.interop.marian_import import import_marian
 
     with writing_into(output, "tfm import"):

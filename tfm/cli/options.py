@@ -9,25 +9,24 @@ import typer
 
 from tfm.errors import UsageError
 
+CORPUS = "Corpus"  # --help's panel of the options that name the data
+
 CorpusOpt = Annotated[list[str], typer.Option(
-    "--train", help="Training corpus: PREFIX (with --src-lang/--tgt-lang: PREFIX.en[.gz] + "
-    "PREFIX.de[.gz]), two aligned files (give --train twice), a .tsv or .jsonl file, a saved "
-    "Hugging Face dataset folder, a .parquet/.csv file, or a hub dataset name.",
-    show_default=False)]
+    "--train", help="Training corpus: PREFIX (with -s and -t), two files (--train twice), "
+    ".tsv, .jsonl or a dataset.", show_default=False, rich_help_panel=CORPUS)]
 SrcLangOpt = Annotated[Optional[str], typer.Option(
     "--src-lang", "-s", help="Source language code (e.g. en); inferred from file names "
-    "like train.en.gz when possible.")]
+    "like train.en.gz when possible.", rich_help_panel=CORPUS)]
 TgtLangOpt = Annotated[Optional[str], typer.Option(
-    "--tgt-lang", "-t", help="Target language code (e.g. de).")]
+    "--tgt-lang", "-t", help="Target language code (e.g. de).", rich_help_panel=CORPUS)]
 SplitOpt = Annotated[str, typer.Option(
-    "--split", help="Split to read from a Hugging Face dataset.")]
+    "--split", help="Split to read from a Hugging Face dataset.", rich_help_panel=CORPUS)]
 HfConfigOpt = Annotated[Optional[str], typer.Option(
-    "--hf-config", help="Configuration name of a hub dataset (e.g. de-en).")]
+    "--hf-config", help="Configuration name of a hub dataset (e.g. de-en).",
+    rich_help_panel=CORPUS)]
 GlossaryOpt = Annotated[Optional[Path], typer.Option(
-    "--glossary", help="A TSV file of terms (source term, a tab, target term): in each "
-    "sentence, every source term found (whole words; a lowercase term in any case) makes its "
-    "target term a constraint of the translation (docs/CONSTRAINTS.md). Needs beam search.",
-    show_default=False)]
+    "--glossary", help="A TSV file of terms (source, tab, target): each source term found "
+    "makes its target term a constraint.", show_default=False, rich_help_panel="Constraints")]
 
 
 def corpus_spec(paths: list[str], src_lang: str | None, tgt_lang: str | None, split: str,

@@ -16,25 +16,27 @@ from tfm.config import ShortlistConfig
 @app.command()
 def shortlist(
     data: Annotated[Path, typer.Option(
-        "--data", help="The prepared dataset (`tfm prepare`) the model was trained on: its "
-        "train split is read.", show_default=False)],
+        "--data", help="The prepared dataset (`tfm prepare`) the model was trained on.",
+        show_default=False)],
     model: Annotated[Path, typer.Option(
         "--model", "-m", help="The model directory to write the shortlist into.")
     ] = Path("model"),
     per_token: Annotated[int, typer.Option(
-        "--per-token", help="Target tokens kept for each source token, the most probable "
-        "translations first.", min=1)] = ShortlistConfig.per_token,
+        "--per-token", help="Target tokens kept for each source token (the most probable).",
+        min=1)] = ShortlistConfig.per_token,
     frequent: Annotated[int, typer.Option(
         "--frequent", help="The most frequent target tokens, always allowed.", min=0)
     ] = ShortlistConfig.frequent,
     iterations: Annotated[int, typer.Option(
-        "--iterations", help="EM rounds that estimate the lexical translation "
-        "probabilities (IBM Model 1).", min=1)] = ShortlistConfig.iterations,
+        "--iterations", help="EM rounds of IBM Model 1.", min=1)
+    ] = ShortlistConfig.iterations,
 ) -> None:
-    """Build the vocabulary shortlist that `tfm translate --shortlist` decodes with: for each
-    source token, the target tokens it is likely to be translated into, learnt from the
-    training data, plus the most frequent target tokens. Written into the model directory
-    (shortlist.safetensors), and by `tfm export --to ctranslate2` as CTranslate2's vmap.txt."""
+    """Build a model's vocabulary shortlist, for --shortlist.
+
+    For each source token, the target tokens it is likely to be translated into, learnt from
+    the training data, plus the most frequent target tokens: `tfm translate --shortlist`
+    decodes with them. Written into the model directory (shortlist.safetensors), and by `tfm
+    export --to ctranslate2` as CTranslate2's vmap.txt."""
     from tfm.decoding.shortlist import make_shortlist
 
     start = time.monotonic()

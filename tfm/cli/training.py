@@ -13,41 +13,45 @@ from tfm.cli.run_config import with_config
 from tfm.config import ModelConfig, TrainConfig
 from tfm.errors import EXIT_INTERRUPTED, UsageError
 
+RUN = "Data and output"  # --help's panel of the run's own options (the others: their fields')
+
 
 @app.command()
 @with_config()
-@derive(model=Fields(ModelConfig, given_only=True), options=Fields(TrainConfig, given_only=True))
+@derive(model=Fields(ModelConfig, given_only=True, metavars=dict.fromkeys(
+            ("dropout", "attention_dropout", "activation_dropout"), "<p>")),
+        options=Fields(TrainConfig, given_only=True, metavars={"sampling_temperature": "<T>"}))
 def train(
     data: Annotated[Path, typer.Option(
-        "--data", "-d", help="Prepared dataset directory from `tfm prepare`.")] = Path(
-        "data-bin"),
+        "--data", "-d", help="Prepared dataset directory from `tfm prepare`.",
+        rich_help_panel=RUN)] = Path("data-bin"),
     output: Annotated[Path, typer.Option(
-        "--output", "-o", help="Model directory to write (config, tokenizer, weights, "
-        "training state, metrics).")] = Path("model"),
+        "--output", "-o", help="Model directory to write.", rich_help_panel=RUN)
+    ] = Path("model"),
     preset: Annotated[Optional[str], typer.Option(
-        "--preset", help="Model size: base (the paper's), big, small (Multi30k-sized), tiny."
-        + default_note("small"))] = None,
+        "--preset", help="Model size: base (the paper's), big, small, tiny."
+        + default_note("small"), rich_help_panel="Model")] = None,
     resume: Annotated[bool, typer.Option(
-        "--resume", help="Continue the run in --output where it stopped.")] = False,
+        "--resume", help="Continue the run in --output where it stopped.",
+        rich_help_panel=RUN)] = False,
     init_from: Annotated[Optional[Path], typer.Option(
-        "--init-from", help="Start from the weights of this trained model directory "
-        "(fine-tuning, or more training on other data): its architecture and vocabulary "
-        "(prepare the data with its tokenizer.json), a fresh optimizer and learning-rate "
-        "schedule from step 0. Architecture options may only repeat the model's; the dropout "
-        "options may change.")] = None,
+        "--init-from", help="Start from this trained model's weights (fine-tuning), at step 0.",
+        rich_help_panel=RUN)] = None,
     overwrite: Annotated[bool, typer.Option(
-        "--overwrite", help="Start afresh, deleting the run already in --output.")] = False,
+        "--overwrite", help="Start afresh, deleting the run already in --output.",
+        rich_help_panel=RUN)] = False,
     *,
     model: dict[str, Any],  # ModelConfig's options, those given
     options: dict[str, Any],  # TrainConfig's options, those given
     tensorboard: Annotated[Optional[Path], typer.Option(
-        "--tensorboard", help="Also log train/valid scalars as TensorBoard events in this "
-        "directory (needs `pip install tensorboard`).")] = None,
+        "--tensorboard", help="Also log TensorBoard events into this directory.",
+        rich_help_panel=RUN)] = None,
 ) -> None:
     """Train an encoder-decoder Transformer on a prepared dataset.
 
     Under torchrun (`torchrun --nproc_per_node=N -m tfm train ...`) the N processes train
     together with DistributedDataParallel: gloo on CPU, NCCL on CUDA (one GPU per process).
+    Options in detail: docs/CLI.md#tfm-train.
     """
     from contextlib import nullcontext
 
@@ -145,7 +149,7 @@ def average(
         "--output", "-o", help="Model directory to write (default: MODEL/averaged).",
         show_default=False)] = None,
 ) -> None:
-    """Average the weights of the last N numbered checkpoints into a new model directory.
+    """Average the last N checkpoints of a run into a new model.
 
     The average of the last few checkpoints of a run usually translates a little better than
     any one of them. Train with --keep-last N (default 5) to keep N checkpoints.
