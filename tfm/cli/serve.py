@@ -16,20 +16,31 @@ from tfm.config import EngineOptions
 from tfm.errors import UsageError
 from tfm.serve.config import ServeConfig
 
+# --help's panels of ServeConfig's options (tfm/serve/config.py, the server's own, names none).
+PANELS = {
+    **dict.fromkeys(("host", "port", "api_key", "request_timeout_s", "max_connections"),
+                    "Server"),
+    **dict.fromkeys(("beam", "max_beam", "max_sentences", "max_request_bytes"), "Requests"),
+    **dict.fromkeys(("max_batch_tokens", "max_wait_ms", "max_queue"), "Batching"),
+}
+
 
 @app.command()
 @with_config()
 @derive(engine=Fields(EngineOptions, exclude=("ensemble", "reverse_model", "reverse_weight")),
-        settings=Fields(ServeConfig))
+        settings=Fields(ServeConfig, panels=PANELS))
 def serve(
     glossary: GlossaryOpt = None,
     access_log: Annotated[bool, typer.Option(
-        "--access-log", help="Log every request (one line each) on stderr.")] = False,
+        "--access-log", help="Log every request (one line each) on stderr.",
+        rich_help_panel="Server")] = False,
     *,
     engine: EngineOptions,  # the model and where it decodes
     settings: ServeConfig,  # how the server listens, batches and bounds its work
 ) -> None:
-    """Serve a model over HTTP: POST /v1/translate, a page at /, /docs, /health, /metrics."""
+    """Serve a model over HTTP: an API, a web page and metrics.
+
+    POST /v1/translate, a page at /, /docs, /health, /metrics (docs/CLI.md#tfm-serve-serving)."""
     from tfm.extras import require
 
     require("fastapi", "serve")
