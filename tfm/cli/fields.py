@@ -74,13 +74,14 @@ class Fields:
             if "was" in f.metadata:
                 help_text += f" (Spelled {f.metadata['was']} before; that spelling is refused.)"
             default = _default(f)
+            spelled = option_spelling(self.cls, f.name)  # "--on/--off" for a flag
             if value_type is bool:
-                on = _spelled(f)
-                on, off = f.metadata.get("flag", (on, "--no-" + on.removeprefix("--")))
+                on, _, off = spelled.partition("/")
+                off = off or "--no-" + on.removeprefix("--")
                 decls = [f"{on}/{off}"]
                 shown = on.removeprefix("--") if default else off.removeprefix("--")
             else:
-                decls = [_spelled(f)]
+                decls = [spelled]
                 shown = default
             decls += [f.metadata["short"]] if "short" in f.metadata else []
             shown = f.metadata.get("shown_default", shown)
@@ -109,7 +110,8 @@ class Fields:
         given = {}
         for f in self.fields():
             if "was" in f.metadata and values.pop(_old(f), None) is not None:
-                raise UsageError(f"{f.metadata['was']} is now spelled {_spelled(f)}: "
+                raise UsageError(f"{f.metadata['was']} is now spelled "
+                                 f"{option_spelling(self.cls, f.name)}: "
                                  f"{f.metadata.get('help', '')}")
             value = values.pop(f.name)
             if value is not None:
@@ -143,10 +145,6 @@ def derive(**groups: Fields) -> Callable[[F], F]:
         return typing.cast(F, run)
 
     return decorate
-
-
-def _spelled(f: dataclasses.Field) -> str:
-    return f.metadata.get("option", "--" + f.name.replace("_", "-"))
 
 
 def _old(f: dataclasses.Field) -> str:
