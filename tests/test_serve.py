@@ -824,7 +824,8 @@ def test_info_tells_languages_model_provenance_version_and_defaults(server):
     assert info["model"]["d_model"] == 32
     assert info["provenance"] == {"note": "random weights for tests"}
     assert info["tfm_version"]
-    assert info["decoding"]["beam"] == 4 and info["decoding"]["max_len_b"] == 5
+    assert info["decoding"] == {"beam": 4, "n_best": 1, "length_penalty": 1.0,
+                                "max_len_a": 1.0, "max_len_b": 5}
     assert info["engine"]["engine"] == "tfm"
     assert info["limits"]["max_sentences"] == 20 and info["limits"]["max_beam"] == 6
     # Without --workers: 2 decoding workers where torch starts with 2 CPU threads or more.

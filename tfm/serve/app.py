@@ -21,17 +21,16 @@ from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, replace
 from importlib import resources
-from typing import Any, Optional, Union
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
 from tfm import __version__
 from tfm.config import SearchOptions
-from tfm.data.text import replace_surrogates
 from tfm.decoding.constraints import MAX_CONSTRAINTS, ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary
 from tfm.decoding.languages import language_tokens
@@ -41,6 +40,12 @@ from tfm.errors import OptionError, UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
 from tfm.serve.metrics import ServeMetrics
+from tfm.serve.schema import (
+    REQUEST_OPTIONS,
+    TranslateRequest,
+    TranslateResponse,
+    given_options,
+)
 from tfm.serve.sentences import Passage, split_sentences
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]  # ASGI's receive
@@ -69,119 +74,6 @@ class ApiError(HTTPException):
         super().__init__(status, message, headers)
         self.limit = limit
         self.value = value
-
-
-# The API's request and response bodies.
-
-class TranslateRequest(BaseModel):
-    """What to translate and how. Unset options take the server's defaults (GET /v1/info)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    text: Union[str, list[str]] = Field(
-        description="A text, or a list of texts, each translated on its own. A text of "
-        "several sentences or lines is split into sentences and put back together with its "
-        "line breaks.")
-    beam: int | None = Field(None, ge=1, description="Beam size; 1 is greedy search.")
-    n_best: int | None = Field(None, ge=1, description="Hypotheses per sentence (at most "
-                               "beam); more than 1 adds them under 'sentences'.")
-    length_penalty: float | None = Field(None, allow_inf_nan=False, description="Beam "
-                                         "search: scores are divided by length ** this.")
-    max_length: int | None = Field(None, ge=1, description="Most tokens of each sentence's "
-                                   "translation, its end-of-sentence token included (instead "
-                                   "of the model's a * source length + b).")
-    scores: bool = Field(False, description="Add each sentence's record under 'sentences' "
-                         "(translation, score, n-best list, ...: the line `tfm translate "
-                         "--format jsonl` writes for it).")
-    split: bool = Field(True, description="Split texts into sentences; false: translate "
-                        "each text as one sentence, as `tfm translate` does each line.")
-    constraints: Optional[list[Any]] = Field(
-        None, description="Phrases the translation must contain (beam search): a list of "
-        "strings for a text, or one such list per text for a list of texts. A text with "
-        "constraints or a prefix is translated as one sentence.")
-    prefix: Union[str, list[Optional[str]], None] = Field(
-        None, description="Text the translation must start with: a string for a text, or one "
-        "(or null) per text for a list of texts.")
-    glossary: bool = Field(True, description="Apply the server's glossary (tfm serve "
-                           "--glossary), if it has one: the target term of each of its source "
-                           "terms found in a sentence becomes a constraint.")
-    target_lang: Optional[str] = Field(None, description="For a model of several target "
-                                       "languages (GET /v1/info's language_tokens, e.g. fr): "
-                                       "the language to translate into; needed unless each "
-                                       "text starts with its own >>xx<< tag.")
-
-    @field_validator("constraints", mode="before")
-    @classmethod
-    def _phrases(cls, value: Any) -> Any:
-        if value is None:
-            return value
-        if not isinstance(value, list):
-            raise ValueError("give a list of phrases, or one list of phrases per text")
-        if all(isinstance(v, str) for v in value):
-            return [replace_surrogates(v) for v in value]
-        if all(isinstance(v, list) and all(isinstance(p, str) for p in v) for v in value):
-            return [[replace_surrogates(p) for p in v] for v in value]
-        raise ValueError("give a list of phrases (strings), or one such list per text")
-
-    @field_validator("text", mode="before")
-    @classmethod
-    def _one_text_or_some(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            if not value:
-                raise ValueError("the list is empty: give at least one text")
-            if not all(isinstance(v, str) for v in value):
-                raise ValueError("every text of the list must be a string")
-            return [replace_surrogates(v) for v in value]
-        if not isinstance(value, str):
-            raise ValueError("give a string or a list of strings")
-        # JSON's "\ud800" escapes can smuggle in lone surrogates, which no tokenizer takes
-        # and no UTF-8 answer can echo: they become U+FFFD, as undecodable bytes do.
-        return replace_surrogates(value)
-
-
-class ScoredTranslation(BaseModel):
-    translation: str
-    score: float
-    constraints_met: bool | None = Field(None, description="With constraints: this "
-                                         "hypothesis contains every phrase.")
-
-
-class ConstraintResult(BaseModel):
-    phrase: str
-    met: bool = Field(description="The translation contains the phrase.")
-    source_term: str | None = Field(None, description="The glossary's source term that "
-                                    "asked for it.")
-
-
-class SentenceResult(BaseModel):
-    """A sentence's record, the one `tfm translate --format jsonl` writes for it
-    (tfm.decoding.requests.translation_record)."""
-
-    source: str = Field(description="The sentence as the model read it (with its >>xx<< "
-                        "tag).")
-    translation: str
-    score: float
-    truncated: bool
-    n_best: list[ScoredTranslation] = Field(description="The hypotheses kept (n_best), best "
-                                            "first: the translation first.")
-    constraints: list[ConstraintResult] | None = None
-    constraints_met: bool | None = None
-
-
-class TextResult(BaseModel):
-    text: str
-    truncated: bool = Field(description="A sentence was longer than the model accepts and "
-                            "was cut.")
-    constraints: list[ConstraintResult] | None = Field(None, description="With constraints "
-                                                       "(given or from the glossary): each "
-                                                       "phrase and whether it is met.")
-    constraints_met: bool | None = Field(None, description="Every phrase is met (false: some "
-                                         "did not fit the length limit).")
-    sentences: list[SentenceResult] | None = None
-
-
-class TranslateResponse(BaseModel):
-    translations: list[TextResult]
 
 
 class _Service:
@@ -241,7 +133,10 @@ class _Service:
         """The request's SearchOptions, or a 422 saying which option or limit is wrong."""
         assert self.translator is not None and self.defaults is not None
         config = self.config
-        beam = request.beam if request.beam is not None else self.defaults.beam
+        given = given_options(request)
+        if given["beam"] is None:
+            given["beam"] = self.defaults.beam
+        beam = given["beam"]
         if beam > config.max_beam:
             raise ApiError(422, f"beam {beam} is over this server's limit of "
                            f"{config.max_beam}", "max_beam", config.max_beam)
@@ -251,8 +146,7 @@ class _Service:
                            f"of {longest} tokens", "max_length", longest)
         try:
             options = self.translator.default_options(
-                beam=beam, n_best=request.n_best, length_penalty=request.length_penalty,
-                max_len_a=0.0 if request.max_length is not None else None,
+                **given, max_len_a=0.0 if request.max_length is not None else None,
                 max_len_b=request.max_length)
         except OptionError as e:  # checked where the command line's are: words it as a field
             raise ApiError(422, e.for_request()) from e
@@ -315,9 +209,9 @@ class _Service:
                 "provenance": model.provenance,
                 "language_tokens": language_tokens(translator.vocabs),
                 "directions": model.directions,
-                "decoding": {"beam": d.beam, "n_best": d.n_best,
-                             "length_penalty": d.length_penalty, "max_len_a": d.max_len_a,
-                             "max_len_b": d.max_len_b},
+                # The defaults of a request's options (of max_length: max_len_a and b).
+                "decoding": {name: getattr(d, name)
+                             for name in (*REQUEST_OPTIONS, "max_len_a", "max_len_b")},
             })
         c = self.config
         body["limits"] = {
