@@ -170,3 +170,40 @@ def test_a_capture_that_fails_falls_back_to_step_by_step_search_once(tmp_path, t
         found = [t.hypotheses for t in translator.translate(["A dog runs.", "Hi."], options)]
     assert found == expected
     assert translator.graphs is None  # tried once, not at every batch
+
+
+# Each field of SearchOptions, and another value of it: a new field must be added here.
+OTHER_VALUES = dict(beam=3, length_penalty=0.3, max_len_a=0.7, max_len_b=2, min_len=3, n_best=4,
+                    stop_early=True, batch_tokens=7, attention=True, mbr="bleu")
+
+
+def test_a_graph_is_never_replayed_for_options_it_was_not_made_for() -> None:
+    # Every field of the options tried: a CudaGraphs that searched with the base options
+    # and then with one field changed finds what a fresh one finds with the changed options
+    # (a cache key written by hand, which left one field out, returned the first options'
+    # results for the second).
+    from dataclasses import fields, replace
+
+    assert sorted(OTHER_VALUES) == sorted(f.name for f in fields(SearchOptions))
+    model = tiny_model(3, vocab=16, layers=2)
+    src = sources([6, 3, 5], 16, 3)
+    base = SearchOptions(beam=4, n_best=1, max_len_a=1.2, max_len_b=4, stop_early=False)
+    for name, value in OTHER_VALUES.items():
+        other = replace(base, **{name: value})
+        graphs = CudaGraphs(model, check_every=1)
+        graphs.search(src, base)
+        assert graphs.search(src, other) == CudaGraphs(model, check_every=1).search(src, other), \
+            name
+
+
+def test_n_best_asked_after_one_best_gives_n_best() -> None:
+    # Beam 4 without stop_early: the same step either way, but a different answer.
+    model = tiny_model(4, vocab=16, layers=2)
+    src = sources([6, 3], 16, 4)
+    graphs = CudaGraphs(model, check_every=1)
+    one = SearchOptions(beam=4, n_best=1, stop_early=False)
+    assert [len(h) for h in graphs.search(src, one)] == [1, 1]
+    four = graphs.search(src, SearchOptions(beam=4, n_best=4, stop_early=False))
+    assert [len(h) for h in four] == [4, 4]
+    assert tokens(four) == tokens(search(model, src, SearchOptions(beam=4, n_best=4,
+                                                                   stop_early=False)))

@@ -73,7 +73,7 @@ from tfm.extras import require
 from tfm.interop.common import read_export_info
 from tfm.layout import TOKENIZER_FILE
 from tfm.model_info import ModelInfo
-from tfm.special_tokens import EOS, UNK_ID
+from tfm.special_tokens import BOS_ID, EOS, UNK_ID
 
 FORMAT = "ctranslate2"
 MODEL_FILE = "model.bin"
@@ -141,14 +141,47 @@ class CTranslate2Translator(Translator):
     # --- search -------------------------------------------------------------------------------
 
     def search(self, batch: list[list[int]], o: SearchOptions,
-               constraints: list[TargetConstraints | None] | None = None
-               ) -> list[list[Hypothesis]]:
+               constraints: list[TargetConstraints | None] | None = None,
+               start: list[tuple[int, ...]] | None = None) -> list[list[Hypothesis]]:
+        forced = self._forced(start, len(batch))
+        skip = len(forced[0]) if forced else 0
         limits = [length_limit(len(ids), o.max_len_a, o.max_len_b,
-                               self.info.model.max_positions) for ids in batch]
+                               self.info.model.max_positions - skip) for ids in batch]
         sources = [[self._src_tokens[i] for i in ids] for ids in batch]
         decode = self._exact_group if self.exact else self._one_pass
-        outcomes = self._by_limit(sources, limits, o, self._prefixes(constraints), decode)
-        return [outcome.hyps[: o.n_best] for outcome in outcomes]
+        prefixes = self._prefixes(constraints)
+        if not skip:
+            outcomes = self._by_limit(sources, limits, o, prefixes, decode)
+            return [outcome.hyps[: o.n_best] for outcome in outcomes]
+        # The forced tokens after <s> go to CTranslate2 as the start of each target prefix;
+        # every length counts them there. They are taken off the hypotheses found, which are
+        # scored anew by teacher forcing without them.
+        prefixes = [f + (prefixes[i] if prefixes else []) for i, f in enumerate(forced)]
+        outcomes = self._by_limit(sources, [limit + skip for limit in limits],
+                                  replace(o, min_len=o.min_len + skip), prefixes, decode)
+        found = [(i, h) for i, outcome in enumerate(outcomes) for h in outcome.hyps]
+        for _, h in found:
+            h.tokens = h.tokens[skip:]
+            h.attention = None if h.attention is None else h.attention[skip:]
+        log_probs = self._log_probs([sources[i] for i, _ in found],
+                                    [h.tokens for _, h in found], [forced[i] for i, _ in found])
+        for (_, h), log_prob in zip(found, log_probs):
+            h.log_prob = log_prob
+        return [hyps[: o.n_best] for hyps in (outcome.hyps for outcome in
+                                              self._ranked(outcomes, o))]
+
+    def _forced(self, start: list[tuple[int, ...]] | None, sentences: int
+                ) -> list[list[str]] | None:
+        """Each sentence's forced decoder tokens after ``<s>`` (CTranslate2's own start token,
+        which it feeds itself) as target tokens; None where there are none."""
+        if start is None or all(len(s) == 1 for s in start):
+            if start is not None and any(s[0] != BOS_ID for s in start):
+                raise UsageError("the ctranslate2 engine starts every decoder from <s>")
+            return None
+        if len(start) != sentences or len({len(s) for s in start}) != 1 or any(
+                s[0] != BOS_ID for s in start):
+            raise ValueError("start: one tuple per sentence, all of one length, from <s>")
+        return [[self._tgt_tokens[i] for i in s[1:]] for s in start]
 
     def _prefixes(self, constraints: list[TargetConstraints | None] | None
                   ) -> list[list[str]] | None:
@@ -339,11 +372,16 @@ class CTranslate2Translator(Translator):
             outcome.hyps.sort(key=lambda h: h.score, reverse=True)
         return outcomes
 
-    def _log_probs(self, sources: list[list[str]], targets: list[list[int]]) -> list[float]:
-        """log P(target + EOS | source) of each pair, by teacher forcing."""
+    def _log_probs(self, sources: list[list[str]], targets: list[list[int]],
+                   forced: list[list[str]] | None = None) -> list[float]:
+        """log P(target + EOS | source) of each pair, by teacher forcing; with ``forced``
+        (target tokens for each pair), the decoder is fed those first, their own
+        log-probabilities left out."""
+        skip = [len(f) for f in forced] if forced else [0] * len(targets)
         results = self.translator.score_batch(
-            sources, [[self._tgt_tokens[i] for i in t] for t in targets], max_input_length=0)
-        return [float(sum(r.log_probs)) for r in results]
+            sources, [(forced[n] if forced else []) + [self._tgt_tokens[i] for i in t]
+                      for n, t in enumerate(targets)], max_input_length=0)
+        return [float(sum(r.log_probs[k:])) for r, k in zip(results, skip)]
 
     def _rescored(self, sources: list[list[str]], targets: list[list[int]],
                   o: SearchOptions) -> list[Hypothesis]:

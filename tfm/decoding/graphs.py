@@ -21,16 +21,23 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import astuple
 
 import torch
 from torch import Tensor
 
 from tfm.config import SearchOptions
 from tfm.decoding.constraints import TargetConstraints
-from tfm.decoding.rules import Hypothesis, hypotheses_needed, score
-from tfm.decoding.search import max_lengths, step_log_probs
+from tfm.decoding.rules import Hypothesis, hypotheses_needed, length_factor, score, sentence_done
+from tfm.decoding.search import (
+    decoder_start,
+    max_lengths,
+    output_positions,
+    step_log_probs,
+    top_candidates,
+)
 from tfm.model import Transformer
-from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID
+from tfm.special_tokens import EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
 MOST_ROWS = 64  # sentences x beam: larger batches are bound by arithmetic, not launches
@@ -40,24 +47,28 @@ MOST_BYTES = 1 << 30  # and fewer where their buffers would take more than this
 
 class FixedSearch:
     """One batch shape's search: ``sentences`` sources of ``source_length`` positions, beam
-    ``options.beam`` (1: greedy), at most ``length`` output positions (EOS included).
+    ``options.beam`` (1: greedy), at most ``length`` output positions (EOS included), the
+    decoder started from ``forced`` tokens (search.decoder_start: 1, ``<s>``).
     ``load`` takes a batch, ``step`` advances every sentence by one position without reading
     anything back, ``over`` says whether all are done, ``hypotheses`` reads the results."""
 
     def __init__(self, model: Transformer, sentences: int, source_length: int, length: int,
-                 options: SearchOptions) -> None:
+                 options: SearchOptions, forced: int = 1) -> None:
         self.model, self.o = model, options
         self.b, self.k, self.length = sentences, options.beam, length
         rows = sentences * self.k
-        self.state = model.fixed_decoder_state(sentences, source_length, length, self.k)
+        self.state = model.fixed_decoder_state(sentences, source_length, length + forced - 1,
+                                               self.k)
         device = self.state.position.device
-        self.position = self.state.position  # (1,) the position fed next
+        # (1,) the output position chosen next; the decoder's (state.position) is forced - 1
+        # ahead of it, past the start tokens but the last.
+        self.position = torch.zeros(1, dtype=torch.long, device=device)
 
         def full(shape: tuple[int, ...], value: float | int, dtype: torch.dtype) -> Tensor:
             return torch.full(shape, value, dtype=dtype, device=device)
 
         self.max_len = full((rows,), length, torch.long)  # each row's length limit
-        self.tokens = full((rows,), BOS_ID, torch.long)  # fed next
+        self.tokens = full((rows,), PAD_ID, torch.long)  # fed next
         self.history = full((rows, length), PAD_ID, torch.long)  # tokens chosen so far
         if self.k == 1:  # greedy: each row's log P, length, and whether it has ended
             self.log_prob = full((rows,), 0.0, torch.float64)  # summed as Python floats are
@@ -76,20 +87,27 @@ class FixedSearch:
             # a hypothesis ending at position t has t tokens before its EOS; the best live beam
             # is scored as if it ended at the next position, in float32.
             lp = options.length_penalty
-            self.ending_factor = torch.tensor([(t + 1) ** lp for t in range(length)],
+            self.ending_factor = torch.tensor([length_factor(t, lp) for t in range(length)],
                                               dtype=torch.float64, device=device)
-            self.live_factor = torch.tensor([(t + 2) ** lp for t in range(length)],
+            self.live_factor = torch.tensor([length_factor(t + 1, lp) for t in range(length)],
                                             dtype=torch.float32, device=device)
             self.sentence_rows = torch.arange(sentences, device=device)[:, None] * self.k
 
     @torch.inference_mode()
-    def load(self, src: Tensor, max_len: Tensor) -> None:
+    def load(self, src: Tensor, max_len: Tensor, start: Tensor | None = None) -> None:
         """A batch: ``src`` (sentences, source_length) ids, ``max_len`` (sentences,) their
-        length limits (tfm.decoding.search.max_lengths). Everything else starts afresh."""
+        length limits (tfm.decoding.search.max_lengths), ``start`` (sentences, forced) the
+        decoder's forced tokens (None: ``<s>``), fed here but the last, as search.prime feeds
+        them. Everything else starts afresh."""
         memory, memory_mask = self.model.encode(src)
         self.model.load_memory(self.state, memory, memory_mask)
         self.max_len.copy_(max_len.repeat_interleave(self.k))
-        self.tokens.fill_(BOS_ID)
+        start = decoder_start(start, self.b, src.device).repeat_interleave(self.k, dim=0)
+        for position in range(start.size(1) - 1):
+            self.model.decode_step_in_place(start[:, position], self.state)
+            self.state.position += 1
+        self.tokens.copy_(start[:, -1])
+        self.position.zero_()
         self.history.fill_(PAD_ID)
         if self.k == 1:
             self.log_prob.zero_()
@@ -114,6 +132,7 @@ class FixedSearch:
         else:
             self._beam(logp)
         self.position += 1
+        self.state.position += 1
 
     def _greedy(self, logp: Tensor) -> None:
         """search.greedy_search's step: each live row takes its most probable token."""
@@ -130,21 +149,15 @@ class FixedSearch:
         """search._BeamSearch's expand, allocate, finish and stop; sentences that are done are
         left as they are instead of pruned."""
         b, k, vocab = self.b, self.k, logp.size(-1)
-        candidates = self.scores.view(b, k, 1) + logp.view(b, k, vocab)
-        top_scores, top_index = candidates.view(b, k * vocab).topk(2 * k, dim=-1)  # (b, 2k)
-        top_beam = top_index // vocab
-        top_token = top_index % vocab
-        is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)
-        cont_scores, order = top_scores.masked_fill(is_eos, NEG_INF).topk(k, dim=-1)
-        beam, token = top_beam.gather(1, order), top_token.gather(1, order)
-        self._finish(is_eos[:, :k] & ~self.done[:, None], top_beam[:, :k], top_scores[:, :k])
-        self._stop(cont_scores[:, 0])
-        source_rows = (self.sentence_rows + beam).view(-1)
+        top = top_candidates(self.scores.view(b, k, 1) + logp.view(b, k, vocab))
+        self._finish(top.is_eos[:, :k] & ~self.done[:, None], top.beam[:, :k], top.scores[:, :k])
+        self._stop(top.cont_scores[:, 0])
+        source_rows = (self.sentence_rows + top.cont_beam).view(-1)
         self.state.reorder(source_rows)
         self.history.copy_(self.history.index_select(0, source_rows))
-        self.history.index_copy_(1, self.position, token.view(-1, 1))
-        self.tokens.copy_(token.view(-1))
-        self.scores.copy_(cont_scores)
+        self.history.index_copy_(1, self.position, top.cont_token.view(-1, 1))
+        self.tokens.copy_(top.cont_token.view(-1))
+        self.scores.copy_(top.cont_scores)
 
     def _finish(self, ends: Tensor, beam: Tensor, log_prob: Tensor) -> None:
         """Beams ``beam`` (b, k) that end (``ends``) with their summed ``log_prob`` join their
@@ -170,7 +183,7 @@ class FixedSearch:
         at_limit = self.max_len.view(self.b, self.k)[:, 0] == self.position + 1
         best_live = best / self.live_factor.index_select(0, self.position)  # float32
         worst_kept = self.kept_score[:, self.needed - 1]  # -inf while fewer are kept
-        self.done |= at_limit | (worst_kept >= best_live.double())
+        self.done |= sentence_done(worst_kept, best_live.double(), at_limit)
 
     @property
     def nbytes(self) -> int:
@@ -184,8 +197,10 @@ class FixedSearch:
         """Whether every sentence is done (reads one number back)."""
         return bool((self.ended if self.k == 1 else self.done).all())
 
-    def hypotheses(self) -> list[list[Hypothesis]]:
-        """Each sentence's hypotheses, best first, ``n_best`` of them, scored by rules.score."""
+    def hypotheses(self, n_best: int | None = None) -> list[list[Hypothesis]]:
+        """Each sentence's hypotheses, best first, ``n_best`` of them (None: the options'),
+        scored by rules.score."""
+        n_best = self.o.n_best if n_best is None else n_best
         if self.k == 1:
             lengths, log_probs = self.lengths.tolist(), self.log_prob.tolist()
             history = self.history.tolist()
@@ -197,13 +212,13 @@ class FixedSearch:
         lp = self.o.length_penalty
         return [[Hypothesis(tokens[s][j][:lengths[s][j]],
                             score(log_probs[s][j], lengths[s][j], lp), log_probs[s][j])
-                 for j in range(min(kept[s], self.o.n_best))]
+                 for j in range(min(kept[s], n_best))]
                 for s in range(self.b)]
 
 
 class CudaGraphs:
     """``model``'s searches of short batches on CUDA, one captured graph per batch shape
-    (sentences, source length, beam, output limit and the options that change the step),
+    (``graph_key``: sentences, source length, output limit, start tokens and the options),
     the ``most`` most recently used kept while their buffers take at most ``most_bytes``.
     ``check_every``: steps replayed between two looks at whether every sentence is done (a
     look waits for the GPU)."""
@@ -225,38 +240,48 @@ class CudaGraphs:
         return (unconstrained and not options.attention
                 and sentences * options.beam <= MOST_ROWS)
 
-    def search(self, src: Tensor, options: SearchOptions) -> list[list[Hypothesis]]:
-        """``src`` (B, S) on the model's device: its hypotheses, as search.search's. (On a
-        CPU, where tests run it, each step runs as it is, without a graph.)"""
+    def search(self, src: Tensor, options: SearchOptions, start: Tensor | None = None
+               ) -> list[list[Hypothesis]]:
+        """``src`` (B, S) on the model's device: its hypotheses, as search.search's, the
+        decoder started from ``start`` (B, P) (None: ``<s>``). (On a CPU, where tests run it,
+        each step runs as it is, without a graph.)"""
+        forced = 1 if start is None else start.size(1)
         max_len = max_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
-                              self.model.config.max_positions)
+                              output_positions(self.model, forced))
         length = int(max_len.max())
-        # Everything FixedSearch builds into its step, and nothing else.
-        key = (*src.shape, length, options.beam, options.min_len, options.length_penalty,
-               hypotheses_needed(options.beam, options.n_best, options.stop_early))
+        key = graph_key(src, length, forced, options)
         with self.lock, torch.inference_mode():
-            fixed, replay = self._graph(key, src, max_len, options)
-            fixed.load(src, max_len)
+            fixed, replay = self._graph(key, src, max_len, options, start)
+            fixed.load(src, max_len, start)
             for replayed in range(1, length + 1):
                 replay()
                 if replayed % self.check_every == 0 and fixed.over():
                     break
-            return fixed.hypotheses()
+            return fixed.hypotheses(options.n_best)
 
-    def _graph(self, key: tuple, src: Tensor, max_len: Tensor, options: SearchOptions
-               ) -> tuple[FixedSearch, Callable[[], None]]:
+    def _graph(self, key: tuple, src: Tensor, max_len: Tensor, options: SearchOptions,
+               start: Tensor | None) -> tuple[FixedSearch, Callable[[], None]]:
         """The search and its replay for ``key``'s batch shape: kept, or made and captured."""
         if key in self.graphs:
             self.graphs.move_to_end(key)
             return self.graphs[key]
-        fixed = FixedSearch(self.model, src.size(0), src.size(1), key[2], options)
-        fixed.load(src, max_len)  # real numbers for the warm-up steps before the capture
+        length, forced = key[2], key[3]
+        fixed = FixedSearch(self.model, src.size(0), src.size(1), length, options, forced)
+        fixed.load(src, max_len, start)  # real numbers for the warm-up steps before the capture
         self.graphs[key] = fixed, _captured(fixed)
         while len(self.graphs) > 1 and (
                 len(self.graphs) > self.most
                 or sum(f.nbytes for f, _ in self.graphs.values()) > self.most_bytes):
             self.graphs.popitem(last=False)
         return self.graphs[key]
+
+
+def graph_key(src: Tensor, length: int, forced: int, options: SearchOptions) -> tuple:
+    """What a captured search is kept under: the batch's shape (sentences, source length),
+    its output limit, the number of forced start tokens, and every field of the options
+    (astuple: a new field is part of the key without anyone adding it; one that does not
+    change the step only makes another graph)."""
+    return (*src.shape, length, forced, *astuple(options))
 
 
 def _captured(fixed: FixedSearch) -> Callable[[], None]:

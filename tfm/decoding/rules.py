@@ -52,7 +52,13 @@ def score(log_prob: Number, tokens: int, length_penalty: float) -> Number:
     """A hypothesis's score: its log-probability (EOS included) divided by its length, EOS
     counted, to the power ``length_penalty`` (1 for greedy search, which compares no
     hypotheses of different lengths)."""
-    return log_prob / (tokens + 1) ** length_penalty
+    return log_prob / length_factor(tokens, length_penalty)
+
+
+def length_factor(tokens: int, length_penalty: float) -> float:
+    """What ``score`` divides the log-probability of ``tokens`` output tokens (and EOS) by; a
+    search that tabulates it by position (tfm.decoding.graphs) takes it from here."""
+    return (tokens + 1) ** length_penalty
 
 
 def length_limit(source_tokens: int, a: float, b: int, most: int) -> int:
@@ -76,11 +82,19 @@ def hypotheses_needed(beam: int, n_best: int, stop_early: bool) -> int:
     return min(n_best, beam) if stop_early else beam
 
 
-def sentence_done(finished: list[Hypothesis], needed: int, best_live: float,
-                  at_limit: bool) -> bool:
-    """Whether a sentence's beam search is over: at its length limit (every live beam was just
-    made to end), or once it has the ``needed`` finished hypotheses (kept best first) and its
-    best live beam, ended now, would score no better than the worst of them. (log P only falls
-    as a hypothesis grows; with a length penalty this is the usual heuristic, as in Hugging
-    Face's.)"""
-    return at_limit or (len(finished) >= needed and finished[needed - 1].score >= best_live)
+def worst_needed(finished: list[Hypothesis], needed: int) -> float:
+    """The score of the ``needed``-th of a sentence's finished hypotheses (kept best first),
+    -inf while it has fewer: what ``sentence_done`` compares its best live beam with."""
+    return finished[needed - 1].score if len(finished) >= needed else -math.inf
+
+
+Flag = TypeVar("Flag", bool, Any)  # a bool, or a tensor of them
+
+
+def sentence_done(worst_needed: Number, best_live: Number, at_limit: Flag) -> Flag:
+    """Whether a sentence's beam search is over (numbers, or tensors of one per sentence): at
+    its length limit (every live beam was just made to end), or once it has the needed
+    finished hypotheses (``worst_needed`` is not -inf) and its best live beam, ended now,
+    would score no better than the worst of them. (log P only falls as a hypothesis grows;
+    with a length penalty this is the usual heuristic, as in Hugging Face's.)"""
+    return at_limit | ((worst_needed > -math.inf) & (worst_needed >= best_live))

@@ -1,20 +1,32 @@
 """Greedy and beam search over the model's key/value cache.
 
-Search knows the model only through ``encode``, ``start_decoding`` and ``decode_step``. Both
-searches are batched: sentences that are finished leave the batch (their rows are pruned from
-the cache), so a long sentence does not keep short ones computing.
+Search knows the model only through ``encode``, ``start_decoding`` and ``decode_step`` (and,
+for the fixed-shape search of CUDA graphs, their in-place variants). Both searches are
+batched: sentences that are finished leave the batch (their rows are pruned from the cache),
+so a long sentence does not keep short ones computing.
+
+The rules of a step are written once, as tensor functions that this module's searches and
+the fixed-shape search (tfm.decoding.graphs) all call: ``STEP_RULES`` on each step's
+log-probabilities, ``top_candidates`` for a beam's choice, rules.score / length_factor and
+rules.sentence_done for finishing and stopping.
 
 Both take per-sentence constraints (tfm.decoding.constraints): a forced prefix (greedy and
 beam), and phrases the translation must contain (beam search only), searched by dynamic beam
 allocation (Post & Vilar, 2018; vectorised over the beam as in Hu et al., 2019). Without
 constraints, the search is exactly the unconstrained one: the constrained work is done only
 for the sentences that have constraints, beside it.
+
+Each sentence's decoder starts from forced tokens (``start``: ``<s>`` alone unless the caller
+gives more, e.g. ``<s>`` and a target-language token): they are fed to the decoder before the
+search's first step, never scored and never part of the output. (A constraint's prefix, by
+contrast, is output the user asked for: forced, scored and written out.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -29,6 +41,7 @@ from tfm.decoding.rules import (
     rank,
     score,
     sentence_done,
+    worst_needed,
 )
 from tfm.model import Transformer
 from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID
@@ -37,14 +50,35 @@ NEG_INF = float("-inf")
 
 
 def search(model: Transformer, src: Tensor, options: SearchOptions,
-           constraints: Sequence[TargetConstraints | None] | None = None
-           ) -> list[list[Hypothesis]]:
+           constraints: Sequence[TargetConstraints | None] | None = None,
+           start: Tensor | None = None) -> list[list[Hypothesis]]:
     """For each source row of ``src`` (token ids ending with EOS, padded), its
     ``options.n_best`` hypotheses, best first: greedy search at beam 1, else beam search.
-    ``constraints``: one per sentence, or None (tfm.decoding.constraints)."""
+    ``constraints``: one per sentence, or None (tfm.decoding.constraints). ``start``: (B, P)
+    each sentence's forced decoder tokens (``decoder_start``; None: ``<s>`` alone)."""
     if options.beam == 1:
-        return greedy_search(model, src, options, constraints)
-    return beam_search(model, src, options, constraints)
+        return greedy_search(model, src, options, constraints, start)
+    return beam_search(model, src, options, constraints, start)
+
+
+def decoder_start(start: Tensor | None, sentences: int, device: torch.device) -> Tensor:
+    """(B, P) the tokens each sentence's decoder is fed before the search chooses any: ``start``
+    as given, or ``<s>`` alone. All rows of a batch have the same number P >= 1."""
+    if start is None:
+        return torch.full((sentences, 1), BOS_ID, dtype=torch.long, device=device)
+    if start.dim() != 2 or start.size(0) != sentences or start.size(1) < 1:
+        raise ValueError(f"start: ({sentences}, P >= 1) forced decoder tokens, not "
+                         f"{tuple(start.shape)}")
+    return start.to(device)
+
+
+def prime(model: Transformer, state: Any, start: Tensor) -> tuple[Tensor, Any]:
+    """The decoder fed every forced token of ``start`` (rows, P) but the last, which is the
+    search's first input: (rows,) those tokens and the state after the others. Nothing fed
+    here is scored or becomes output."""
+    for position in range(start.size(1) - 1):
+        _, state, _ = model.decode_step(start[:, position], state)
+    return start[:, -1].contiguous(), state
 
 
 def max_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> Tensor:
@@ -54,43 +88,91 @@ def max_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> Tenso
                         device=src.device)
 
 
-def _limits(model: Transformer, src: Tensor, o: SearchOptions) -> Tensor:
-    return max_lengths(src, PAD_ID, o.max_len_a, o.max_len_b, model.config.max_positions)
+def _limits(model: Transformer, src: Tensor, o: SearchOptions, forced: int = 1) -> Tensor:
+    """rules.length_limit of each sentence within the positions the decoder has left after
+    ``forced`` start tokens (the first of which takes the position ``<s>`` always took)."""
+    return max_lengths(src, PAD_ID, o.max_len_a, o.max_len_b, output_positions(model, forced))
+
+
+def output_positions(model: Transformer, forced: int) -> int:
+    """The most output tokens (EOS included) the decoder has positions for after ``forced``
+    start tokens."""
+    return model.config.max_positions - (forced - 1)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the rules of one step see: the output ``position`` being chosen (a number, or a (1,)
+    tensor that stays on the device: tfm.decoding.graphs), ``min_len``, and each row's length
+    limit ``max_len`` (B,)."""
+
+    position: int | Tensor
+    min_len: int
+    max_len: Tensor
+
+    @property
+    def last(self) -> Tensor:
+        """(B,) rows at their last allowed position."""
+        return self.max_len == self.position + 1
+
+
+def never_emitted(logp: Tensor, step: Step) -> Tensor:
+    """rules.NEVER_EMITTED get no probability."""
+    for token in NEVER_EMITTED:  # (an index tensor would be a copy from the host)
+        logp[:, token] = NEG_INF
+    return logp
+
+
+def no_eos_before_min_len(logp: Tensor, step: Step) -> Tensor:
+    """EOS is forbidden before ``min_len``, except at a row's last position (the length limit
+    wins over ``min_len``)."""
+    if step.min_len:
+        early = (step.position < step.min_len) & ~step.last
+        logp[:, EOS_ID] = logp[:, EOS_ID].masked_fill(early, NEG_INF)
+    return logp
+
+
+def eos_at_the_limit(logp: Tensor, step: Step) -> Tensor:
+    """At a row's last allowed position only EOS may come."""
+    not_eos = torch.arange(logp.size(-1), device=logp.device) != EOS_ID  # (V,)
+    return logp.masked_fill_(step.last[:, None] & not_eos, NEG_INF)
+
+
+# The rules every search applies to every step's log-probabilities, in this order: each a
+# function (logp (B, V), Step) -> logp that reads nothing back to the host, so that the
+# fixed-shape search of CUDA graphs runs them too. A new rule is added here, once. (A
+# sentence's own constraints, its prefix and phrases, are applied after these by the
+# step-by-step search alone: tfm.decoding.graphs does not take constrained batches.)
+STEP_RULES = (never_emitted, no_eos_before_min_len, eos_at_the_limit)
 
 
 def step_log_probs(logits: Tensor, step: int | Tensor, min_len: int, max_len: Tensor
                    ) -> Tensor:
-    """Log-probabilities (B, V) for output position ``step`` (a number, or a (1,) tensor that
-    stays on the device: tfm.decoding.graphs). The never-emitted tokens (rules.NEVER_EMITTED)
-    get none; EOS is forbidden before ``min_len`` and forced at each row's last allowed
-    position (the length limit wins over ``min_len``). Reads nothing back to the host."""
+    """Log-probabilities (B, V) for output position ``step`` under ``STEP_RULES``."""
     logp = torch.log_softmax(logits.float(), dim=-1)
-    for token in NEVER_EMITTED:  # (an index tensor would be a copy from the host)
-        logp[:, token] = NEG_INF
-    last = max_len == step + 1  # (B,) rows at their last position
-    if min_len:
-        early = (step < min_len) & ~last
-        logp[:, EOS_ID] = logp[:, EOS_ID].masked_fill(early, NEG_INF)
-    not_eos = torch.arange(logp.size(-1), device=logp.device) != EOS_ID  # (V,)
-    return logp.masked_fill_(last[:, None] & not_eos, NEG_INF)
+    rule_step = Step(step, min_len, max_len)
+    for rule in STEP_RULES:
+        logp = rule(logp, rule_step)
+    return logp
 
 
 @torch.inference_mode()
 def greedy_search(model: Transformer, src: Tensor, options: SearchOptions,
                   constraints: Sequence[TargetConstraints | None] | None = None,
-                  ) -> list[list[Hypothesis]]:
+                  start: Tensor | None = None) -> list[list[Hypothesis]]:
     """The most probable next token at every step; one hypothesis per sentence. Of
-    ``constraints`` (one per sentence, or None), greedy search takes only prefixes."""
+    ``constraints`` (one per sentence, or None), greedy search takes only prefixes.
+    ``start``: as for ``search``."""
     if constraints is not None and any(c is not None and c.phrases for c in constraints):
         raise ValueError("constraint phrases need beam search (beam 2 or more)")
     need_attention = options.attention
     prefix = _prefix_table(constraints, src.device)
-    max_len = _limits(model, src, options)
-    memory, memory_mask = model.encode(src)
-    state = model.start_decoding(memory, memory_mask)
     b = src.size(0)
+    start = decoder_start(start, b, src.device)
+    max_len = _limits(model, src, options, start.size(1))
+    memory, memory_mask = model.encode(src)
+    tokens, state = prime(model, model.start_decoding(memory, memory_mask), start)
     alive = torch.arange(b, device=src.device)  # original row of each row still decoding
-    tokens = torch.full((b,), BOS_ID, dtype=torch.long, device=src.device)
     outputs: list[list[int]] = [[] for _ in range(b)]
     attention: list[list[list[float]]] = [[] for _ in range(b)]
     log_probs = [0.0] * b
@@ -123,7 +205,7 @@ def greedy_search(model: Transformer, src: Tensor, options: SearchOptions,
 @torch.inference_mode()
 def beam_search(model: Transformer, src: Tensor, options: SearchOptions,
                 constraints: Sequence[TargetConstraints | None] | None = None,
-                ) -> list[list[Hypothesis]]:
+                start: Tensor | None = None) -> list[list[Hypothesis]]:
     """Beam search; for each sentence the ``n_best`` finished hypotheses, best first.
 
     Scores are rules.score: log P / length ** length_penalty, the length counting EOS. A
@@ -140,11 +222,42 @@ def beam_search(model: Transformer, src: Tensor, options: SearchOptions,
     end only once they contain every phrase, except at the length limit, where those that
     could not are kept as well, ranked below those that did and flagged (constraints_met).
 
-    Each step is four named steps of ``_BeamSearch``: expand (each beam's candidates),
-    allocate (the new beams and the hypotheses that end), finish (keep those), stop and prune
-    (sentences that are done leave the batch).
+    ``start``: as for ``search``.
+
+    Each step is five named steps of ``_BeamSearch``: expand (each beam's candidates),
+    allocate (the new beams and the hypotheses that end), finish (keep those), stop (which
+    sentences are done) and prune (those leave the batch).
     """
-    return _BeamSearch(model, src, options, constraints).run()
+    return _BeamSearch(model, src, options, constraints, start).run()
+
+
+@dataclass
+class Top:
+    """The 2k best candidates of each of n sentences (beam k), and the k best of them that do
+    not end the sentence: the new beams (``top_candidates``)."""
+
+    scores: Tensor  # (n, 2k) summed log P, best first
+    index: Tensor  # (n, 2k) beam * V + token
+    beam: Tensor  # (n, 2k) the beam each continues
+    token: Tensor  # (n, 2k) the token each adds
+    is_eos: Tensor  # (n, 2k) whether it ends its sentence (EOS, and a finite score)
+    cont_scores: Tensor  # (n, k) the new beams' summed log P, best first
+    cont_beam: Tensor  # (n, k)
+    cont_token: Tensor  # (n, k)
+
+
+def top_candidates(candidates: Tensor) -> Top:
+    """The beam-search step's choice from ``candidates`` (n, k, V), each beam's score plus each
+    next token's log P; used by every beam search (this module's and tfm.decoding.graphs').
+    Reads nothing back to the host."""
+    n, k, vocab = candidates.shape
+    # 2k candidates always leave at least k that do not end the sentence.
+    scores, index = candidates.view(n, k * vocab).topk(2 * k, dim=-1)  # (n, 2k)
+    beam, token = index // vocab, index % vocab
+    is_eos = (token == EOS_ID) & torch.isfinite(scores)
+    cont_scores, order = scores.masked_fill(is_eos, NEG_INF).topk(k, dim=-1)
+    return Top(scores, index, beam, token, is_eos, cont_scores, beam.gather(1, order),
+               token.gather(1, order))
 
 
 @dataclass
@@ -163,28 +276,30 @@ class _BeamSearch:
     their histories and the finished hypotheses of every sentence."""
 
     def __init__(self, model: Transformer, src: Tensor, options: SearchOptions,
-                 constraints: Sequence[TargetConstraints | None] | None) -> None:
+                 constraints: Sequence[TargetConstraints | None] | None,
+                 start: Tensor | None = None) -> None:
         self.model, self.o = model, options
         self.k = k = options.beam
         # Finished hypotheses a sentence needs before it may stop.
         self.needed = hypotheses_needed(k, options.n_best, options.stop_early)
         device = self.device = src.device
         b = src.size(0)
-        self.max_len = _limits(model, src, options)
+        start = decoder_start(start, b, device)
+        self.max_len = _limits(model, src, options, start.size(1))
         self.prefix = _prefix_table(constraints, device)
         self.banks = _Banks(constraints, k) if constraints is not None and any(
             c is not None and c.phrases for c in constraints) else None
         memory, memory_mask = model.encode(src)
         # k decoder rows per sentence (its beams), sharing the sentence's cross-attention keys
         # and values: reordering beams never copies them, pruning a sentence drops them.
-        self.state = model.start_decoding(memory, memory_mask, group=k)
+        self.tokens, self.state = prime(model, model.start_decoding(memory, memory_mask, group=k),
+                                        start.repeat_interleave(k, dim=0))
         self.alive = torch.arange(b, device=device)  # original sentence of each live sentence
         self.alive_list = self.alive.tolist()
         self.scores = torch.full((b, k), NEG_INF, device=device)  # summed log P of each beam
         self.scores[:, 0] = 0.0  # all beams start identical: expand only the first at step 0
-        self.history = torch.full((b * k, 0), BOS_ID, dtype=torch.long, device=device)
+        self.history = torch.full((b * k, 0), PAD_ID, dtype=torch.long, device=device)
         self.attn_history = torch.zeros(b * k, 0, src.size(1), device=device)  # if asked
-        self.tokens = torch.full((b * k,), BOS_ID, dtype=torch.long, device=device)
         self.finished: list[list[Hypothesis]] = [[] for _ in range(b)]
         self.step = 0
 
@@ -213,19 +328,15 @@ class _BeamSearch:
         """The new beams: each sentence's k best candidates that do not end in EOS; those of
         its k best that do end in EOS are finished hypotheses. Sentences with phrases choose
         by their banks instead (``_Banks.select``)."""
-        n, k, vocab = candidates.shape
-        # 2k candidates always leave at least k that do not end the sentence.
-        top_scores, top_index = candidates.view(n, k * vocab).topk(2 * k, dim=-1)  # (n, 2k)
-        top_beam = top_index // vocab
-        top_token = top_index % vocab
-        is_eos = (top_token == EOS_ID) & torch.isfinite(top_scores)
-        cont_scores, order = top_scores.masked_fill(is_eos, NEG_INF).topk(k, dim=-1)
-        choice = _Choice(cont_scores, top_beam.gather(1, order), top_token.gather(1, order), [])
+        k = self.k
+        top = top_candidates(candidates)
+        choice = _Choice(top.cont_scores, top.cont_beam, top.cont_token, [])
+        is_eos = top.is_eos
         if self.banks is not None:
-            choice, is_eos = self.banks.select(candidates, top_scores, top_index, choice, is_eos)
+            choice, is_eos = self.banks.select(candidates, top.scores, top.index, choice, is_eos)
         eos_rows, eos_cols = is_eos[:, :k].nonzero(as_tuple=True)
         if eos_rows.numel():
-            beams, ends = top_beam.cpu(), top_scores.cpu()
+            beams, ends = top.beam.cpu(), top.scores.cpu()
             choice.endings[:0] = [(row, int(beams[row, col]), float(ends[row, col]), None)
                                   for row, col in zip(eos_rows.tolist(), eos_cols.tolist())]
         return choice
@@ -259,8 +370,8 @@ class _BeamSearch:
         best_live = score(best, self.step + 1, self.o.length_penalty).tolist()
         at_limit = (self.max_len[self.alive] == self.step + 1).tolist()
         return [row for row in range(len(at_limit))
-                if not sentence_done(self.finished[self.alive_list[row]], self.needed,
-                                     best_live[row], at_limit[row])]
+                if not sentence_done(worst_needed(self.finished[self.alive_list[row]],
+                                                  self.needed), best_live[row], at_limit[row])]
 
     def prune(self, choice: _Choice, keep_rows: list[int], weights: Tensor | None) -> None:
         """Sentences that are done leave the batch; the others' beams become ``choice``'s

@@ -134,16 +134,24 @@ class ShortlistModel:
 
 def shortlist_search(model: Transformer | Any, shortlist: Shortlist, batch: list[list[int]],
                      src: Tensor, options: SearchOptions,
-                     constraints: list[TargetConstraints | None] | None = None
-                     ) -> list[list[Hypothesis]]:
+                     constraints: list[TargetConstraints | None] | None = None,
+                     start: Tensor | None = None) -> list[list[Hypothesis]]:
     """tfm's search of ``src`` (``batch``'s token ids, padded) by ``model`` scoring only the
-    candidates of ``batch`` in ``shortlist``, with the constraints in their ids and the
-    hypotheses mapped back to full ids."""
+    candidates of ``batch`` in ``shortlist``, with the constraints and the forced decoder
+    tokens ``start`` (B, P) in their ids and the hypotheses mapped back to full ids. (A forced
+    token is a candidate of its sentence: the narrowed model reads every token it is fed by
+    its place among the candidates.)"""
     extra = [_constraint_tokens(c) for c in constraints] if constraints else None
+    if start is not None:
+        extra = [sorted({*(extra[row] if extra else []), *tokens})
+                 for row, tokens in enumerate(start.tolist())]
     ids, allowed = shortlist.batch_candidates(batch, extra)
     narrowed = ShortlistModel(model, torch.as_tensor(ids, device=src.device),
                               torch.as_tensor(allowed, device=src.device))
-    found = search(narrowed, src, options, _reduced_constraints(constraints, ids))
+    reduced_start = None if start is None else torch.as_tensor(
+        np.searchsorted(ids, start.cpu().numpy()), device=src.device)
+    found = search(narrowed, src, options, _reduced_constraints(constraints, ids),
+                   reduced_start)
     return [[replace(h, tokens=ids[h.tokens].tolist()) for h in hyps] for hyps in found]
 
 

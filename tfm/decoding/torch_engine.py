@@ -115,19 +115,22 @@ class TorchTranslator(Translator):
         return results
 
     def search(self, batch: list[list[int]], o: SearchOptions,
-               constraints: list[TargetConstraints | None] | None = None
-               ) -> list[list[Hypothesis]]:
+               constraints: list[TargetConstraints | None] | None = None,
+               start: list[tuple[int, ...]] | None = None) -> list[list[Hypothesis]]:
         src = _padded(batch).to(self.device)
+        forced = None if start is None else torch.tensor(start, dtype=torch.long,
+                                                         device=self.device)
         if self.shortlist is not None:  # the same search, over the batch's shortlist
-            return shortlist_search(self.model, self.shortlist, batch, src, o, constraints)
+            return shortlist_search(self.model, self.shortlist, batch, src, o, constraints,
+                                    forced)
         if self.graphs is not None and CudaGraphs.takes(o, constraints, len(batch)):
             try:
-                return self.graphs.search(src, o)
+                return self.graphs.search(src, o, forced)
             except RuntimeError as e:  # a kernel this GPU or torch cannot capture
                 warnings.warn(f"CUDA graphs unavailable here ({e}); decoding step by step",
                               stacklevel=2)
                 self.graphs = None
-        return search(self.model, src, o, constraints)
+        return search(self.model, src, o, constraints, forced)
 
 
 def _padded(rows: list[list[int]]) -> torch.Tensor:

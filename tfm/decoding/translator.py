@@ -32,7 +32,7 @@ from tfm.decoding.rules import Hypothesis, length_limit
 from tfm.decoding.workers import Workers
 from tfm.errors import OptionError, UsageError
 from tfm.model_info import ModelInfo
-from tfm.special_tokens import EOS_ID
+from tfm.special_tokens import BOS_ID, EOS_ID
 
 __all__ = ["Reranker", "SearchOptions", "Source", "Translation", "Translator"]
 
@@ -54,6 +54,9 @@ class Source:
     ids: list[int]  # token ids ending with EOS; empty when there is nothing to translate
     truncated: bool = False  # longer than the model takes, and cut
     constraints: TargetConstraints | None = None  # phrases and prefix its translation must have
+    # The tokens its decoder is fed before the search chooses any: never scored, never output
+    # (tfm.decoding.search.decoder_start; a target-language token after <s>, say).
+    start: tuple[int, ...] = (BOS_ID,)
 
     @property
     def tokens(self) -> int:
@@ -115,13 +118,15 @@ class Translator(ABC):
 
     @abstractmethod
     def search(self, batch: list[list[int]], options: SearchOptions,
-               constraints: list[TargetConstraints | None] | None = None
-               ) -> list[list[Hypothesis]]:
+               constraints: list[TargetConstraints | None] | None = None,
+               start: list[tuple[int, ...]] | None = None) -> list[list[Hypothesis]]:
         """The hypotheses (best first, ``options.n_best`` of them) of each source in
         ``batch``: token ids ending with EOS, sorted by length, at most
         ``options.batch_tokens`` source tokens x beam in all. ``constraints``: one per source
         (None: none), given only when some source has any; an engine that cannot honour
-        them raises UsageError."""
+        them raises UsageError. ``start``: one per source, all of one length, the tokens its
+        decoder is fed before the search (Source.start), given only where some source's are
+        more than ``<s>`` alone."""
 
     @property
     def workers(self) -> Workers:
@@ -261,7 +266,8 @@ class Translator(ABC):
         if progress is not None and len(pending) < len(sources):
             progress(len(sources) - len(pending))
         ids = [source.ids for source in sources]
-        for batch, found in self._search_batches(list(_batches(ids, pending, options)),
+        starts = [len(source.start) for source in sources]
+        for batch, found in self._search_batches(list(_batches(ids, starts, pending, options)),
                                                  sources, options):
             for i, (hyps, texts, ranks) in zip(batch, found):
                 order = self._order(hyps, texts, ranks, options)[:options.n_best]
@@ -300,10 +306,13 @@ class Translator(ABC):
         if options.mbr or self.reranker is not None:
             options = replace(options, n_best=options.beam)
         constraints = [sources[i].constraints for i in batch]
+        start = [sources[i].start for i in batch]
+        given: dict[str, Any] = {}  # what an engine is given only where some source has it
         if any(c is not None for c in constraints):
-            found = self.search([sources[i].ids for i in batch], options, constraints)
-        else:
-            found = self.search([sources[i].ids for i in batch], options)
+            given["constraints"] = constraints
+        if any(s != (BOS_ID,) for s in start):
+            given["start"] = start
+        found = self.search([sources[i].ids for i in batch], options, **given)
         texts = [[_one_line(decode(self.vocabs.tgt, h.tokens)) for h in hyps] for hyps in found]
         ranks = [[h.score for h in hyps] for hyps in found]
         if self.reranker is not None:
@@ -341,10 +350,14 @@ def _report_constraints(result: Translation, constraints: TargetConstraints | No
     result.hypotheses_met = [all(m) for m in met]
 
 
-def _batches(ids: list[list[int]], positions: list[int], options: SearchOptions
-             ) -> Iterator[list[int]]:
-    """``positions`` grouped by length so that (rows x longest x beam) <= batch_tokens."""
-    return length_batches([len(x) * options.beam for x in ids], positions, options.batch_tokens)
+def _batches(ids: list[list[int]], starts: list[int], positions: list[int],
+             options: SearchOptions) -> Iterator[list[int]]:
+    """``positions`` grouped by length so that (rows x longest x beam) <= batch_tokens, each
+    batch's sources with as many forced start tokens (``starts``) as each other."""
+    for forced in sorted({starts[i] for i in positions}):
+        yield from length_batches([len(x) * options.beam for x in ids],
+                                  [i for i in positions if starts[i] == forced],
+                                  options.batch_tokens)
 
 
 def length_batches(lengths: Sequence[int], positions: Iterable[int], batch_tokens: int
