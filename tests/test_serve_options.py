@@ -12,7 +12,8 @@ from typing import Any, Optional
 import pytest
 from pydantic import ValidationError
 
-from tfm.config import SearchOptions
+from tfm.config import SearchOptions, option_spelling
+from tfm.errors import UsageError
 from tfm.serve.app import _Service
 from tfm.serve.config import ServeConfig
 from tfm.serve.schema import REQUEST_OPTIONS, RequestBase, TranslateRequest
@@ -69,3 +70,21 @@ def test_a_requests_options_reach_the_search_under_their_names():
     assert {name: getattr(options, name) for name in GIVEN} == GIVEN
     unset = service().options(TranslateRequest(text="a"))
     assert unset.beam == 4 and unset.n_best == 1 and unset.length_penalty == 1.0
+
+
+LIMITED = [f for f in dataclasses.fields(ServeConfig) if "min" in f.metadata]
+
+
+def test_the_servers_own_limits_declare_their_minimums():
+    assert {f.name for f in LIMITED} >= {"max_batch_tokens", "max_wait_ms", "max_queue",
+                                         "max_sentences", "max_request_bytes", "max_beam",
+                                         "beam", "max_connections"}
+
+
+@pytest.mark.parametrize("field", LIMITED, ids=[f.name for f in LIMITED])
+def test_a_server_setting_under_its_minimum_is_refused_naming_its_option(field):
+    """Checked by tfm.config.check_fields, as every config's minimums are."""
+    low = field.metadata["min"]
+    spelled = option_spelling(ServeConfig, field.name)
+    with pytest.raises(UsageError, match=f"^{spelled} {low - 1}: give {low} or more$"):
+        ServeConfig(**{field.name: low - 1})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tfm.config import option
+from tfm.config import EngineOptions, check_fields, option, option_spelling
 from tfm.errors import UsageError
 
 
@@ -20,21 +20,21 @@ class ServeConfig:
     # x beam reach this, or until the oldest has waited max_wait_ms. Also the size of each
     # search call, as SearchOptions.batch_tokens (--batch-tokens) is for `tfm translate`.
     max_batch_tokens: int = option(4096, "Most source tokens x beam decoded in one batch, "
-                                   "gathered across requests.")
+                                   "gathered across requests.", min=1)
     max_wait_ms: float = option(5.0, "How long a batch waits for more sentences, from the "
                                 "oldest's arrival or the end of the last batch, whichever is "
-                                "later.")
+                                "later.", min=0)
     # Batches decoded at once, each by a worker thread with its share of torch's CPU threads
     # (tfm serve --workers: EngineOptions.workers).
     workers: int = field(default=1, metadata={"option": None})
     max_queue: int = option(2048, "Most sentences waiting or decoding; beyond it requests get "
-                            "503 with Retry-After.")
+                            "503 with Retry-After.", min=1)
     max_sentences: int = option(512, "Most sentences in one request, after splitting its texts "
-                                "(413 beyond).")
-    max_request_bytes: int = option(1 << 20, "Largest request body (413 beyond).")
-    max_beam: int = option(16, "Largest beam a request may ask for (422 beyond).")
+                                "(413 beyond).", min=1)
+    max_request_bytes: int = option(1 << 20, "Largest request body (413 beyond).", min=1)
+    max_beam: int = option(16, "Largest beam a request may ask for (422 beyond).", min=1)
     beam: int | None = option(None, "Beam size of a request that gives none; 1 is greedy "
-                              "decoding.", short="-b", shown_default="the model's")
+                              "decoding.", short="-b", shown_default="the model's", min=1)
     api_key: str | None = option(
         None, "Require this key (header 'Authorization: Bearer KEY' or 'X-API-Key: KEY') on "
         "/v1/* and /metrics. Prefer the environment variable: a command line is visible to "
@@ -50,29 +50,27 @@ class ServeConfig:
         None, "Most connections open at once; past it a new one closes the one that has waited "
         "longest for its client's request, or gets 503 when every one has a request being "
         "answered.", shown_default="what the open-file limit allows, less 64 (tfm serve "
-        "raises its soft limit to the hard one)")
+        "raises its soft limit to the hard one)", min=1)
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_tokens", "workers", "max_queue", "max_sentences",
-                     "max_request_bytes", "max_beam"):
-            if getattr(self, name) < 1:
-                flag = "--" + name.replace("_", "-")
-                raise UsageError(f"{flag} must be at least 1, not {getattr(self, name)}")
-        if self.max_connections is not None and self.max_connections < 1:
-            raise UsageError(f"--max-connections must be at least 1, not "
-                             f"{self.max_connections}")
+        check_fields(self)  # the minimums (min=...)
+        if self.workers < 1:  # tfm serve's --workers, EngineOptions.workers
+            raise UsageError(f"{option_spelling(EngineOptions, 'workers')} {self.workers}: "
+                             "give 1 or more")
         if not self.request_timeout_s > 0:
-            raise UsageError(f"--request-timeout must be more than 0, not "
-                             f"{self.request_timeout_s}")
-        if self.max_wait_ms < 0:
-            raise UsageError(f"--max-wait-ms must be 0 or more, not {self.max_wait_ms}")
+            raise UsageError(f"{self._spelled('request_timeout_s')} {self.request_timeout_s}: "
+                             "give a number above 0")
         if not 0 <= self.port <= 65535:
-            raise UsageError(f"--port must be between 0 and 65535, not {self.port}")
-        if self.beam is not None and not 1 <= self.beam <= self.max_beam:
-            raise UsageError(f"--beam must be between 1 and --max-beam ({self.max_beam}), "
-                             f"not {self.beam}")
+            raise UsageError(f"{self._spelled('port')} {self.port}: give 0 to 65535")
+        if self.beam is not None and self.beam > self.max_beam:
+            raise UsageError(f"{self._spelled('beam')} {self.beam}: give at most "
+                             f"{self._spelled('max_beam')} ({self.max_beam})")
         if self.api_key is not None and not self.api_key.strip():
-            raise UsageError("the API key is empty: give a non-empty --api-key (or "
-                             "TFM_API_KEY), or none")
+            raise UsageError(f"the API key is empty: give a non-empty "
+                             f"{self._spelled('api_key')} (or TFM_API_KEY), or none")
         # A request can never hold more sentences than the queue takes.
         self.max_sentences = min(self.max_sentences, self.max_queue)
+
+    @classmethod
+    def _spelled(cls, name: str) -> str:
+        return option_spelling(cls, name) or name
