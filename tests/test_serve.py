@@ -821,6 +821,7 @@ def test_the_key_opens_the_api_in_either_header_and_health_and_page_need_none(se
 def test_info_tells_languages_model_provenance_version_and_defaults(server):
     info = httpx.get(f"{server.url}/v1/info", headers=auth()).json()
     assert (info["src_lang"], info["tgt_lang"]) == ("en", "de")
+    assert info["target_languages"] == info["language_tokens"] == []  # one: none to choose
     assert info["model"]["d_model"] == 32
     assert info["provenance"] == {"note": "random weights for tests"}
     assert info["tfm_version"]

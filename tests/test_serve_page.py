@@ -9,7 +9,9 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from test_serve import PAIRS, serving, write_tiny_model
 
@@ -20,6 +22,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 KEY = "page-key-77"
+TAGS = (">>de<<", ">>fr<<", ">>it<<")  # the multilingual model's target languages
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="no Chromium to drive the page: apt-get install -y chromium")
@@ -33,6 +36,14 @@ def translator(tmp_path_factory: pytest.TempPathFactory) -> Translator:
 
 
 @pytest.fixture(scope="module")
+def multilingual(tmp_path_factory: pytest.TempPathFactory) -> Translator:
+    from tfm.decoding.engines import load_translator
+
+    return load_translator(write_tiny_model(tmp_path_factory.mktemp("page") / "model", TAGS),
+                           "cpu")
+
+
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
@@ -42,11 +53,16 @@ def browser() -> Iterator[object]:
         browser.close()
 
 
-def open_page(browser, url: str, requests: list[str] | None = None):
-    """A new page at ``url``; the URL of every request it makes goes to ``requests``."""
-    page = browser.new_page()
+def open_page(browser, url: str, requests: list[str] | None = None,
+              posts: list[Any] | None = None):
+    """A new page at ``url`` (its browser's language English); the URL of every request it
+    makes goes to ``requests``, the JSON body of every POST to ``posts``."""
+    page = browser.new_page(locale="en-US")
     if requests is not None:
         page.on("request", lambda request: requests.append(request.url))
+    if posts is not None:
+        page.on("request", lambda request: posts.append(request.post_data_json)
+                if request.method == "POST" else None)
     page.goto(url)
     return page
 
@@ -71,17 +87,27 @@ def expected(translator: Translator, text: str) -> str:
     return translator.translate([text], translator.default_options())[0].text
 
 
+def direction(page) -> tuple[str, str, str]:
+    """What the page says it translates: its title's languages, the source's and the
+    translation's."""
+    return (page.inner_text("#languages"), page.inner_text("#src-lang"),
+            page.inner_text("#tgt-lang"))
+
+
 def test_typing_a_sentence_shows_its_translation(browser, translator: Translator):
     from tfm.serve.app import create_app
 
     sentence = PAIRS[0][0]
     with serving(create_app(translator, ServeConfig())) as url:
         requests: list[str] = []
-        page = open_page(browser, url + "/", requests)
-        assert "English" in page.inner_text("#languages") or "en" in page.inner_text(
-            "#languages")
+        posts: list[Any] = []
+        page = open_page(browser, url + "/", requests, posts)
+        # A model of one direction: its languages, and nothing to choose.
+        assert direction(page) == ("English (en) → German (de)", "(en)", "(de)")
+        assert page.is_hidden("#target-box")
         assert page.is_hidden("#key-box")
         assert translate_in_page(page, sentence) == expected(translator, sentence)
+        assert posts == [{"text": sentence}]
         assert page.inner_text("#status").endswith(" s")
         # Ctrl+Enter translates too, and a pasted paragraph keeps its line breaks.
         second = PAIRS[1][0]
@@ -102,6 +128,62 @@ def test_with_an_api_key_the_page_asks_for_it(browser, translator: Translator):
         assert "API key" in page.inner_text("#status")  # the server's 401, shown
         page.fill("#api-key", KEY)
         assert translate_in_page(page, sentence) == expected(translator, sentence)
+        page.close()
+
+
+def answer(url: str, text: str, lang: str) -> str:
+    """What POST /v1/translate answers for ``text`` into ``lang``."""
+    response = httpx.post(f"{url}/v1/translate", json={"text": text, "target_lang": lang})
+    assert response.status_code == 200, response.text
+    return response.json()["translations"][0]["text"]
+
+
+def unalike(url: str) -> tuple[str, dict[str, str]]:
+    """A sentence that the model (random weights) translates into German and French unalike,
+    so that the page's translation shows which it asked for; and those translations."""
+    for sentence, _ in PAIRS:
+        into = {lang: answer(url, sentence, lang) for lang in ("de", "fr")}
+        if into["de"] != into["fr"] and all(into.values()):
+            return sentence, into
+    raise AssertionError("no sentence translates into German and French unalike")
+
+
+def test_a_multilingual_models_page_translates_into_the_language_chosen(
+        browser, multilingual: Translator):
+    from tfm.serve.app import create_app
+
+    with serving(create_app(multilingual, ServeConfig())) as url:
+        info = httpx.get(f"{url}/v1/info").json()
+        assert info["target_languages"] == ["de", "fr", "it"]  # language_tokens' codes
+        assert info["language_tokens"] == list(TAGS)
+        sentence, into = unalike(url)
+        posts: list[Any] = []
+        page = open_page(browser, url + "/", posts=posts)
+        options = page.locator("#target-langs option")
+        assert [(options.nth(i).get_attribute("value"), options.nth(i).get_attribute("label"))
+                for i in range(options.count())] == [
+            ("de", "German"), ("fr", "French"), ("it", "Italian")]
+        assert page.is_visible("#target-lang")
+        # Nothing chosen yet: the page asks for a language instead of sending the request.
+        assert direction(page) == ("English (en) → ?", "(en)", "(?)")
+        assert translate_in_page(page, sentence) == ""
+        assert "choose the language" in page.inner_text("#status") and posts == []
+        page.fill("#target-lang", "fr")
+        assert direction(page) == ("English (en) → French (fr)", "(en)", "(fr)")
+        assert translate_in_page(page, sentence) == into["fr"]
+        assert posts == [{"text": sentence, "target_lang": "fr"}]
+        # The choice is remembered; a language's name chooses it too.
+        page.reload()
+        assert page.input_value("#target-lang") == "fr"
+        assert direction(page)[0] == "English (en) → French (fr)"
+        page.fill("#target-lang", "german")
+        assert translate_in_page(page, sentence) == into["de"]
+        assert posts[-1] == {"text": sentence, "target_lang": "de"}
+        assert direction(page)[2] == "(de)"
+        page.fill("#target-lang", "klingon")
+        assert translate_in_page(page, sentence) == ""
+        assert "klingon is not one of this model's 3 target languages" in page.inner_text(
+            "#status")
         page.close()
 
 

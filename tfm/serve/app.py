@@ -88,6 +88,7 @@ class _Service:
         self.state = "loading"  # loading -> ready -> stopping; or failed
         self.error = ""
         self.defaults: SearchOptions | None = None
+        self.tokens: list[str] = []  # the model's >>xx<< tokens (tfm.decoding.languages)
 
     def attach(self, translator: Translator) -> None:
         """Start serving ``translator`` (in the running event loop)."""
@@ -95,6 +96,7 @@ class _Service:
         # As many batches at once as the translator has decoding threads (tfm.decoding.workers).
         self.config = replace(self.config, workers=translator.workers.count)
         self.defaults = translator.default_options(beam=self.config.beam)
+        self.tokens = language_tokens(translator.vocabs)  # read once: a vocabulary can be large
         self.batcher = Batcher(translator.translate_prepared, _source_tokens,
                                max_batch_tokens=self.config.max_batch_tokens,
                                max_wait=self.config.max_wait_ms / 1000,
@@ -195,6 +197,17 @@ class _Service:
             return Response(status_code=CLIENT_CLOSED)
         return JSONResponse({"translations": _results(passages, results, body, options)})
 
+    def languages(self) -> dict[str, Any]:
+        """The model's languages, for /v1/info and the page: ``src_lang`` and ``tgt_lang``
+        (None where not known), its ``directions`` (several, or none), and the
+        ``target_languages`` a request chooses among with ``target_lang`` (the codes of its
+        >>xx<< tokens; none for a model of one target language)."""
+        model = self.translator.info if self.translator is not None else None
+        return {"src_lang": model.src_lang if model else None,
+                "tgt_lang": model.tgt_lang if model else None,
+                "directions": model.directions if model else [],
+                "target_languages": [token[2:-2] for token in self.tokens]}
+
     def info(self) -> dict[str, Any]:
         translator = self.translator
         body: dict[str, Any] = {"tfm_version": __version__, "status": self.state}
@@ -202,13 +215,12 @@ class _Service:
             model = translator.info
             d = self.defaults
             body.update({
-                "src_lang": model.src_lang, "tgt_lang": model.tgt_lang,
+                **self.languages(),
                 "engine": translator.describe(),
                 "model": asdict(model.model),
                 "generation": asdict(model.generation),
                 "provenance": model.provenance,
-                "language_tokens": language_tokens(translator.vocabs),
-                "directions": model.directions,
+                "language_tokens": self.tokens,
                 # The defaults of a request's options (of max_length: max_len_a and b).
                 "decoding": {name: getattr(d, name)
                              for name in (*REQUEST_OPTIONS, "max_len_a", "max_len_b")},
@@ -351,10 +363,7 @@ def _add_routes(app: FastAPI, service: _Service) -> None:
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
-        model = service.translator.info if service.translator else None
-        facts = {"src_lang": model.src_lang if model else None,
-                 "tgt_lang": model.tgt_lang if model else None,
-                 "api_key_required": config.api_key is not None}
+        facts = {**service.languages(), "api_key_required": config.api_key is not None}
         # JSON inside <script>: "<" escaped so no text can close the element.
         blob = json.dumps(facts).replace("<", "\\u003c")
         return HTMLResponse(page.replace("__SERVER__", blob), headers=_PAGE_HEADERS)

@@ -66,7 +66,7 @@ class RequestBase(BaseModel):
                            "--glossary), if it has one: the target term of each of its source "
                            "terms found in a sentence becomes a constraint.")
     target_lang: Optional[str] = Field(None, description="For a model of several target "
-                                       "languages (GET /v1/info's language_tokens, e.g. fr): "
+                                       "languages (GET /v1/info's target_languages, e.g. fr): "
                                        "the language to translate into; needed unless each "
                                        "text starts with its own >>xx<< tag.")
 
