@@ -126,8 +126,8 @@ def _listen(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # Accepted connections inherit this: without it, a keep-alive client's every request after
-    # the first waited 40 ms (Nagle's algorithm holding the response body behind its headers
-    # until the client's delayed ACK).
+    # the first waits for the client's delayed ACK (Nagle's algorithm holds the response body
+    # behind its headers until then; docs/BENCHMARKS.md).
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind(address)

@@ -507,9 +507,9 @@ class _Guard:
 
     async def _translate(self, scope: dict[str, Any], receive: Receive, send: Any) -> None:
         """POST /v1/translate, past the framework's layers (routing, dependencies, exception
-        middlewares), which took half of the server's own time per request (py-spy, 32
-        clients); the endpoint is the same function. A body that is not a valid request goes
-        through FastAPI, which words the 422 as for any other endpoint."""
+        middlewares), which cost much of the server's own time per request
+        (docs/BENCHMARKS.md); the endpoint is the same function. A body that is not a valid
+        request goes through FastAPI, which words the 422 as for any other endpoint."""
         try:
             body = await _read_body(receive)
             try:

@@ -10,8 +10,8 @@ request read in full is never cut: the deadline stops while the server answers i
 the answer has the same deadline: a client that stops reading (its answer waits in the
 server's buffers) is disconnected once it has read nothing for ``request_timeout_s``.
 
-Nor does uvicorn bound a request's headers: httptools gathers a header of any length in memory
-(a 130 MB one grew the server by 320 MB before the connection broke). Here headers past
+Nor does uvicorn bound a request's headers: httptools gathers a header of any length in memory,
+so that one huge header grows the server by more than its own size. Here headers past
 ``MAX_HEADER_BYTES`` get 431 and the connection is closed.
 
 An answer given before the request's body was read (413 from Content-Length, 401, 431), on a
@@ -23,11 +23,10 @@ has sent its whole body (Python's urllib, http.client) would get "Connection res
 "Broken pipe" instead of the answer.
 
 Nor the number of connections: a client that opens idle connections until the process has no
-file descriptors left shuts every other client out (1,500 idle sockets against a limit of
-1,024 open files: /health was refused until they closed). Here at most ``max_connections``
-are open; a new one past it closes the connection that has waited longest for its client
-(idle, or sending a request it has not finished), and only when every open connection has a
-request being answered is the new one refused, with 503.
+file descriptors left shuts every other client out (even /health is refused until they
+close). Here at most ``max_connections`` are open; a new one past it closes the connection
+that has waited longest for its client (idle, or sending a request it has not finished), and
+only when every open connection has a request being answered is the new one refused, with 503.
 """
 
 from __future__ import annotations
