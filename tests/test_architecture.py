@@ -92,13 +92,18 @@ def test_no_module_imports_itself_through_a_cycle() -> None:
             visit(m)
 
 
-@pytest.mark.parametrize("package", ["tfm/decoding", "tfm/cli"])
-def test_no_function_of_the_decoding_side_or_the_commands_is_over_80_lines(package):
+# The most lines a function of each package may have (its nested functions included). The
+# decoding side stays at 80 while search.py's _Banks.select is longer than 60.
+LONGEST = {"tfm/decoding": 80, "tfm/cli": 80, "tfm/serve": 60}
+
+
+@pytest.mark.parametrize("package", sorted(LONGEST))
+def test_no_function_of_the_decoding_side_the_server_or_the_commands_is_too_long(package):
     """A function longer than a screen is several jobs: name them (docs/ARCHITECTURE.md)."""
     long = []
     for path in sorted((PACKAGE.parent / package).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            if function and node.end_lineno - node.lineno + 1 > 80:
+            if function and node.end_lineno - node.lineno + 1 > LONGEST[package]:
                 long.append(f"{path.name}:{node.lineno} {node.name}")
     assert not long, long
