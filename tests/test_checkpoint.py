@@ -21,9 +21,6 @@ from tokenizers import Tokenizer
 
 from tfm import __version__
 from tfm.checkpoint import (
-    FORMAT_VERSION,
-    GenerationDefaults,
-    ModelInfo,
     atomic_write_bytes,
     load_model_dir,
     load_train_state,
@@ -34,11 +31,12 @@ from tfm.checkpoint import (
     train_state_bytes,
     weights_to_bytes,
 )
-from tfm.config import ModelConfig
+from tfm.config import GenerationDefaults, ModelConfig
 from tfm.data.tokenizer import save_tokenizer, train_tokenizer
 from tfm.errors import ModelError, ResourceError
 from tfm.layout import CONFIG_FILE, MANIFEST_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from tfm.model import Transformer
+from tfm.model_info import FORMAT_VERSION, ModelInfo
 
 
 def tiny_config(vocab: int, **overrides: object) -> ModelConfig:

@@ -14,11 +14,10 @@ from tfm.data.directions import (
     Direction,
     corpora_from_config,
     corpus_texts,
-    find_tag,
-    tagged,
     tags_for,
     vocabulary_tags,
 )
+from tfm.data.language_marks import find_tag, tagged
 from tfm.data.sampling import direction_probabilities, epoch_counts, epoch_rows
 from tfm.data.tokenizer import encode_batch, lowercases, train_tokenizer
 from tfm.errors import UsageError

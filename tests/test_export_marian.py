@@ -15,8 +15,8 @@ import torch
 from conftest import PAIRS
 from tokenizers import Tokenizer
 
-from tfm.checkpoint import GenerationDefaults, ModelInfo, load_model_dir, save_model_dir
-from tfm.config import ModelConfig, SearchOptions
+from tfm.checkpoint import load_model_dir, save_model_dir
+from tfm.config import GenerationDefaults, ModelConfig, SearchOptions
 from tfm.data.text import normalize_text
 from tfm.data.tokenizer import Vocabularies, decode, encode_batch
 from tfm.decoding.search import beam_search, greedy_search
@@ -25,6 +25,7 @@ from tfm.interop.common import read_export_info
 from tfm.interop.marian import export_marian, residual_permutation
 from tfm.model import Transformer
 from tfm.model.layers import sinusoidal_positions
+from tfm.model_info import ModelInfo
 from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 MAX_NEW = 40  # output tokens, EOS included, for both tfm and generate()

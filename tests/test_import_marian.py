@@ -297,8 +297,8 @@ def test_prepare_hands_both_sides_to_sentencepiece_as_marian_tokenizer_does(
     from tfm.config import CleanConfig
     from tfm.data.corpus import CorpusSpec
     from tfm.data.dataset import load_split
+    from tfm.data.language_marks import is_tag as is_language_token
     from tfm.data.prepare import prepare
-    from tfm.data.sentencepiece import is_language_token
 
     lines = lines_with_every_class()
     corpus = tmp_path / "corpus.jsonl"

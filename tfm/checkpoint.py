@@ -22,18 +22,12 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from tfm.atomic import atomic_write_bytes, link_over
-from tfm.config import GenerationDefaults, model_config_from_dict
 from tfm.data.tokenizer import Vocabularies, separate_paths, vocabulary_files
-from tfm.errors import ModelError, UsageError
+from tfm.errors import ModelError
 from tfm.integrity import Manifest, digest
 from tfm.layout import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, ModelDir
 from tfm.model import Transformer
 from tfm.model_info import ModelInfo
-
-# 2: ModelConfig.activation and output_bias (models imported from MarianMT). A model that
-# uses neither is still written as format 1, which tfm versions before 2 read.
-FORMAT_VERSION = 2
-
 
 # --- weights ---------------------------------------------------------------------------------
 
@@ -168,25 +162,9 @@ def read_model_info(directory: Path) -> ModelInfo:
         raise ModelError(f"{directory}: not a tfm model directory (no {CONFIG_FILE})") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ModelError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(data, dict) or "format_version" not in data or "model" not in data:
+    if not isinstance(data, dict) or "format_version" not in data:
         raise ModelError(f"{path}: not a tfm model config (no format_version/model)")
-    version = data["format_version"]
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise ModelError(
-            f"{path}: model format version {version} is newer than this tfm understands "
-            f"({FORMAT_VERSION}); upgrade tfm"
-        )
-    try:
-        return ModelInfo(
-            model=model_config_from_dict(data["model"]),
-            src_lang=data.get("src_lang"),
-            tgt_lang=data.get("tgt_lang"),
-            generation=GenerationDefaults(**data.get("generation", {})),
-            provenance=data.get("provenance", {}),
-            directions=list(data.get("directions") or []),
-        )
-    except (TypeError, UsageError) as e:
-        raise ModelError(f"{path}: invalid model config ({e})") from e
+    return ModelInfo.from_json(data, str(path))
 
 
 def load_model_dir(directory: Path, weights_file: str = WEIGHTS_FILE

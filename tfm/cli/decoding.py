@@ -280,9 +280,7 @@ def _language(translator, target_lang: str | None) -> str | None:
     """The >>xx<< token --target-lang asks for, refused in one line if the model has none
     (a model of several target languages without it: refused by ``tagged_sources`` at the
     first sentence that names no language either)."""
-    from tfm.decoding.languages import language_token
-
-    return language_token(translator.vocabs, target_lang) if target_lang is not None else None
+    return translator.language(target_lang) if target_lang is not None else None
 
 
 def _input_is_jsonl(path: Path | None, input_format: str) -> bool:

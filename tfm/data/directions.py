@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfm.data.corpus import CorpusSpec
+from tfm.data.language_marks import is_tag, tag  # the one spelling of >>xx<<
 from tfm.errors import UsageError
 
 _LANG = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")  # en, pt_BR, zh_Hant, ...
-_TAG = re.compile(r">>[A-Za-z][A-Za-z0-9_]{0,15}<<")
 
 
 def check_language(lang: str, what: str) -> str:
@@ -70,11 +70,6 @@ class Direction:
         return cls(src, tgt)
 
 
-def tag(lang: str) -> str:
-    """The target-language tag of ``lang``: ``>>de<<``."""
-    return f">>{lang}<<"
-
-
 def tags_for(directions: Iterable[Direction]) -> list[str]:
     """The tags a set of directions needs: one per target language where there are several,
     none where all translate into one language (a bilingual run, or many sources into one).
@@ -83,18 +78,10 @@ def tags_for(directions: Iterable[Direction]) -> list[str]:
     return [tag(t) for t in targets] if len(targets) > 1 else []
 
 
-def find_tag(text: str) -> str | None:
-    """The first ``>>xx<<`` written anywhere in ``text``, or None."""
-    match = _TAG.search(text)
-    return match.group(0) if match else None
-
-
 def vocabulary_tags(tok: Any) -> list[str]:
     """The ``>>xx<<`` tokens of a tokenizer's vocabulary, sorted: empty for a tokenizer of one
     target language. A tokenizer that has them makes every source sentence start with one."""
-    from tfm.data.sentencepiece import is_language_token
-
-    return sorted(t for t in tok.get_vocab() if is_language_token(t))
+    return sorted(t for t in tok.get_vocab() if is_tag(t))
 
 
 def source_tag(tags: Sequence[str], direction: Direction, where: str) -> str | None:
@@ -108,12 +95,6 @@ def source_tag(tags: Sequence[str], direction: Direction, where: str) -> str | N
                          f"{direction} (it has {', '.join(tags)}); train it with "
                          "`tfm train-tokenizer` on the same corpora")
     return wanted
-
-
-def tagged(text: str, tag_text: str | None) -> str:
-    """``text`` as a model with tags reads it: its tag, a space, the text (an empty text stays
-    empty, for the cleaning to drop)."""
-    return f"{tag_text} {text}" if tag_text is not None and text else text
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,11 @@ from tfm.data.directions import (
     Corpus,
     corpus_texts,
     direction_names,
-    find_tag,
     single_corpus,
     source_tag,
-    tagged,
     vocabulary_tags,
 )
+from tfm.data.language_marks import find_tag, tagged
 from tfm.data.text import has_invisible, normalize_text
 from tfm.data.tokenizer import (
     EOS_ID,

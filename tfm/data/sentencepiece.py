@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
+from tfm.data.language_marks import split_leading_tag
 from tfm.errors import ModelError
 
 SPACE = "\u2581"  # SentencePiece's visible space, "▁"
@@ -201,21 +202,6 @@ def pieces(seg: Tokenizer, texts: list[str]) -> list[list[str]]:
     return [enc.tokens for enc in seg.encode_batch(texts, add_special_tokens=False)]
 
 
-def split_language_token(text: str) -> tuple[str | None, str]:
-    """MarianTokenizer's rule: a text that starts with ``>>`` and has a ``<<`` after it starts
-    with a language token, up to and including that ``<<``, kept whole."""
-    if text.startswith(">>"):
-        end = text.find("<<")
-        if end != -1:
-            return text[:end + 2], text[end + 2:]
-    return None, text
-
-
-def is_language_token(token: str) -> bool:
-    """Whether a vocabulary entry is a language token such as ``>>fr<<``."""
-    return len(token) > 4 and token.startswith(">>") and token.endswith("<<")
-
-
 def vocabulary_decoder() -> decoders.Decoder:
     """SentencePiece's decoding of pieces: ``▁`` is a space, the first one dropped."""
     return decoders.Sequence([decoders.Replace(SPACE, " "), decoders.Fuse(),
@@ -243,7 +229,7 @@ class Segmenter:
             self._vocab = vocab.get_vocab()
         table = self._vocab
         unk = table["<unk>"]
-        split = [split_language_token(text) for text in texts]
+        split = [split_leading_tag(text) for text in texts]
         out = []
         for (code, _), cut in zip(split, pieces(self.tokenizer, [rest for _, rest in split])):
             ids = [table.get(piece, unk) for piece in cut]

@@ -61,14 +61,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tfm.config import GenerationDefaults, SearchOptions, model_config_from_dict
+from tfm.config import SearchOptions
 from tfm.data.tokenizer import load_vocabularies
 from tfm.decoding.constraints import TargetConstraints
 from tfm.decoding.rules import NEVER_EMITTED, Hypothesis, length_limit, score
 from tfm.decoding.translator import Translator
 from tfm.decoding.workers import Workers
 from tfm.device import PRECISIONS, cpu_has_native_bf16
-from tfm.errors import ModelError, TfmError, UsageError
+from tfm.errors import ModelError, UsageError
 from tfm.extras import require
 from tfm.interop.common import read_export_info
 from tfm.layout import TOKENIZER_FILE
@@ -450,14 +450,8 @@ _Decode = Callable[[list[list[str]], int, SearchOptions, "list[list[str]] | None
 
 
 def _model_info(path: Path, record: dict[str, Any]) -> ModelInfo:
-    try:
-        return ModelInfo(model=model_config_from_dict(record["model"]),
-                         src_lang=record.get("src_lang"), tgt_lang=record.get("tgt_lang"),
-                         generation=GenerationDefaults(**record.get("generation") or {}),
-                         provenance=record.get("provenance") or {},
-                         directions=list(record.get("directions") or []))
-    except (KeyError, TypeError, TfmError) as e:
-        raise ModelError(f"{path}: tfm_export.json does not describe a tfm model ({e})") from e
+    """The model an export was made from, as its tfm_export.json records it."""
+    return ModelInfo.from_json(record, f"{path}: tfm_export.json")
 
 
 def _cpu_threads() -> int:

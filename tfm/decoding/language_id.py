@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from tfm.data.language_marks import tag_language
 from tfm.errors import UsageError
 from tfm.extras import require
 
@@ -52,9 +53,7 @@ def language_code(lang: str) -> str:
     """``lang`` as py3langid names languages: without ``>>..<<`` brackets, region or script
     (``>>pt_br<<`` and ``de-AT`` are ``pt`` and ``de``: it tells neither apart), by its
     two-letter code where it has one (``fra`` is ``fr``)."""
-    code = lang.strip()
-    if code.startswith(">>") and code.endswith("<<"):
-        code = code[2:-2]
+    code = tag_language(lang.strip())
     code = code.replace("-", "_").split("_")[0].lower()
     return _ISO639_1.get(code, code)
 

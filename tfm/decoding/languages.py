@@ -5,8 +5,8 @@ sentences get theirs: ``tfm translate``, ``tfm eval`` and ``tfm serve`` all call
 
 from __future__ import annotations
 
-from tfm.data.directions import find_tag, vocabulary_tags
-from tfm.data.sentencepiece import is_language_token
+from tfm.data.directions import vocabulary_tags
+from tfm.data.language_marks import find_tag, is_tag, tag, tag_language, tagged
 from tfm.data.tokenizer import Vocabularies
 from tfm.errors import UsageError
 
@@ -22,22 +22,15 @@ def language_token(vocabs: Vocabularies, lang: str, what: str = "--target-lang",
     """``>>lang<<`` (``lang`` may be given with or without the brackets), refused in one line
     (naming the option ``what``) when the model has no such token; ``known``: the model's
     tokens, where the caller has them already."""
-    token = lang if is_language_token(lang) else f">>{lang}<<"
+    token = lang if is_tag(lang) else tag(lang)
     known = language_tokens(vocabs) if known is None else known
     if token not in known:
         if not known:
             raise UsageError(f"{what} {lang}: this model has no target-language tokens "
                              "(it translates into one language)")
         raise UsageError(f"{what} {lang}: the model has no {token} token; it has "
-                         f"{', '.join(t[2:-2] for t in known)}")
+                         f"{', '.join(tag_language(t) for t in known)}")
     return token
-
-
-def with_language(sentences: list[str], token: str | None) -> list[str]:
-    """``token`` before each non-empty sentence (an empty line stays empty)."""
-    if token is None:
-        return sentences
-    return [f"{token} {s}" if s.strip() else s for s in sentences]
 
 
 def tagged_sources(vocabs: Vocabularies, sentences: list[str], target_lang: str | None,
@@ -59,8 +52,8 @@ def tagged_sources(vocabs: Vocabularies, sentences: list[str], target_lang: str 
             if token is None and text:
                 raise UsageError(
                     f"{what} is needed: this model translates into "
-                    f"{', '.join(t[2:-2] for t in known)}; give {what} (e.g. {what} "
-                    f"{known[0][2:-2]}), or start each sentence with its >>xx<< tag "
+                    f"{', '.join(tag_language(t) for t in known)}; give {what} (e.g. {what} "
+                    f"{tag_language(known[0])}), or start each sentence with its >>xx<< tag "
                     f"(sentence {n} has none)")
             continue
         if token is not None or not text.startswith(own) or find_tag(text[len(own):]):
@@ -70,4 +63,4 @@ def tagged_sources(vocabs: Vocabularies, sentences: list[str], target_lang: str 
                              + "; the tag goes before the sentence, once")
         if own not in known:
             language_token(vocabs, own, "the tag", known)  # refused, naming the known ones
-    return with_language(sentences, token)
+    return [tagged(s, token) for s in sentences]

@@ -5,7 +5,7 @@ the JSON record that both ``tfm translate --format jsonl`` and ``tfm serve`` wri
 
     sentences as written ── glossary terms found, phrases and prefix asked ── ConstraintSpec
          │                                                                        │
-         └── target-language tag (languages.tagged_sources) ── Translator.prepare ┘
+         └── the direction (target_lang) ──────── Translator.prepare (its marking) ┘
                                                                   │ Sources (tokens)
                                         engine (translate_prepared, or the server's batcher)
                                                                   │ Translations
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfm.config import SearchOptions
-from tfm.data.directions import find_tag
+from tfm.data.language_marks import find_tag
 from tfm.decoding.alignment import pharaoh
 from tfm.decoding.constraints import ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary, sentence_constraints
@@ -42,9 +42,12 @@ def prepare_request(translator: Translator, sentences: Sequence[str], options: S
     ConstraintError (whose ``sentence`` counts from ``first``) for a constraint that cannot be
     used; the caller says where."""
     specs = constraint_specs(sentences, asks, glossary)
-    tagged = tagged_sources(translator.vocabs, list(sentences), target_lang, what, first)
+    if target_lang is None and translator.language_marking.where == "source_tag":
+        # No language asked: each sentence must name its own with its tag (checked here;
+        # prepare reads the sentences as written).
+        tagged_sources(translator.vocabs, list(sentences), None, what, first)
     try:
-        return translator.prepare(tagged, specs, options)
+        return translator.prepare(list(sentences), specs, options, target_lang, what, first)
     except ConstraintError as e:
         e.sentence = (e.sentence or 0) + first
         raise

@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from tfm.config import SearchOptions
+from tfm.data.directions import vocabulary_tags
+from tfm.data.language_marks import LanguageMarking, mark, tag_language
 from tfm.data.tokenizer import Vocabularies, decode, encode_batch, text_normalizer
 from tfm.decoding.alignment import align_words
 from tfm.decoding.constraints import (
@@ -27,6 +29,7 @@ from tfm.decoding.constraints import (
     TargetConstraints,
     compile_constraints,
 )
+from tfm.decoding.languages import language_token, language_tokens, tagged_sources
 from tfm.decoding.mbr import mbr_order
 from tfm.decoding.rules import Hypothesis, length_limit
 from tfm.decoding.workers import Workers
@@ -115,6 +118,8 @@ class Translator(ABC):
     _workers: Workers | None = None
     # Ranks each sentence's beam hypotheses anew (tfm.decoding.rerank); None: by their scores.
     reranker: Reranker | None = None
+    _marking: LanguageMarking | None = None
+    _tags: list[str] | None = None
 
     @abstractmethod
     def search(self, batch: list[list[int]], options: SearchOptions,
@@ -195,22 +200,74 @@ class Translator(ABC):
                              "directory")
         return options
 
+    @property
+    def language_marking(self) -> LanguageMarking:
+        """Where the model's language token goes (tfm.data.language_marks): its metadata's,
+        else inferred from its vocabulary."""
+        if self._marking is None:
+            info = getattr(self, "info", None)  # (a test's engine may have none)
+            self._marking = (info and info.language_marking) or LanguageMarking.infer(
+                language_tokens(self.vocabs))
+        return self._marking
+
+    @property
+    def language_tags(self) -> list[str]:
+        """The ``>>xx<<`` tokens of the languages the model translates into, sorted (empty: a
+        model of one target language), where its marking puts them."""
+        if self._tags is None:
+            side = self.vocabs.tgt if self.language_marking.where == "decoder_token" \
+                else self.vocabs.src
+            self._tags = vocabulary_tags(side)
+        return self._tags
+
+    def language(self, target_lang: str, what: str = "--target-lang") -> str:
+        """The token of ``target_lang`` (``fr`` or ``>>fr<<``), refused in one line naming
+        ``what`` where the model has none."""
+        return language_token(self.vocabs, target_lang, what, self.language_tags)
+
+    def marked(self, sentences: list[str], target_lang: str | None,
+               what: str = "--target-lang", first: int = 0) -> tuple[list[str], tuple[int, ...]]:
+        """A request's sentences and decoder start for a translation into ``target_lang``
+        (``fr`` or ``>>fr<<``; None: the model's one language, or each sentence's own tag),
+        as the model's marking has it (tfm.data.language_marks.mark): each sentence with its
+        source tag, or the language's token forced first in the decoder. Refused in one line
+        (naming the option ``what``, counting sentences from ``first``) where the model lacks
+        the language asked for, or needs one where none is given and it has no other way
+        (a sentence's own ``>>xx<<`` tag: tfm.decoding.requests checks those)."""
+        marking = self.language_marking
+        if marking.where != "decoder_token":
+            if target_lang is None:  # each as written: its own tag, or a one-language model
+                return sentences, (BOS_ID,)
+            return tagged_sources(self.vocabs, sentences, target_lang, what, first), (BOS_ID,)
+        if target_lang is None:
+            if len(self.language_tags) > 1:
+                raise UsageError(f"{what} is needed: this model translates into "
+                                 f"{', '.join(map(tag_language, self.language_tags))}")
+            return sentences, (BOS_ID,)
+        token = self.language(target_lang, what)
+        return sentences, mark(marking, token, self.vocabs.tgt.token_to_id).start
+
     def prepare(self, sentences: list[str],
                 constraints: Sequence[ConstraintSpec | None] | None = None,
-                options: SearchOptions | None = None) -> list[Source]:
+                options: SearchOptions | None = None, target_lang: str | None = None,
+                what: str = "--target-lang", first: int = 0) -> list[Source]:
         """Each sentence as the model will read it: normalised, tokenized, truncated to what
         the model takes, ending with EOS. ``translate`` is ``translate_prepared(prepare(...))``;
         the server prepares in its request handlers (it needs each sentence's length to fill
         batches) and decodes the prepared sources, so no sentence is tokenized twice.
         ``constraints``: one per sentence (None: none), compiled and checked against the
-        length limits of ``options`` (ConstraintError, with the sentence's position)."""
+        length limits of ``options`` (ConstraintError, with the sentence's position).
+        ``target_lang``: the direction's target language, applied as the model marks it
+        (``marked``; ``what`` and ``first`` for its messages)."""
+        sentences, start = self.marked(list(sentences), target_lang, what, first)
         limit = self.max_source_tokens - 1  # room for EOS
         normalize = text_normalizer(self.vocabs.src)
         texts = [normalize(s) for s in sentences]
         ids = encode_batch(self.vocabs.src, texts) if texts else []
         # Nothing to translate: an empty text, or one of which a SentencePiece segmenter
         # leaves no piece (only spaces; tfm's own normalisation would have stripped them).
-        sources = [Source(sentence, x[:limit] + [EOS_ID] if text and x else [], len(x) > limit)
+        sources = [Source(sentence, x[:limit] + [EOS_ID] if text and x else [], len(x) > limit,
+                          start=start)
                    for sentence, text, x in zip(sentences, texts, ids)]
         if constraints is not None:
             self._constrain(sources, constraints, options or self.default_options())
@@ -244,12 +301,13 @@ class Translator(ABC):
 
     def translate(self, sentences: list[str], options: SearchOptions,
                   progress: Callable[[int], None] | None = None,
-                  constraints: Sequence[ConstraintSpec | None] | None = None
-                  ) -> list[Translation]:
+                  constraints: Sequence[ConstraintSpec | None] | None = None,
+                  target_lang: str | None = None) -> list[Translation]:
         """Translations of ``sentences``, in the same order. ``progress``, if given, is called
         with the number of sentences each time a batch of them is done. ``constraints``: one
         per sentence, or None (tfm.decoding.constraints)."""
-        return self.translate_prepared(self.prepare(sentences, constraints, options), options,
+        return self.translate_prepared(self.prepare(sentences, constraints, options, target_lang),
+                                       options,
                                        progress)
 
     def translate_prepared(self, sources: list[Source], options: SearchOptions,

@@ -70,14 +70,9 @@ def write_export_info(directory: Path, fmt: str, source: Path, info: Any,
     source's tfm.checkpoint.ModelInfo."""
     record = {
         "format": fmt,
-        "tfm_version": __version__,
         "source_model": Path(source).name,  # a name, never an absolute path
-        "src_lang": info.src_lang,
-        "tgt_lang": info.tgt_lang,
-        "model": info.to_json()["model"],
-        "generation": info.to_json()["generation"],
-        "provenance": info.provenance,
-        **({"directions": info.directions} if info.directions else {}),
+        **info.to_json(),  # the model's metadata as its config.json has it (ModelInfo.from_json)
+        "tfm_version": __version__,
         **extra,
     }
     (Path(directory) / EXPORT_INFO_FILE).write_text(

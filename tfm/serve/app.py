@@ -31,9 +31,9 @@ from starlette.exceptions import HTTPException
 
 from tfm import __version__
 from tfm.config import SearchOptions
+from tfm.data.language_marks import tag_language
 from tfm.decoding.constraints import MAX_CONSTRAINTS, ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary
-from tfm.decoding.languages import language_tokens
 from tfm.decoding.requests import constraint_record, prepare_request, translation_record
 from tfm.decoding.translator import Source, Translation, Translator
 from tfm.errors import OptionError, UsageError
@@ -96,7 +96,7 @@ class _Service:
         # As many batches at once as the translator has decoding threads (tfm.decoding.workers).
         self.config = replace(self.config, workers=translator.workers.count)
         self.defaults = translator.default_options(beam=self.config.beam)
-        self.tokens = language_tokens(translator.vocabs)  # read once: a vocabulary can be large
+        self.tokens = translator.language_tags  # read once: a vocabulary can be large
         self.batcher = Batcher(translator.translate_prepared, _source_tokens,
                                max_batch_tokens=self.config.max_batch_tokens,
                                max_wait=self.config.max_wait_ms / 1000,
@@ -206,7 +206,7 @@ class _Service:
         return {"src_lang": model.src_lang if model else None,
                 "tgt_lang": model.tgt_lang if model else None,
                 "directions": model.directions if model else [],
-                "target_languages": [token[2:-2] for token in self.tokens]}
+                "target_languages": [tag_language(token) for token in self.tokens]}
 
     def info(self) -> dict[str, Any]:
         translator = self.translator
