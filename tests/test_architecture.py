@@ -92,9 +92,9 @@ def test_no_module_imports_itself_through_a_cycle() -> None:
             visit(m)
 
 
-# The most lines a function of each package may have (its nested functions included). The
-# decoding side stays at 80 while search.py's _Banks.select is longer than 60.
-LONGEST = {"tfm/decoding": 80, "tfm/cli": 80, "tfm/serve": 60}
+# The most lines a function of each package may have (its nested functions included); the
+# command line's, which are mostly option declarations, may be longer.
+LONGEST = {"tfm/decoding": 60, "tfm/cli": 80, "tfm/serve": 60}
 
 
 @pytest.mark.parametrize("package", sorted(LONGEST))

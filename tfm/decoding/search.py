@@ -477,9 +477,42 @@ class _Banks:
         rows = [r for r, a in enumerate(self.automata) if a is not None]
         if not rows:
             return choice, is_eos
-        k, vocab = self.k, candidates.size(-1)
+        k = self.k
         device = candidates.device
         index = torch.tensor(rows, dtype=torch.long, device=device)
+        pools = self._pools(rows, index, candidates, top_scores, top_index)
+        ends: list[tuple[int, int, float, list[bool] | None]] = []
+        scores_out, beams_out, tokens_out = [], [], []
+        for i, r in enumerate(rows):
+            automaton, states = self.automata[r], self.states[r]
+            ranked = []
+            for (b, t), value in pools[i].items():
+                state = states[b] if t == EOS_ID else automaton.advance(states[b], t)
+                ranked.append(_Candidate(automaton.bank(state), value, b, t, state))
+            ranked = _stripes(ranked)
+            for c in ranked[:k]:
+                if c.token == EOS_ID:
+                    ends.append((r, c.beam, c.score, automaton.met(c.state)))
+            beams = [c for c in ranked if c.token != EOS_ID][:k]
+            beams += [_Candidate(0, NEG_INF, 0, PAD_ID, states[0])] * (k - len(beams))
+            scores_out.append([c.score for c in beams])
+            beams_out.append([c.beam for c in beams])
+            tokens_out.append([c.token for c in beams])
+            self.states[r] = [c.state for c in beams]
+        chosen = _Choice(choice.scores.clone(), choice.beam.clone(), choice.token.clone(), ends)
+        chosen.scores[index] = torch.tensor(scores_out, dtype=chosen.scores.dtype, device=device)
+        chosen.beam[index] = torch.tensor(beams_out, dtype=chosen.beam.dtype, device=device)
+        chosen.token[index] = torch.tensor(tokens_out, dtype=chosen.token.dtype, device=device)
+        is_eos = is_eos.clone()
+        is_eos[index] = False
+        return chosen, is_eos
+
+    def _pools(self, rows: list[int], index: Tensor, candidates: Tensor, top_scores: Tensor,
+               top_index: Tensor) -> list[dict[tuple[int, int], float]]:
+        """For each sentence ``rows`` (with phrases; ``index`` the same as a tensor), its
+        candidates as {(beam, token): score}: its 2k best overall, each live beam's best
+        token, and each beam's tokens that advance it into a phrase not met yet."""
+        k, vocab = self.k, candidates.size(-1)
         best_score, best_token = (x.index_select(0, index).tolist()
                                   for x in candidates.max(dim=-1))  # (R, k)
         extra_row, extra_beam, extra_token = [], [], []
@@ -508,32 +541,7 @@ class _Banks:
         for i, b, t, value in zip(extra_row, extra_beam, extra_token, extra):
             if value != NEG_INF:
                 pools[i][(b, t)] = value
-
-        ends: list[tuple[int, int, float, list[bool] | None]] = []
-        scores_out, beams_out, tokens_out = [], [], []
-        for i, r in enumerate(rows):
-            automaton, states = self.automata[r], self.states[r]
-            ranked = []
-            for (b, t), value in pools[i].items():
-                state = states[b] if t == EOS_ID else automaton.advance(states[b], t)
-                ranked.append(_Candidate(automaton.bank(state), value, b, t, state))
-            ranked = _stripes(ranked)
-            for c in ranked[:k]:
-                if c.token == EOS_ID:
-                    ends.append((r, c.beam, c.score, automaton.met(c.state)))
-            beams = [c for c in ranked if c.token != EOS_ID][:k]
-            beams += [_Candidate(0, NEG_INF, 0, PAD_ID, states[0])] * (k - len(beams))
-            scores_out.append([c.score for c in beams])
-            beams_out.append([c.beam for c in beams])
-            tokens_out.append([c.token for c in beams])
-            self.states[r] = [c.state for c in beams]
-        chosen = _Choice(choice.scores.clone(), choice.beam.clone(), choice.token.clone(), ends)
-        chosen.scores[index] = torch.tensor(scores_out, dtype=chosen.scores.dtype, device=device)
-        chosen.beam[index] = torch.tensor(beams_out, dtype=chosen.beam.dtype, device=device)
-        chosen.token[index] = torch.tensor(tokens_out, dtype=chosen.token.dtype, device=device)
-        is_eos = is_eos.clone()
-        is_eos[index] = False
-        return chosen, is_eos
+        return pools
 
     def could_end(self, cont_scores: Tensor) -> Tensor:
         """``cont_scores`` (n, k) of the new beams, -inf for those of the sentences with
