@@ -507,7 +507,7 @@ def test_tfm_train_help_shows_the_train_config_defaults() -> None:
     defaults = TrainConfig()
     expected = {"--max-tokens": defaults.max_tokens, "--warmup": defaults.warmup_steps,
                 "--lr": defaults.lr, "--valid-every": defaults.valid_every,
-                "--threads": defaults.num_threads, "--compile": "no-compile",
+                "--threads": defaults.num_threads, "--[no-]compile": "no-compile",
                 "--precision": defaults.precision, "--patience": defaults.patience}
     for option, value in expected.items():
         assert f"[default: {value}]" in lines[option], lines[option]
