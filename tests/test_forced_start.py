@@ -172,3 +172,29 @@ def test_the_forced_tokens_take_positions_from_the_length_limit() -> None:
     options = SearchOptions(beam=1, max_len_a=4.0, max_len_b=10, min_len=30)
     found = search(model, src, options, start=start(1, X, 5))
     assert len(found[0][0].tokens) + 1 == 12 - 2
+
+
+def test_training_feeds_the_forced_tokens_and_learns_no_label_for_them() -> None:
+    # A batch's decoder input is start + target and its labels skip the forced tokens: the
+    # teacher-forced log P of the labels is what the search scores for the same start.
+    from tfm.data.batching import pad_pairs
+
+    model = tiny_model(10, vocab=VOCAB, layers=2)
+    src = sources([5, 3], VOCAB, 10)
+    options = SearchOptions(beam=1)
+    found = search(model, src, options, start=start(2, X, 6))
+    rows = [row[row != PAD_ID].tolist() for row in src]
+    batch = pad_pairs(rows, [hyps[0].tokens for hyps in found],
+                      starts=[(BOS_ID, X, 6), (BOS_ID, X, 6)])
+    assert batch.tgt_in[0, :3].tolist() == [BOS_ID, X, 6]
+    assert batch.tgt_out[0, :2].tolist() == [PAD_ID, PAD_ID]  # no label for X nor 6
+    assert batch.n_tgt_tokens == sum(len(h[0].tokens) + 1 for h in found)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(batch.src, batch.tgt_in).double(), dim=-1)
+    gold = logp.gather(-1, batch.tgt_out[..., None])[..., 0].masked_fill(
+        batch.tgt_out == PAD_ID, 0.0).sum(dim=1)
+    assert gold.tolist() == pytest.approx([h[0].log_prob for h in found], abs=1e-4)
+    # BOS alone: today's batch.
+    plain = pad_pairs(rows, [[7, 8], [9]])
+    assert plain.tgt_in.tolist() == [[BOS_ID, 7, 8], [BOS_ID, 9, PAD_ID]]
+    assert plain.tgt_out.tolist() == [[7, 8, EOS_ID], [9, EOS_ID, PAD_ID]]

@@ -118,23 +118,28 @@ def collate(split: TokenizedSplit, indices: np.ndarray, width_multiple: int = 1)
 
 
 def pad_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
-              width_multiple: int = 1) -> Batch:
+              width_multiple: int = 1, starts: Sequence[Sequence[int]] | None = None) -> Batch:
     """Source ids (EOS included, as a split stores them) and target ids (no special tokens) ->
-    a padded Batch: ``tgt_in`` is BOS + target, ``tgt_out`` target + EOS. With
+    a padded Batch: ``tgt_in`` is BOS + target, ``tgt_out`` target + EOS. ``starts``: each
+    pair's forced decoder tokens (tfm.decoding.search.decoder_start; None: BOS alone), fed
+    before the target as the search feeds them, and never labels: ``tgt_in`` is start +
+    target, ``tgt_out`` padding under all of them but the last, then target + EOS. With
     ``width_multiple`` > 1 each tensor is padded wider, to a multiple of it: the rows and their
     tokens are the same, the extra columns are padding (masked, and no labels)."""
     b = len(sources)
+    starts = starts if starts is not None else [(BOS_ID,)] * b
     src = np.full((b, _round_up(max(len(s) for s in sources), width_multiple)), PAD_ID,
                   dtype=np.int64)
-    tgt_in = np.full((b, _round_up(max(len(t) for t in targets) + 1, width_multiple)), PAD_ID,
-                     dtype=np.int64)
+    longest = max(len(t) + len(f) for t, f in zip(targets, starts))
+    tgt_in = np.full((b, _round_up(longest, width_multiple)), PAD_ID, dtype=np.int64)
     tgt_out = np.full_like(tgt_in, PAD_ID)
-    for row, (s, t) in enumerate(zip(sources, targets)):
+    for row, (s, t, f) in enumerate(zip(sources, targets, starts)):
         src[row, : len(s)] = s
-        tgt_in[row, 0] = BOS_ID
-        tgt_in[row, 1 : len(t) + 1] = t
-        tgt_out[row, : len(t)] = t
-        tgt_out[row, len(t)] = EOS_ID
+        fed = len(f) - 1  # the forced tokens before the first one that predicts a label
+        tgt_in[row, : len(f)] = f
+        tgt_in[row, len(f) : len(f) + len(t)] = t
+        tgt_out[row, fed : fed + len(t)] = t
+        tgt_out[row, fed + len(t)] = EOS_ID
     return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out))
 
 
