@@ -224,7 +224,7 @@ def _hf_local_path(spec: CorpusSpec) -> Path:
 
 def _hf_dataset(spec: CorpusSpec) -> tuple[Any, str]:
     """Load the dataset behind an "hf" spec (lazily importing ``datasets``) and a label."""
-    import datasets  # slow import (~2 s): only when a HF dataset is really used
+    import datasets  # a slow import: only when a HF dataset is really used
 
     raw = spec.paths[0]
     path = _hf_local_path(spec)

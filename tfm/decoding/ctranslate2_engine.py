@@ -54,7 +54,6 @@ With ``exact`` (``tfm translate --exact-search``), it finds what tfm's own searc
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -66,7 +65,7 @@ from tfm.data.tokenizer import load_vocabularies
 from tfm.decoding.constraints import TargetConstraints
 from tfm.decoding.rules import NEVER_EMITTED, Hypothesis, length_limit, score
 from tfm.decoding.translator import Translator
-from tfm.decoding.workers import Workers
+from tfm.decoding.workers import Workers, cpu_threads
 from tfm.device import PRECISIONS, cpu_has_native_bf16
 from tfm.errors import ModelError, UsageError
 from tfm.extras import require
@@ -200,7 +199,7 @@ class CTranslate2Translator(Translator):
                   prefixes: list[list[str]] | None, decode: _Decode) -> list[_Outcome]:
         """Each sentence decoded by ``decode`` as it would be alone, in few calls. CTranslate2
         has one length limit per call and pays a fixed cost per decoding step and call (many
-        small calls are several times slower than one), so the batch is decoded with its
+        small calls are slower than one: docs/BENCHMARKS.md), so the batch is decoded with its
         largest limit, and a sentence whose search reached its own, smaller limit is decoded
         again with it (one that ended before found what a search with its limit finds). With
         attention, each call holds sources of one length (and so one limit): CTranslate2's
@@ -455,13 +454,9 @@ def _model_info(path: Path, record: dict[str, Any]) -> ModelInfo:
 
 
 def _cpu_threads() -> int:
-    """CTranslate2's CPU threads: its default of 4, but never more than the cores this process
-    may run on (more OpenMP threads than cores contend for them)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return min(4, cores)
+    """CTranslate2's CPU threads: its default of 4, but never more than decoding may use
+    (workers.cpu_threads: more OpenMP threads than cores contend for them)."""
+    return min(4, cpu_threads())
 
 
 def _device(ct2: Any, name: str) -> tuple[str, int]:

@@ -54,7 +54,7 @@ class Workers:
     that makes it keeps one torch thread, and each worker takes its share when it starts. torch's
     CPU threads (OpenMP) are set up per calling thread, so had this thread kept all of them
     (loading the model, say), their pool and the workers' would share the cores and contend
-    for them (decoding was several times slower). So it is made before the model is loaded
+    for them (docs/BENCHMARKS.md). So it is made before the model is loaded
     (tfm.decoding.engines.load_translator does), and only there."""
 
     def __init__(self, count: int = 1, share_cpu_threads: bool = True) -> None:

@@ -45,11 +45,8 @@ the encoder or decoded from the decoder, not both).
   live beam could still score by its log-probability over its current length, where tfm
   divides by the length with EOS added. With ``length_penalty`` 0 no hypothesis can catch up
   with one that has ended, the rules agree, and beam search returns tfm's best hypothesis
-  whether tfm stops early or not. With a length penalty the results can differ: on the first
-  200 Multi30k validation sentences, an early checkpoint of tfm's Multi30k en-de model (step
-  711, validation BLEU 22.8) exported with beam 5 and length penalty 1 gave tfm's default
-  translation for 188 of them and tfm's ``--no-stop-early`` translation for 199 (greedy: 200,
-  beam 5 with length penalty 0: 200; every output limited to 100 tokens on both sides).
+  whether tfm stops early or not. With a length penalty the results can differ, mostly from
+  tfm's default and rarely from its ``--no-stop-early`` (docs/BENCHMARKS.md has the counts).
 - tfm bounds the output at ``max_len_a * source length + max_len_b`` tokens per sentence;
   ``generate`` has one ``max_length``/``max_new_tokens`` for the batch. The exported
   ``max_length`` is the model's own limit; pass ``max_new_tokens`` for a tighter one.

@@ -18,8 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 # PyTorch's fused attention kernels for CUDA, all but cuDNN's. cuDNN's (chosen first for bf16 and
 # fp16 on recent GPUs) builds an execution plan for every new shape, and translation brings a
 # new shape with nearly every batch and decoding step, which made decoding and bf16 training
-# on an H100 much slower with it than without; leaving it out was as fast or faster than
-# torch's own choice in every run measured (docs/BENCHMARKS.md, "On a GPU").
+# on a GPU slower with it than without (docs/BENCHMARKS.md, "On a GPU").
 CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 

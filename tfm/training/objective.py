@@ -61,10 +61,11 @@ class _RowwiseSmoothedCrossEntropy(torch.autograd.Function):
 
     Above, the fp32 copy of the (N, V) logits, the fp32 log-probabilities kept for the backward
     pass and the cast of their gradient back to bf16 each go through memory: in a bf16 training
-    step on CPU, where the matrix products are several times faster than in fp32, these passes
-    took a fifth of the step. Here each block of rows is converted, reduced and dropped while it
-    is in cache; the forward pass keeps only the log-sum-exp of each row, and the backward pass
-    recomputes the softmax from the bf16 logits and writes the bf16 gradient directly:
+    step on CPU, where the matrix products are faster than in fp32, these passes took a large
+    share of the step (docs/BENCHMARKS.md). Here each block of rows is converted, reduced and
+    dropped while it is in cache; the forward pass keeps only the log-sum-exp of each row, and
+    the backward pass recomputes the softmax from the bf16 logits and writes the bf16 gradient
+    directly:
 
         log p_ij = logit_ij - lse_i,   mean_j log p_ij = mean_j logit_ij - lse_i
     """
