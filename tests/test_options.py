@@ -25,6 +25,7 @@ from tfm.config import (
     SearchOptions,
     TrainConfig,
 )
+from tfm.data.language_marks import LanguageMarking
 from tfm.errors import UsageError
 from tfm.serve.config import ServeConfig
 
@@ -177,9 +178,11 @@ def test_tfm_translate_hands_the_search_the_options_given(monkeypatch: pytest.Mo
         info = SimpleNamespace(generation=GenerationDefaults(max_len_b=7))
         vocabs = SimpleNamespace(src=SimpleNamespace(get_vocab=dict))  # no language tags
         supports_attention, engine, reranker = True, "fake", None
+        language_marking = LanguageMarking("none")
         default_options = Translator.default_options
 
-        def prepare(self, sentences: list[str], specs: Any, options: SearchOptions) -> list:
+        def prepare(self, sentences: list[str], specs: Any, options: SearchOptions,
+                    *direction: Any) -> list:
             seen.append(options)
             return []
 
