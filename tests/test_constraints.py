@@ -395,7 +395,7 @@ def test_translate_applies_a_glossary_prefix_and_constraint_options(model_dir, t
     (['{"src": "a", "prefix": 3}'], '"prefix" must be a string'),
 ])
 def test_jsonl_requests_are_read_strictly_naming_the_line(tmp_path, lines, says):
-    from tfm.decoding.constraints import read_requests
+    from tfm.decoding.requests import read_requests
 
     source = tmp_path / "in.jsonl"
     source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -404,7 +404,7 @@ def test_jsonl_requests_are_read_strictly_naming_the_line(tmp_path, lines, says)
 
 
 def test_jsonl_requests_give_sentences_and_what_each_asks(tmp_path):
-    from tfm.decoding.constraints import read_requests
+    from tfm.decoding.requests import read_requests
 
     source = write_jsonl(tmp_path / "in.jsonl", [
         {"src": "a", "constraints": ["x", "y"], "prefix": "p"}, {"src": ""},

@@ -175,7 +175,11 @@ def test_ctranslate2_gets_no_more_threads_than_the_cores_it_may_use(monkeypatch)
 
     from tfm.decoding import ctranslate2_engine
 
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     for cores, threads in ((1, 1), (2, 2), (16, 4)):  # 4: CTranslate2's own default
         monkeypatch.setattr(os, "sched_getaffinity", lambda _, n=cores: set(range(n)),
                             raising=False)
         assert ctranslate2_engine._cpu_threads() == threads
+    # As for tfm's engine (workers.cpu_threads), OMP_NUM_THREADS bounds them too.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert ctranslate2_engine._cpu_threads() == 1

@@ -22,7 +22,8 @@ from tfm.data.tokenizer import Vocabularies, decode, encode_batch
 from tfm.decoding.search import beam_search, greedy_search
 from tfm.errors import ModelError, UsageError
 from tfm.interop.common import read_export_info
-from tfm.interop.marian import export_marian, residual_permutation
+from tfm.interop.marian import export_marian
+from tfm.interop.marian_layout import residual_permutation
 from tfm.model import Transformer
 from tfm.model.layers import sinusoidal_positions
 from tfm.model_info import ModelInfo

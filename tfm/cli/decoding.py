@@ -166,7 +166,7 @@ def _read_request(translator: Translator, options: SearchOptions, ask: _Asks,
     if text:
         sentences, own = list(text), [None] * len(text)
     elif jsonl:
-        from tfm.decoding.constraints import read_requests
+        from tfm.decoding.requests import read_requests
 
         sentences, own = read_requests(input)
     else:

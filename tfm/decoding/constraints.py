@@ -19,11 +19,9 @@ their bank, the number of constraint tokens met (Post & Vilar's dynamic beam all
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 
 from tokenizers import Tokenizer
 
@@ -96,48 +94,6 @@ class TargetConstraints:
         for token in tokens:
             state = automaton.advance(state, token)
         return automaton.met(state)
-
-
-REQUEST_KEYS = ("src", "constraints", "prefix")  # of a JSONL input line
-
-
-def read_requests(path: Path) -> tuple[list[str], list[ConstraintSpec | None]]:
-    """The sentences of a JSONL file of translation requests, one object a line:
-    ``{"src": "...", "constraints": ["...", ...], "prefix": "..."}`` (only ``src`` needed),
-    and what each asks of its translation. UsageError naming the line for anything else."""
-    from tfm.data.corpus import read_text_lines
-
-    sentences: list[str] = []
-    specs: list[ConstraintSpec | None] = []
-    for number, line in enumerate(read_text_lines(path, allow_empty=True), 1):
-        where = f"{path}, line {number}"
-        if not line.strip():
-            raise UsageError(f'{where}: empty; each line is one request such as {{"src": '
-                             '"..."} ({"src": ""} for an empty line)')
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{where}: not JSON ({e.msg}); each line is an object such as "
-                             '{"src": "...", "constraints": ["..."]}') from None
-        if not isinstance(record, dict):
-            raise UsageError(f'{where}: not a JSON object such as {{"src": "..."}}')
-        unknown = sorted(set(record) - set(REQUEST_KEYS))
-        if unknown:
-            raise UsageError(f"{where}: unknown key {unknown[0]!r} (a line may have "
-                             f"{', '.join(REQUEST_KEYS)})")
-        src = record.get("src")
-        if not isinstance(src, str):
-            raise UsageError(f'{where}: "src" must be the sentence to translate, a string')
-        phrases = record.get("constraints", [])
-        if not isinstance(phrases, list) or not all(isinstance(p, str) for p in phrases):
-            raise UsageError(f'{where}: "constraints" must be a list of strings')
-        prefix = record.get("prefix")
-        if prefix is not None and not isinstance(prefix, str):
-            raise UsageError(f'{where}: "prefix" must be a string')
-        sentences.append(src)
-        spec = ConstraintSpec(phrases, prefix)
-        specs.append(spec if spec else None)
-    return sentences, specs
 
 
 def compile_constraints(tok: Tokenizer, spec: ConstraintSpec, max_length: int

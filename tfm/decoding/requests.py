@@ -17,7 +17,9 @@ each words the errors it raises in its own terms (a file's line, a request's fie
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from tfm.config import SearchOptions
@@ -27,6 +29,7 @@ from tfm.decoding.constraints import ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary, sentence_constraints
 from tfm.decoding.languages import tagged_sources
 from tfm.decoding.translator import Source, Translation, Translator
+from tfm.errors import UsageError
 
 
 def prepare_request(translator: Translator, sentences: Sequence[str], options: SearchOptions,
@@ -51,6 +54,48 @@ def prepare_request(translator: Translator, sentences: Sequence[str], options: S
     except ConstraintError as e:
         e.sentence = (e.sentence or 0) + first
         raise
+
+
+REQUEST_KEYS = ("src", "constraints", "prefix")  # of a JSONL input line
+
+
+def read_requests(path: Path) -> tuple[list[str], list[ConstraintSpec | None]]:
+    """The sentences of a JSONL file of translation requests, one object a line:
+    ``{"src": "...", "constraints": ["...", ...], "prefix": "..."}`` (only ``src`` needed),
+    and what each asks of its translation. UsageError naming the line for anything else."""
+    from tfm.data.corpus import read_text_lines
+
+    sentences: list[str] = []
+    specs: list[ConstraintSpec | None] = []
+    for number, line in enumerate(read_text_lines(path, allow_empty=True), 1):
+        where = f"{path}, line {number}"
+        if not line.strip():
+            raise UsageError(f'{where}: empty; each line is one request such as {{"src": '
+                             '"..."} ({"src": ""} for an empty line)')
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{where}: not JSON ({e.msg}); each line is an object such as "
+                             '{"src": "...", "constraints": ["..."]}') from None
+        if not isinstance(record, dict):
+            raise UsageError(f'{where}: not a JSON object such as {{"src": "..."}}')
+        unknown = sorted(set(record) - set(REQUEST_KEYS))
+        if unknown:
+            raise UsageError(f"{where}: unknown key {unknown[0]!r} (a line may have "
+                             f"{', '.join(REQUEST_KEYS)})")
+        src = record.get("src")
+        if not isinstance(src, str):
+            raise UsageError(f'{where}: "src" must be the sentence to translate, a string')
+        phrases = record.get("constraints", [])
+        if not isinstance(phrases, list) or not all(isinstance(p, str) for p in phrases):
+            raise UsageError(f'{where}: "constraints" must be a list of strings')
+        prefix = record.get("prefix")
+        if prefix is not None and not isinstance(prefix, str):
+            raise UsageError(f'{where}: "prefix" must be a string')
+        sentences.append(src)
+        spec = ConstraintSpec(phrases, prefix)
+        specs.append(spec if spec else None)
+    return sentences, specs
 
 
 def constraint_specs(sentences: Sequence[str], asks: Sequence[ConstraintSpec | None] | None,

@@ -19,7 +19,7 @@ biased projections, a constant ``final_logits_bias`` on the logits (tfm's ``outp
 fixed as transformers keeps it), an FFN activation from the config (relu, swish, gelu:
 ``ModelConfig.activation``). Marian's sinusoids put every sine before every cosine where tfm
 interleaves them; the residual axis of every tensor is permuted back
-(tfm.interop.marian.residual_permutation, inverted), so that tfm's own table serves.
+(tfm.interop.marian_layout.residual_permutation, inverted), so that tfm's own table serves.
 
 **Ids.** tfm's special ids are fixed (``<pad>`` 0, ``<unk>`` 1, ``<s>`` 2, ``</s>`` 3).
 OPUS-MT's layout is ``</s>`` 0, ``<unk>`` 1, the pieces, ``<pad>`` last, and decoding starts
@@ -58,7 +58,7 @@ from tfm.data.sentencepiece import vocabulary_decoder
 from tfm.data.tokenizer import Vocabularies, attach_segmenter, tokenizer_from_json
 from tfm.errors import ModelError, UsageError
 from tfm.interop.common import EXPORT_INFO_FILE, read_export_info, staged_output
-from tfm.interop.marian import layer_names, permuted, residual_permutation
+from tfm.interop.marian_layout import layer_names, permuted, residual_permutation
 from tfm.model import Transformer
 from tfm.model.layers import sinusoidal_positions
 from tfm.special_tokens import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, SPECIAL_TOKENS, UNK, UNK_ID
