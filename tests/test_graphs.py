@@ -172,6 +172,25 @@ def test_a_capture_that_fails_falls_back_to_step_by_step_search_once(tmp_path, t
     assert translator.graphs is None  # tried once, not at every batch
 
 
+def test_a_translator_with_graphs_decodes_through_them_and_finds_the_same(tmp_path,
+                                                                          tokenizer) -> None:
+    # The path a CUDA translator takes, run on the CPU unpatched: its short batches go to the
+    # fixed search (a shape is kept for each), with the translations of step-by-step search.
+    translator = load_translator(random_model_dir(tmp_path / "m", tokenizer), "cpu")
+    sentences = ["A dog runs.", "Hi.", "Two men sit on a bench in the park."]
+    for beam in (1, 3):
+        options = translator.default_options(beam=beam, n_best=beam)
+        expected = translator.translate(sentences, options)
+        translator.graphs = CudaGraphs(translator.model)  # as on CUDA
+        found = translator.translate(sentences, options)
+        assert translator.graphs.graphs, "the fixed search was not used"
+        translator.graphs = None
+        for mine, theirs in zip(found, expected):
+            assert [t for t, _ in mine.hypotheses] == [t for t, _ in theirs.hypotheses]
+            assert [s for _, s in mine.hypotheses] == pytest.approx(
+                [s for _, s in theirs.hypotheses], abs=1e-5)
+
+
 # Each field of SearchOptions, and another value of it: a new field must be added here.
 OTHER_VALUES = dict(beam=3, length_penalty=0.3, max_len_a=0.7, max_len_b=2, min_len=3, n_best=4,
                     stop_early=True, batch_tokens=7, attention=True, mbr="bleu")
