@@ -242,9 +242,14 @@ class CleanConfig:
 class ShortlistConfig:
     """How ``tfm shortlist`` builds a vocabulary shortlist (tfm.data.shortlist)."""
 
-    per_token: int = 50  # translations kept per source token
-    frequent: int = 500  # most frequent target tokens, always candidates
-    iterations: int = 5  # EM rounds of IBM Model 1
+    per_token: int = option(50, "Target tokens kept for each source token (the most "
+                            "probable).", min=1, panel="Shortlist")
+    frequent: int = option(500, "The most frequent target tokens, always allowed.", min=0,
+                           panel="Shortlist")
+    iterations: int = option(5, "EM rounds of IBM Model 1.", min=1, panel="Shortlist")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass

@@ -10,26 +10,21 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tfm.cli.app import app, err, writing_into
+from tfm.cli.fields import Fields, derive
 from tfm.config import ShortlistConfig
 
 
 @app.command()
+@derive(settings=Fields(ShortlistConfig))
 def shortlist(
     data: Annotated[Path, typer.Option(
         "--data", help="The prepared dataset (`tfm prepare`) the model was trained on.",
-        show_default=False)],
+        show_default=False, rich_help_panel="Input and output")],
+    settings: ShortlistConfig,
     model: Annotated[Path, typer.Option(
-        "--model", "-m", help="The model directory to write the shortlist into.")
+        "--model", "-m", help="The model directory to write the shortlist into.",
+        rich_help_panel="Input and output")
     ] = Path("model"),
-    per_token: Annotated[int, typer.Option(
-        "--per-token", help="Target tokens kept for each source token (the most probable).",
-        min=1)] = ShortlistConfig.per_token,
-    frequent: Annotated[int, typer.Option(
-        "--frequent", help="The most frequent target tokens, always allowed.", min=0)
-    ] = ShortlistConfig.frequent,
-    iterations: Annotated[int, typer.Option(
-        "--iterations", help="EM rounds of IBM Model 1.", min=1)
-    ] = ShortlistConfig.iterations,
 ) -> None:
     """Build a model's vocabulary shortlist, for --shortlist.
 
@@ -45,11 +40,12 @@ def shortlist(
                    disable=not err.is_terminal)
     task = bar.add_task("shortlist", total=None)
     with writing_into(model, "tfm shortlist"), bar:
-        built = make_shortlist(data, model, per_token, frequent, iterations,
+        built = make_shortlist(data, model, settings.per_token, settings.frequent,
+                               settings.iterations,
                                lambda done, steps: bar.update(task, completed=done,
                                                               total=steps))
     listed = int((built.per_source >= 0).any(axis=1).sum())
     err.print(f"[green]Wrote[/] the shortlist of {model} ({listed:,} source tokens with up to "
-              f"{per_token} translations each, {len(built.frequent):,} frequent target "
+              f"{settings.per_token} translations each, {len(built.frequent):,} frequent target "
               f"tokens) in {time.monotonic() - start:.1f} s; decode with `tfm translate "
               f"--model {model} --shortlist`", highlight=False)

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from tfm.checkpoint import read_model_info, save_recorded
-from tfm.config import SearchOptions
+from tfm.config import SearchOptions, ShortlistConfig
 from tfm.data.dataset import load_split, read_prepare_info
 from tfm.data.shortlist import (
     FREQUENT,
@@ -51,9 +51,9 @@ def make_shortlist(data_dir: Path, model_dir: Path, per_token: int = PER_TOKEN,
                    progress: Callable[[int, int], None] | None = None) -> Shortlist:
     """Build the shortlist of ``model_dir`` from the training split of the prepared dataset
     ``data_dir`` (tokenized as the model reads, refused in one line otherwise) and write it
-    into the model directory, atomically and recorded in its manifest."""
-    if per_token < 1 or frequent < 0 or iterations < 1:
-        raise UsageError("--per-token and --iterations take 1 or more, --frequent 0 or more")
+    into the model directory, atomically and recorded in its manifest. The numbers are
+    ShortlistConfig's, checked by it."""
+    ShortlistConfig(per_token, frequent, iterations)
     files = ModelDir(model_dir)
     info = read_model_info(model_dir)
     vocabs = load_vocabularies(files.tokenizer)
