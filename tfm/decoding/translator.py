@@ -327,8 +327,8 @@ class Translator(ABC):
         starts = [len(source.start) for source in sources]
         for batch, found in self._search_batches(list(_batches(ids, starts, pending, options)),
                                                  sources, options):
-            for i, (hyps, texts, ranks) in zip(batch, found):
-                order = self._order(hyps, texts, ranks, options)[:options.n_best]
+            for i, (hyps, texts, scores) in zip(batch, found):
+                order = self._order(hyps, texts, scores, options)[:options.n_best]
                 hyps, texts = [hyps[k] for k in order], [texts[k] for k in order]
                 result = Translation(
                     sources[i].sentence, [(t, h.score) for t, h in zip(texts, hyps)],
@@ -341,16 +341,16 @@ class Translator(ABC):
                 progress(len(batch))
         return [r for r in results if r is not None]
 
-    def _order(self, hyps: list[Hypothesis], texts: list[str], ranks: list[float],
+    def _order(self, hyps: list[Hypothesis], texts: list[str], scores: list[float],
                options: SearchOptions) -> list[int]:
-        """The order in which a sentence's hypotheses are returned: MBR's, with ``ranks`` as
-        the hypotheses' scores; else by ``ranks`` when a reranker gave them; else the
+        """The order in which a sentence's hypotheses are returned: MBR's, with ``scores`` as
+        the hypotheses' scores; else by ``scores`` when a reranker gave them; else the
         search's (best score first, those that meet their constraints before those that do
         not)."""
         if options.mbr:
-            order = mbr_order(texts, ranks, [len(h.tokens) + 1 for h in hyps], options.mbr)
+            order = mbr_order(texts, scores, [len(h.tokens) + 1 for h in hyps], options.mbr)
         elif self.reranker is not None:
-            order = sorted(range(len(hyps)), key=lambda k: (-ranks[k], k))
+            order = sorted(range(len(hyps)), key=lambda k: (-scores[k], k))
         else:
             return list(range(len(hyps)))
         # Hypotheses that miss a constraint phrase (cut by the length limit) come last.
@@ -372,10 +372,10 @@ class Translator(ABC):
             given["start"] = start
         found = self.search([sources[i].ids for i in batch], options, **given)
         texts = [[_one_line(decode(self.vocabs.tgt, h.tokens)) for h in hyps] for hyps in found]
-        ranks = [[h.score for h in hyps] for hyps in found]
+        scores = [[h.score for h in hyps] for hyps in found]
         if self.reranker is not None:
-            ranks = self.reranker.rescore([sources[i].sentence for i in batch], texts, ranks)
-        return list(zip(found, texts, ranks))
+            scores = self.reranker.rescore([sources[i].sentence for i in batch], texts, scores)
+        return list(zip(found, texts, scores))
 
     def _search_batches(self, batches: list[list[int]], sources: list[Source],
                         options: SearchOptions
