@@ -3,7 +3,9 @@
 
 The model is a small one fitted to the 40 test pairs, and its shortlist is built from those
 pairs prepared as a dataset, small (20 translations per source token, 20 frequent tokens) so
-that it leaves out most of the 300-token vocabulary.
+that it leaves out most of the 300-token vocabulary but holds what the model writes without
+it. A tight one (3 and 3) leaves out tokens of every translation and n-best hypothesis the
+model writes without it, so that decoding that ignored the shortlist would be seen.
 """
 
 from __future__ import annotations
@@ -64,6 +66,17 @@ def shortlisted(trained: tuple[Path, Path]) -> Path:
 
 
 @pytest.fixture(scope="module")
+def tight(trained: tuple[Path, Path]) -> Path:
+    """A copy of the trained model directory with a shortlist of 3 translations per source
+    token and 3 frequent tokens: the translations without it leave it (checked where used)."""
+    model, data = trained
+    copy = model.parent / "tight"
+    shutil.copytree(model, copy)
+    make_shortlist(data, copy, per_token=3, frequent=3)
+    return copy
+
+
+@pytest.fixture(scope="module")
 def plain(trained: tuple[Path, Path]):
     return load_translator(trained[0], "cpu", workers=1)
 
@@ -71,6 +84,11 @@ def plain(trained: tuple[Path, Path]):
 @pytest.fixture(scope="module")
 def narrowed(shortlisted: Path):
     return load_translator(shortlisted, "cpu", workers=1, shortlist=True)
+
+
+@pytest.fixture(scope="module")
+def tightened(tight: Path):
+    return load_translator(tight, "cpu", workers=1, shortlist=True)
 
 
 def translations(translator, sentences: list[str], n_best: int = 1, **asks) -> list:
@@ -86,6 +104,18 @@ def candidates(translator, sentence: str) -> set[int]:
 
 def target_ids(translator, text: str) -> list[int]:
     return translator.vocabs.tgt.encode(text, add_special_tokens=False).ids
+
+
+def leaves_the_shortlist(plain, narrowed, sentences: list[str], n_best: int) -> bool:
+    """Whether every one of the ``n_best`` hypotheses ``plain`` (no shortlist) finds for each
+    sentence has a token outside the sentence's candidates in ``narrowed``'s shortlist."""
+    options = plain.default_options(n_best=n_best)
+    for source in plain.prepare(sentences):
+        allowed = set(narrowed.shortlist.candidates([source.ids]).tolist())
+        [hypotheses] = plain.search([source.ids], options)
+        if any(set(h.tokens) <= allowed for h in hypotheses):
+            return False
+    return True
 
 
 # --- building ---------------------------------------------------------------------------------
@@ -119,15 +149,26 @@ def test_a_batch_has_the_union_of_its_sentences_candidates_and_each_keeps_its_ow
     assert ids[allowed[1]].tolist() == [0, 1, 2, 3, 6, 8, 11]
 
 
-def test_tfm_shortlist_writes_the_file_into_the_model_directory(trained, tmp_path):
+def test_tfm_shortlist_writes_the_file_into_the_model_directory(trained, plain, tmp_path):
     model, data = trained
     copy = tmp_path / "model"
     shutil.copytree(model, copy)
-    result = tfm("shortlist", "--data", str(data), "--model", str(copy), "--per-token", "5")
+    result = tfm("shortlist", "--data", str(data), "--model", str(copy), "--per-token", "5",
+                 "--frequent", "5")
     assert result.returncode == 0, result.stderr
     assert ModelDir(copy).shortlist.is_file()
     assert "shortlist.safetensors" in (copy / "manifest.json").read_text()
     assert f"tfm translate --model {copy} --shortlist" in result.stderr
+    # the file is the one --shortlist decodes with: translations within it, which the model
+    # without it leaves
+    narrowed = load_translator(copy, "cpu", workers=1, shortlist=True)
+    assert narrowed.shortlist.per_source.shape[1] == 5 and len(narrowed.shortlist.frequent) == 5
+    assert leaves_the_shortlist(plain, narrowed, UNSEEN, n_best=1)
+    options = narrowed.default_options()
+    for source in narrowed.prepare(UNSEEN):
+        [[best]] = narrowed.search([source.ids], options)
+        allowed = set(narrowed.shortlist.candidates([source.ids]).tolist())
+        assert best.tokens and set(best.tokens) <= allowed
 
 
 def test_a_dataset_of_another_tokenizer_is_refused_in_one_line(trained, dataset, tmp_path):
@@ -150,6 +191,16 @@ def test_a_shortlist_of_the_whole_vocabulary_changes_nothing(plain, shortlisted)
     sentences = TRAINED + UNSEEN
     for a, b in zip(translations(plain, sentences, 3), translations(everything, sentences, 3)):
         assert a.hypotheses == b.hypotheses
+    # ... and one token fewer does: the best translation's first token, left out, is not
+    # written, so this shortlist is the one decoded with
+    [source] = plain.prepare([UNSEEN[0]])
+    [[best]] = plain.search([source.ids], plain.default_options())
+    left_out = best.tokens[0]
+    everything.shortlist = replace(
+        everything.shortlist, per_source=np.full_like(everything.shortlist.per_source, -1),
+        frequent=np.array([i for i in range(vocab) if i != left_out], dtype=np.int32))
+    [[without]] = everything.search([source.ids], plain.default_options())
+    assert without.tokens and left_out not in without.tokens
 
 
 def test_a_shortlist_that_holds_the_translation_keeps_it(plain, narrowed):
@@ -162,22 +213,32 @@ def test_a_shortlist_that_holds_the_translation_keeps_it(plain, narrowed):
         assert set(best.tokens) <= set(allowed)
         [[kept]] = narrowed.search([source.ids], options)
         assert kept.tokens == best.tokens
+        # its log-probability normalised over the shortlist, not the whole vocabulary
+        assert kept.log_prob > best.log_prob + 1e-4
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
-def test_each_sentence_is_translated_as_if_it_were_alone(narrowed, shortlisted, precision):
-    if precision != "fp32":  # --shortlist with --precision int8: the same search over both
-        narrowed = load_translator(shortlisted, "cpu", precision, workers=1, shortlist=True)
+def test_each_sentence_is_translated_as_if_it_were_alone(plain, tightened, tight, precision):
+    # The tight shortlist: each sentence's own candidates are fewer than its batch's, and
+    # the model's translations without a shortlist leave them.
     sentences = TRAINED[:5] + UNSEEN
-    together = translations(narrowed, sentences, n_best=2)
-    for sentence, batched in zip(sentences, together):
-        [alone] = translations(narrowed, [sentence], n_best=2)
-        assert [t for t, _ in alone.hypotheses] == [t for t, _ in batched.hypotheses]
-        assert [s for _, s in alone.hypotheses] == pytest.approx(
-            [s for _, s in batched.hypotheses], abs=1e-5)
+    assert leaves_the_shortlist(plain, tightened, sentences, n_best=2)
+    if precision != "fp32":  # --shortlist with --precision int8: the same search over both
+        tightened = load_translator(tight, "cpu", precision, workers=1, shortlist=True)
+    options = tightened.default_options(n_best=2)
+    sources = tightened.prepare(sentences)
+    together = tightened.search([s.ids for s in sources], options)
+    for source, batched in zip(sources, together):
+        [alone] = tightened.search([source.ids], options)
+        assert [h.tokens for h in alone] == [h.tokens for h in batched]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched], abs=1e-5)
+        allowed = set(tightened.shortlist.candidates([source.ids]).tolist())
+        assert all(h.tokens and set(h.tokens) <= allowed for h in batched)
 
 
-def test_n_best_hypotheses_are_in_full_vocabulary_ids_within_the_shortlist(narrowed):
+def test_n_best_hypotheses_are_in_full_vocabulary_ids_within_the_shortlist(plain, tightened):
+    narrowed = tightened  # without it, each of the 3 best of each sentence leaves it
+    assert leaves_the_shortlist(plain, narrowed, UNSEEN, n_best=3)
     options = narrowed.default_options(beam=4, n_best=3)
     sources = narrowed.prepare(UNSEEN)
     found = narrowed.search([s.ids for s in sources], options)
@@ -192,7 +253,8 @@ def test_n_best_hypotheses_are_in_full_vocabulary_ids_within_the_shortlist(narro
     assert texts[0].text == narrowed.vocabs.tgt.decode(found[0][0].tokens).strip()
 
 
-def test_a_constraint_outside_the_shortlist_is_still_met(narrowed):
+def test_a_constraint_outside_the_shortlist_is_still_met(plain, tightened):
+    narrowed = tightened
     sentence = UNSEEN[0]
     allowed = candidates(narrowed, sentence)
     # German words the shortlist cannot write: a token of each is not in it
@@ -206,6 +268,15 @@ def test_a_constraint_outside_the_shortlist_is_still_met(narrowed):
                             constraints=[ConstraintSpec([phrase], prefix=start)])
     assert result.constraints_met
     assert phrase in result.text and result.text.startswith(start)
+    # the constraints' tokens join the sentence's candidates; nothing else does (without the
+    # shortlist, the model writes other tokens too)
+    own = allowed | {t for form in tokens.phrases[0].forms for t in form} | set(tokens.prefix)
+    [source] = narrowed.prepare([sentence])
+    [[found]] = narrowed.search([source.ids], narrowed.default_options(), [tokens])
+    [[unlisted]] = plain.search([source.ids], plain.default_options(), [tokens])
+    assert not set(unlisted.tokens) <= own
+    assert set(found.tokens) <= own
+    assert narrowed.vocabs.tgt.decode(found.tokens).strip() == result.text
 
 
 def test_translate_without_a_shortlist_refuses_shortlist_in_one_line(trained):
@@ -235,6 +306,10 @@ def test_a_model_directory_with_a_shortlist_loads_and_translates_as_before(train
     sentences = TRAINED + UNSEEN
     for a, b in zip(translations(plain, sentences, 3), translations(without, sentences, 3)):
         assert a.hypotheses == b.hypotheses
+    # only --shortlist decodes with it: its scores are normalised over the shortlist
+    with_it = load_translator(shortlisted, "cpu", workers=1, shortlist=True)
+    assert [t.hypotheses for t in translations(with_it, sentences, 3)] != [
+        t.hypotheses for t in translations(without, sentences, 3)]
 
 
 def test_a_shortlist_of_a_newer_format_is_refused_in_one_line(shortlisted, tmp_path):
@@ -253,12 +328,12 @@ def test_a_shortlist_of_a_newer_format_is_refused_in_one_line(shortlisted, tmp_p
 
 # --- export -----------------------------------------------------------------------------------
 
-def test_the_ctranslate2_export_carries_the_shortlist_as_its_vmap(shortlisted, narrowed,
-                                                                  tmp_path):
+def test_the_ctranslate2_export_carries_the_shortlist_as_its_vmap(tight, tightened, tmp_path):
     ctranslate2 = pytest.importorskip("ctranslate2")
     from tfm.interop.ctranslate2 import export_ctranslate2
 
-    export = export_ctranslate2(shortlisted, tmp_path / "ct2")
+    narrowed = tightened  # CTranslate2 without the vmap leaves it
+    export = export_ctranslate2(tight, tmp_path / "ct2")
     lines = (export / "vmap.txt").read_text(encoding="utf-8").splitlines()
     tgt = narrowed.vocabs.tgt
     assert lines[0].split("\t") == ["", " ".join(tgt.id_to_token(int(i))
@@ -268,10 +343,12 @@ def test_the_ctranslate2_export_carries_the_shortlist_as_its_vmap(shortlisted, n
     for token_id, targets in enumerate(narrowed.shortlist.per_source.tolist()):
         listed = [tgt.id_to_token(i) for i in targets if i >= 0]
         assert by_source.get(src.id_to_token(token_id), "").split() == listed
-    # CTranslate2 decodes with it, within the sentence's candidates
+    # CTranslate2 decodes with it, within the sentence's candidates, which it leaves without
     [source] = narrowed.prepare([UNSEEN[0]])
     translator = ctranslate2.Translator(str(export), device="cpu")
-    [result] = translator.translate_batch([[src.id_to_token(i) for i in source.ids]],
-                                          beam_size=4, use_vmap=True)
+    tokens = [[src.id_to_token(i) for i in source.ids]]
+    [result] = translator.translate_batch(tokens, beam_size=4, use_vmap=True)
+    [unmapped] = translator.translate_batch(tokens, beam_size=4, use_vmap=False)
     allowed = {tgt.id_to_token(i) for i in candidates(narrowed, UNSEEN[0])}
     assert result.hypotheses[0] and set(result.hypotheses[0]) <= allowed
+    assert not set(unmapped.hypotheses[0]) <= allowed
