@@ -118,6 +118,44 @@ def test_cuda_graphs_find_what_step_by_step_decoding_finds(dataset: Path, tmp_pa
     assert same >= 0.9 * compared, f"{same} of {compared} the same"
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_forced_decoder_start_on_a_gpu_is_the_cpus_in_every_path(precision: str) -> None:
+    # tfm's search, the fixed search of CUDA graphs and an ensemble, each started from
+    # <s> X: on CUDA what the CPU finds. These untrained models have near-ties that another
+    # device's rounding can swap (bf16's 8 bits more often: 32 of 36 the same on a CPU in
+    # bf16), so nearly all, not all; a start that did not reach the GPU's decoder would leave
+    # few the same.
+    from tfm.decoding.graphs import CudaGraphs
+    from tfm.decoding.search import search
+    from tfm.model.ensemble import Ensemble
+
+    torch.manual_seed(0)
+    members = [Transformer(ModelConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32,
+                                       n_heads=2, encoder_layers=2, decoder_layers=2, d_ff=64,
+                                       dropout=0.0)).eval() for _ in range(2)]
+    src = torch.randint(4, 40, (6, 9))
+    src[:, -1] = 3  # EOS
+    start = torch.tensor([[2, 17]] * 6)  # <s>, then a forced token
+    dtype = resolve_precision(precision, torch.device("cuda"), training=False)
+    same = compared = 0
+    for model in (members[0], Ensemble(members).eval()):
+        for options in (SearchOptions(beam=1), SearchOptions(beam=4, n_best=2)):
+            cpu = search(model, src, options, start=start)
+            gpu_model = model.to("cuda")
+            if dtype is not None:
+                gpu_model = gpu_model.to(dtype)
+            paths = [search(gpu_model, src.cuda(), options, start=start.cuda())]
+            if isinstance(model, Transformer):
+                paths.append(CudaGraphs(gpu_model).search(src.cuda(), options, start.cuda()))
+            for found in paths:
+                for a, b in zip(found, cpu):
+                    compared += 1
+                    same += [h.tokens for h in a] == [h.tokens for h in b]
+            model.to("cpu").float()
+    assert same >= (0.9 if precision == "fp32" else 0.7) * compared, \
+        f"{same} of {compared} the same"
+
+
 def test_a_run_stopped_and_resumed_on_a_gpu_ends_where_the_straight_run_ends(
         dataset: Path, tmp_path: Path) -> None:
     # Dropout draws from the GPU's generator: the resumed run must continue its stream. (The
