@@ -344,13 +344,35 @@ def test_what_reading_standard_input_fails_with_comes_after_the_lines_before_it(
 
 
 def test_translate_and_eval_decode_in_int8_on_a_cpu(demo_model: Path, tmp_path: Path) -> None:
+    from tfm.decoding.engines import load_translator
+
+    # What the library decodes in int8 and in fp32: this briefly trained model's int8
+    # translations differ from fp32's, in scores and in some texts; the commands must give
+    # int8's, so that --precision int8 dropped on the way is seen.
+    sources, references = ((DEMO / f"test.{lang}").read_text(encoding="utf-8").splitlines()[:10]
+                           for lang in ("en", "de"))
+
+    def library(precision: str) -> list:
+        translator = load_translator(demo_model, "cpu", precision, workers=1)
+        return translator.translate(sources, translator.default_options())
+
+    int8, fp32 = library("int8"), library("fp32")
+    assert [t.hypotheses[0][1] for t in int8] != pytest.approx(
+        [t.hypotheses[0][1] for t in fp32], abs=1e-4)
+    assert [t.text for t in int8] != [t.text for t in fp32]
+
     translated = tfm("translate", "-m", str(demo_model), "--precision", "int8",
-                     "The dog sleeps in the garden.")
+                     "--format", "jsonl", *sources)
     assert translated.returncode == 0, translated.stderr
-    assert translated.stdout.strip()
-    (tmp_path / "src").write_text("The dog sleeps in the garden.\n")
-    (tmp_path / "ref").write_text("Der Hund schläft im Garten.\n")
+    records = [json.loads(line) for line in translated.stdout.splitlines()]
+    assert [r["translation"] for r in records] == [t.text for t in int8]
+    assert [r["score"] for r in records] == pytest.approx(
+        [t.hypotheses[0][1] for t in int8], abs=1e-4)
+    (tmp_path / "src").write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    (tmp_path / "ref").write_text("".join(s + "\n" for s in references), encoding="utf-8")
     scored = tfm("eval", "-m", str(demo_model), "--precision", "int8", "--src",
-                 str(tmp_path / "src"), "--ref", str(tmp_path / "ref"))
+                 str(tmp_path / "src"), "--ref", str(tmp_path / "ref"), "--save-hyp",
+                 str(tmp_path / "hyp"))
     assert scored.returncode == 0, scored.stderr
     assert "BLEU" in scored.stdout + scored.stderr
+    assert (tmp_path / "hyp").read_text(encoding="utf-8").splitlines() == [t.text for t in int8]
