@@ -92,16 +92,32 @@ def server(model: Path, folder: Path, sentences: list[str], target_lang: str | N
     return response.json()["translations"]
 
 
+@pytest.fixture(scope="module")
+def answered(models, tmp_path_factory: pytest.TempPathFactory):
+    """(model, target_lang, own_tag) -> (the command line's records, the server's answers)
+    of REQUESTS, each sentence after ``own_tag`` where one is given; each asked once."""
+    done: dict[tuple[str, str | None, str | None], tuple[list, list]] = {}
+
+    def answer(model: str, target_lang: str | None, own_tag: str | None) -> tuple[list, list]:
+        key = (model, target_lang, own_tag)
+        if key not in done:
+            folder = tmp_path_factory.mktemp("request")
+            sentences = [f"{own_tag} {s}" if own_tag and s else s for s, _, _ in REQUESTS]
+            done[key] = (command_line(models[model], folder, sentences, target_lang),
+                         server(models[model], folder, sentences, target_lang))
+        return done[key]
+
+    return answer
+
+
 @pytest.mark.parametrize("model, target_lang, own_tag", [
     ("bilingual", None, None),
     ("multilingual", "fr", None),  # --target-lang and target_lang
     ("multilingual", None, ">>de<<"),  # each sentence with its own tag
 ])
-def test_the_command_line_and_the_server_answer_a_request_alike(models, tmp_path, model,
-                                                                target_lang, own_tag):
-    sentences = [f"{own_tag} {s}" if own_tag and s else s for s, _, _ in REQUESTS]
-    cli = command_line(models[model], tmp_path, sentences, target_lang)
-    answers = server(models[model], tmp_path, sentences, target_lang)
+def test_the_command_line_and_the_server_answer_a_request_alike(answered, model, target_lang,
+                                                                own_tag):
+    cli, answers = answered(model, target_lang, own_tag)
     assert len(cli) == len(answers) == len(REQUESTS)
     for record, answer in zip(cli, answers):
         (sentence,) = answer["sentences"]
@@ -122,6 +138,25 @@ def test_the_command_line_and_the_server_answer_a_request_alike(models, tmp_path
     assert all(len(r["n_best"]) == 2 for r in cli if r["source"])
     assert empty["translation"] == "" and "constraints" not in empty
     assert long["truncated"] and not first["truncated"]
+
+
+def test_each_side_translates_into_the_language_asked_for(answered):
+    """French asked by target_lang (--target-lang) and German by each sentence's own tag: the
+    model reads each sentence after the tag asked for, and the two languages' translations
+    differ (the tag is the only difference in what the model reads), on both sides."""
+    french, german = answered("multilingual", "fr", None), answered("multilingual", None,
+                                                                    ">>de<<")
+    for fr, de in zip(french, german):  # the command line's records, then the server's
+        fr, de = [r.get("sentences", [r])[0] for r in fr], [r.get("sentences", [r])[0]
+                                                            for r in de]
+        for (sentence, _, _), fr_record, de_record in zip(REQUESTS, fr, de):
+            if not sentence:
+                continue
+            assert fr_record["source"].startswith(">>fr<< ")
+            assert de_record["source"].startswith(">>de<< ")
+            assert fr_record["source"][len(">>fr<< "):] == de_record["source"][len(">>de<< "):]
+            assert [(h["translation"], h["score"]) for h in fr_record["n_best"]] != [
+                (h["translation"], h["score"]) for h in de_record["n_best"]]
 
 
 def test_a_record_has_the_same_keys_on_both_sides_and_n_best_even_for_one():
