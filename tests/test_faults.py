@@ -356,12 +356,35 @@ def scripted_validation(patch: pytest.MonkeyPatch) -> None:
     patch.setattr("tfm.training.loop.validate", validate)
 
 
-def full_disk_at(site: str, patch: pytest.MonkeyPatch) -> None:
-    """The next write of ``site`` (a file name pattern) fails for want of room, after writing
-    part of what it was given."""
+class HalfFull:
+    """A file that takes half of what it is given to write, then fails for want of room."""
+
+    def __init__(self, file) -> None:
+        self.file = file
+
+    def write(self, data) -> int:
+        self.file.write(bytes(data)[:len(data) // 2])
+        self.file.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name: str):
+        return getattr(self.file, name)
+
+    def __enter__(self) -> HalfFull:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+
+
+def full_disk_at(site: str, patch: pytest.MonkeyPatch, at: str = "write") -> None:
+    """Writes of ``site`` (a file name pattern) fail for want of room: ``at`` "write", each
+    after writing part of what it was given, whether written in place (os.write: metrics.jsonl)
+    or into the temporary of an atomic write (tfm.atomic.atomic_write_bytes, which renames it
+    over the file once whole); ``at`` "rename", the rename of a whole temporary into place."""
     from fnmatch import fnmatch
 
-    real_replace, real_write = os.replace, os.write
+    real_replace, real_write, real_fdopen = os.replace, os.write, os.fdopen
 
     def replace(src, dst, *args, **kwargs):
         if fnmatch(Path(dst).name, site):
@@ -374,22 +397,45 @@ def full_disk_at(site: str, patch: pytest.MonkeyPatch) -> None:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    patch.setattr(os, "replace", replace)
-    patch.setattr(os, "write", write)
+    def fdopen(fd: int, *args, **kwargs):
+        file = real_fdopen(fd, *args, **kwargs)
+        name = Path(os.readlink(f"/proc/self/fd/{fd}")).name
+        if fnmatch(name, site) or fnmatch(name, f".{site}.*.tmp"):
+            return HalfFull(file)
+        return file
+
+    if at == "rename":
+        patch.setattr(os, "replace", replace)
+    else:
+        patch.setattr(os, "write", write)
+        patch.setattr(os, "fdopen", fdopen)
 
 
-@pytest.mark.parametrize("site", WRITE_SITES)
+def site_files(model: Path, site: str) -> dict[str, bytes]:
+    """The content of each file of ``model`` that ``site`` names, by its path in ``model``."""
+    from fnmatch import fnmatch
+
+    return {str(p.relative_to(model)): p.read_bytes() for p in model.rglob("*")
+            if p.is_file() and fnmatch(p.name, site)}
+
+
+@pytest.mark.parametrize("site, at", [(site, "write") for site in WRITE_SITES] + [
+    (site, "rename") for site in WRITE_SITES if site != "metrics.jsonl"])  # appended in place
 def test_a_full_disk_at_every_write_of_a_run_stops_it_intact_and_resume_goes_on(
-        site: str, run_at_step_4: Path, dataset: Path, tmp_path: Path,
+        site: str, at: str, run_at_step_4: Path, dataset: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     model = tmp_path / "model"
     shutil.copytree(run_at_step_4, model)
     scripted_validation(monkeypatch)
     more = config(max_steps=8, save_every=2, valid_every=2)
+    before = site_files(model, site)
     with monkeypatch.context() as patch:
-        full_disk_at(site, patch)
+        full_disk_at(site, patch, at)
         with pytest.raises(WriteError) as stopped:
             resume(dataset, model, Overrides.of(more, "max_steps"))
+    # the site's first write of the resumed run failed: its files are those it had, whole,
+    # with no part of the new content in any of them
+    assert site_files(model, site) == before
     message = str(stopped.value)
     assert "\n" not in message
     name = site.replace("*", "")
