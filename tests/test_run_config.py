@@ -67,11 +67,11 @@ def test_one_file_drives_several_commands_each_taking_its_keys(
     config = write(tmp_path / "run.yaml", f"""
 seed: 3
 beam: 2                     # a key of translate's: left by train
+output: {tmp_path / "model"}  # train's (and prepare's, but for its section)
 prepare:
-  output: {tmp_path / "unused"}
+  output: {tmp_path / "unused"}  # prepare's alone: train, which has --output, leaves it
 train:
   data: {dataset}
-  output: {tmp_path / "model"}
   preset: tiny
   max_steps: 2
   valid_every: 2
@@ -79,8 +79,8 @@ train:
 """)
     result = tfm("train", "--config", str(config))
     assert result.returncode == 0, result.stderr
-    assert json.loads((tmp_path / "model" / "train_config.json").read_text())["seed"] == 4
     assert not (tmp_path / "unused").exists()
+    assert json.loads((tmp_path / "model" / "train_config.json").read_text())["seed"] == 4
 
 
 def test_a_config_that_is_not_yaml_or_not_a_mapping_is_one_line(tmp_path: Path) -> None:
