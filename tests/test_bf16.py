@@ -20,6 +20,7 @@ from tfm.training.loop import _update, resume, train
 from tfm.training.objective import label_smoothed_loss
 from tfm.training.state import Overrides
 
+ROOT = Path(__file__).resolve().parent.parent
 TINY = ModelConfig(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, d_ff=64,
                    dropout=0.1)
 
@@ -119,17 +120,45 @@ def test_the_same_seed_repeats_a_bf16_run_and_a_resumed_one_ends_identical(
             [r["loss"] for r in records(tmp_path / "straight")]
 
 
-def test_a_bf16_run_validates_and_its_model_decodes(dataset: Path, tmp_path: Path) -> None:
+def test_a_bf16_run_validates_and_its_model_decodes(dataset: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import tfm.training.validation as validation
+    from tfm.data.dataset import load_split
     from tfm.decoding.torch_engine import TorchTranslator
 
+    scored = []  # (hypotheses, references, BLEU) of each validation
+
+    def recording(hypotheses, references, *args, **kwargs):
+        result = real(hypotheses, references, *args, **kwargs)
+        scored.append((list(hypotheses), list(references), result.score))
+        return result
+
+    real = validation.bleu
+    monkeypatch.setattr(validation, "bleu", recording)
     train(dataset, tmp_path / "m", TINY, config(max_steps=4, valid_every=2, valid_bleu=True))
-    assert [r["step"] for r in records(tmp_path / "m", "valid")] == [2, 4]
-    assert all(r["bleu"] >= 0 for r in records(tmp_path / "m", "valid"))
-    for precision in ("fp32", "bf16"):
+    valid = records(tmp_path / "m", "valid")
+    assert [r["step"] for r in valid] == [2, 4]
+    # Its BLEU is that of step 4's model translating the whole validation split greedily (a
+    # model of 4 steps scores 0: what it scored, not the score, shows it validated).
+    assert [r["bleu"] for r in valid] == [bleu for _, _, bleu in scored]
+    hypotheses, references, _ = scored[-1]
+    assert references == load_split(dataset, "valid").tgt_text
+    last = TorchTranslator(tmp_path / "m", "cpu", weights_file="last.safetensors", workers=1)
+    sources = (ROOT / "data" / "demo" / "valid.en").read_text(encoding="utf-8").splitlines()
+    assert hypotheses == [t.text for t in last.translate(sources, last.default_options(beam=1))]
+    assert any(hypotheses)
+
+    options = dict(beam=2, max_len_a=0.0, max_len_b=5)
+    decoded = {}
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         translator = TorchTranslator(tmp_path / "m", "cpu", precision=precision)
-        out = translator.translate(["A dog runs."], translator.default_options(
-            beam=2, max_len_a=0.0, max_len_b=5))
-        assert len(out) == 1
+        assert {p.dtype for p in translator.model.parameters()} == {dtype}
+        [decoded[precision]] = translator.translate(["A dog runs."],
+                                                    translator.default_options(**options))
+    # bf16 weights: the same translation, a score that is close but not fp32's
+    [(text, score)], [(bf16_text, bf16_score)] = (decoded[p].hypotheses for p in decoded)
+    assert text and bf16_text == text
+    assert bf16_score == pytest.approx(score, abs=0.1) and bf16_score != score
 
 
 def test_a_bf16_run_validates_its_fp32_masters_the_weights_it_saves(
