@@ -148,17 +148,19 @@ def test_a_bf16_run_validates_and_its_model_decodes(dataset: Path, tmp_path: Pat
     assert hypotheses == [t.text for t in last.translate(sources, last.default_options(beam=1))]
     assert any(hypotheses)
 
-    options = dict(beam=2, max_len_a=0.0, max_len_b=5)
-    decoded = {}
+    translators = {}
     for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        translator = TorchTranslator(tmp_path / "m", "cpu", precision=precision)
+        translator = translators[precision] = TorchTranslator(tmp_path / "m", "cpu",
+                                                              precision=precision)
         assert {p.dtype for p in translator.model.parameters()} == {dtype}
-        [decoded[precision]] = translator.translate(["A dog runs."],
-                                                    translator.default_options(**options))
-    # bf16 weights: the same translation, a score that is close but not fp32's
-    [(text, score)], [(bf16_text, bf16_score)] = (decoded[p].hypotheses for p in decoded)
-    assert text and bf16_text == text
-    assert bf16_score == pytest.approx(score, abs=0.1) and bf16_score != score
+        [out] = translator.translate(["A dog runs."], translator.default_options(
+            beam=2, max_len_a=0.0, max_len_b=5))
+        assert out.text
+    # bf16 weights score that translation close to fp32 weights, but not as they do
+    [source] = translators["fp32"].prepare(["A dog runs."])
+    target = translators["fp32"].vocabs.tgt.encode(out.text, add_special_tokens=False).ids
+    [fp32], [bf16] = (t.forced_log_probs([source.ids], [target]) for t in translators.values())
+    assert bf16 == pytest.approx(fp32, abs=0.05) and bf16 != fp32
 
 
 def test_a_bf16_run_validates_its_fp32_masters_the_weights_it_saves(
