@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -99,16 +100,28 @@ def test_models_with_another_tokenizer_or_direction_are_refused(
 def test_the_command_line_ensembles_in_translate_and_eval(
         tmp_path: Path, two_models: tuple[Path, Path]) -> None:
     a, b = two_models
+    # What the library's ensemble translates, which is not what its first model does alone:
+    # the commands must give the ensemble's.
+    ensemble, alone = (t.translate(SENTENCES, t.default_options(beam=2)) for t in (
+        load_translator(a, "cpu", ensemble=[b]), load_translator(a, "cpu")))
+    assert [t.hypotheses[0][1] for t in ensemble] != pytest.approx(
+        [t.hypotheses[0][1] for t in alone], abs=1e-3)
+    assert [t.text for t in ensemble] != [t.text for t in alone]
     translated = tfm("translate", "-m", str(a), "--ensemble", str(b), "--beam", "2", "--device",
-                     "cpu", *SENTENCES)
+                     "cpu", "--format", "jsonl", *SENTENCES)
     assert translated.returncode == 0, translated.stderr
-    assert len(translated.stdout.splitlines()) == 2
+    records = [json.loads(line) for line in translated.stdout.splitlines()]
+    assert [r["translation"] for r in records] == [t.text for t in ensemble]
+    assert [r["score"] for r in records] == pytest.approx(
+        [t.hypotheses[0][1] for t in ensemble], abs=1e-4)
     src = tmp_path / "src.en"
     src.write_text("\n".join(SENTENCES) + "\n")
-    evaluated = tfm("eval", "-m", str(a), "--ensemble", str(b), "--src", str(src), "--ref",
-                    str(src), "--device", "cpu")
+    evaluated = tfm("eval", "-m", str(a), "--ensemble", str(b), "--beam", "2", "--src",
+                    str(src), "--ref", str(src), "--device", "cpu", "--save-hyp",
+                    str(tmp_path / "hyp"))
     assert evaluated.returncode == 0, evaluated.stderr
     assert "BLEU" in evaluated.stdout + evaluated.stderr
+    assert (tmp_path / "hyp").read_text().splitlines() == [t.text for t in ensemble]
     refused = tfm("eval", "-m", str(a), "--ensemble", str(b), "--hyp", str(src), "--ref", str(src))
     assert refused.returncode == 2
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
