@@ -232,6 +232,15 @@ def test_the_learning_curve_draws_each_direction_beside_the_average(toy: Path) -
     figure = learning_curve_figure(read_metrics(toy / "model" / "metrics.jsonl"), "toy")
     labels = [line.get_label() for line in figure.axes[1].get_lines()]
     assert labels == ["valid BLEU (macro-average)", *DIRECTIONS]
+    # each line draws its own series of metrics.jsonl, at the steps validated
+    valid = [r for r in map(json.loads, (toy / "model" / "metrics.jsonl").read_text()
+                            .splitlines()) if r["kind"] == "valid"]
+    series = [[r["bleu"] for r in valid],
+              *([r["directions"][d]["bleu"] for r in valid] for d in DIRECTIONS)]
+    assert len(set(map(tuple, series))) == len(series)  # five series, told apart
+    for line, expected in zip(figure.axes[1].get_lines(), series):
+        assert list(line.get_xdata()) == [r["step"] for r in valid] == [120, 240, 360, 480]
+        assert list(line.get_ydata()) == expected, line.get_label()
 
 
 def test_the_server_names_the_directions_and_translates_as_the_command_line(toy: Path) -> None:
