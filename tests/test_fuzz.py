@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tfm.checkpoint import ModelInfo, save_model_dir
@@ -63,29 +63,58 @@ def test_any_text_encodes_without_unknowns_and_decodes_back(tokenizer, text: str
     assert decode(tokenizer, ids) == unicodedata.normalize("NFC", clean).strip()
 
 
+def corpus_lines(data: bytes) -> list[str] | None:
+    """The lines a corpus file of ``data`` holds as tfm.data.corpus documents its text files
+    (strict UTF-8, a BOM at the start dropped, "\n" and "\r\n" endings removed), or None
+    where it must be refused (empty, or not UTF-8)."""
+    if not data:
+        return None
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+    lines[0] = lines[0].removeprefix(b"\xef\xbb\xbf")
+    try:
+        return [line.removesuffix(b"\r").decode("utf-8") for line in lines]
+    except UnicodeDecodeError:
+        return None
+
+
+# Random bytes, and text as UTF-8 (a line or a few, with either ending): most of these are
+# corpora that must be read.
+CORPUS_BYTES = st.one_of(st.binary(max_size=300), st.lists(st.text(max_size=30), max_size=4)
+                         .flatmap(lambda lines: st.sampled_from(["\n", "\r\n"]).map(
+                             lambda end: "".join(line + end for line in lines).encode())))
+
+
 @SETTINGS
-@given(st.binary(max_size=300), st.binary(max_size=300))
+@given(CORPUS_BYTES, CORPUS_BYTES)
+@example(b"a\nb\n", "\ufeffc\r\nd".encode())
 def test_any_bytes_as_a_corpus_read_or_refuse_cleanly(tmp_path: Path, src: bytes,
                                                       tgt: bytes) -> None:
     (tmp_path / "c.en").write_bytes(src)
     (tmp_path / "c.de").write_bytes(tgt)
+    src_lines, tgt_lines = corpus_lines(src), corpus_lines(tgt)
+    valid = None not in (src_lines, tgt_lines) and len(src_lines) == len(tgt_lines)
     try:
         pairs = list(iter_pairs(CorpusSpec((str(tmp_path / "c.en"), str(tmp_path / "c.de")))))
     except TfmError:
+        assert not valid  # refused only what is not an aligned pair of UTF-8 text files
         return
-    assert all(isinstance(s, str) and isinstance(t, str) for s, t in pairs)
+    assert valid and pairs == list(zip(src_lines, tgt_lines))
 
 
 @settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.text(max_size=40), st.text(max_size=40)), min_size=1,
-                max_size=20))
+                max_size=20), st.booleans())
 def test_prepare_takes_any_unicode_pairs_or_refuses_cleanly(tmp_path_factory, tokenizer,
-                                                            pairs) -> None:
+                                                            pairs, with_a_good_pair) -> None:
     root = tmp_path_factory.mktemp("prep")
     # One sentence a line: line breaks inside a sentence would split it, as in any text corpus.
     lines = [(s.replace("\n", " ").replace("\r", " "), t.replace("\n", " ").replace("\r", " "))
              for s, t in pairs]
+    if with_a_good_pair:  # one pair that cleaning keeps: the corpus must be taken
+        lines.insert(len(lines) // 2, (SENTENCES[1], SENTENCES[0]))
     (root / "c.en").write_text("".join(s + "\n" for s, _ in lines), encoding="utf-8")
     (root / "c.de").write_text("".join(t + "\n" for _, t in lines), encoding="utf-8")
     save_tokenizer(tokenizer, root / "tok.json")
@@ -93,9 +122,11 @@ def test_prepare_takes_any_unicode_pairs_or_refuses_cleanly(tmp_path_factory, to
         report = prepare(CorpusSpec((str(root / "c.en"), str(root / "c.de"))), root / "tok.json",
                          root / "data")
     except TfmError:
+        assert not with_a_good_pair
         return
     split = report.splits["train"]
-    assert split.kept + sum(split.dropped.values()) == split.read
+    assert split.kept + sum(split.dropped.values()) == split.read == len(lines)
+    assert split.kept >= with_a_good_pair
 
 
 @pytest.fixture(scope="module")
