@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import unicodedata
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -179,6 +180,7 @@ class Scripted(Translator):
 
     def __init__(self, tokenizer, extra: list[int]) -> None:
         self.vocabs = Vocabularies.shared(tokenizer)
+        self.info = SimpleNamespace(language_marking=None)  # marks no language: a bilingual model
         self.max_source_tokens = 10_000  # no truncation
         self.extra = extra
 

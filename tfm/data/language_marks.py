@@ -104,9 +104,6 @@ class Marked:
     source_tag: str | None = None
     start: tuple[int, ...] = (BOS_ID,)
 
-    def source(self, text: str) -> str:
-        return tagged(text, self.source_tag)
-
 
 def mark(marking: LanguageMarking, target_lang: str | None,
          token_id: Callable[[str], int | None]) -> Marked:

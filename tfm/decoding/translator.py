@@ -205,8 +205,7 @@ class Translator(ABC):
         """Where the model's language token goes (tfm.data.language_marks): its metadata's,
         else inferred from its vocabulary."""
         if self._marking is None:
-            info = getattr(self, "info", None)  # (a test's engine may have none)
-            self._marking = (info and info.language_marking) or LanguageMarking.infer(
+            self._marking = self.info.language_marking or LanguageMarking.infer(
                 language_tokens(self.vocabs))
         return self._marking
 
@@ -235,17 +234,15 @@ class Translator(ABC):
         the language asked for, or needs one where none is given and it has no other way
         (a sentence's own ``>>xx<<`` tag: tfm.decoding.requests checks those)."""
         marking = self.language_marking
-        if marking.where != "decoder_token":
-            if target_lang is None:  # each as written: its own tag, or a one-language model
-                return sentences, (BOS_ID,)
-            return tagged_sources(self.vocabs, sentences, target_lang, what, first), (BOS_ID,)
         if target_lang is None:
-            if len(self.language_tags) > 1:
+            if marking.where == "decoder_token" and len(self.language_tags) > 1:
                 raise UsageError(f"{what} is needed: this model translates into "
                                  f"{', '.join(map(tag_language, self.language_tags))}")
-            return sentences, (BOS_ID,)
-        token = self.language(target_lang, what)
-        return sentences, mark(marking, token, self.vocabs.tgt.token_to_id).start
+            return sentences, (BOS_ID,)  # each as written: its own tag, or one language
+        marked = mark(marking, self.language(target_lang, what), self.vocabs.tgt.token_to_id)
+        if marked.source_tag is not None:  # each sentence checked for a tag of its own too
+            sentences = tagged_sources(self.vocabs, sentences, marked.source_tag, what, first)
+        return sentences, marked.start
 
     def prepare(self, sentences: list[str],
                 constraints: Sequence[ConstraintSpec | None] | None = None,
