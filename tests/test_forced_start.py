@@ -59,7 +59,8 @@ def test_bos_alone_is_todays_search(how: dict) -> None:
 @pytest.mark.parametrize("seed, how", list(itertools.product(range(3), SEARCHES)))
 def test_a_forced_token_is_fed_but_neither_output_nor_scored(seed: int, how: dict) -> None:
     # Each hypothesis's log P is that of its tokens and EOS under a decoder fed <s> X first,
-    # X's own log P left out; its score and length count its own tokens only.
+    # X's own log P left out; its length counts X too (rules.counted), as fairseq and
+    # transformers count a forced language token.
     model = tiny_model(seed, vocab=VOCAB, layers=2)
     src = sources([5, 3, 7, 2], VOCAB, seed)
     options = SearchOptions(max_len_a=1.5, max_len_b=3, **how)
@@ -70,7 +71,7 @@ def test_a_forced_token_is_fed_but_neither_output_nor_scored(seed: int, how: dic
         for h in hyps:
             expected = teacher_forced(model, src[row], [BOS_ID, X], h.tokens)
             assert h.log_prob == pytest.approx(expected, abs=1e-4)
-            assert h.score == pytest.approx(expected / (len(h.tokens) + 1) ** lp, abs=1e-4)
+            assert h.score == pytest.approx(expected / (len(h.tokens) + 2) ** lp, abs=1e-4)
             assert options.min_len <= len(h.tokens)
             assert len(h.tokens) + 1 <= int(1.5 * int((src[row] != PAD_ID).sum()) + 3)
     # And the forced token matters: the decoder fed X translates otherwise than one fed <s>.

@@ -249,10 +249,12 @@ def test_with_one_best_asked_for_search_stops_at_the_best_a_full_search_finds(se
                                                            int(a * n + b))[0])
 
 
-def test_without_stop_early_the_search_waits_for_beam_finished_hypotheses():
-    # fairseq's rule: the best of n_best=1 is the best of the n_best=beam search, exactly. With
-    # a strong length penalty, longer hypotheses that end later can win, so stopping at the
-    # first best changes some outputs here (this seed: 3 of 5 sentences).
+def test_without_stop_early_the_search_stops_once_beam_hypotheses_have_ended():
+    # fairseq's rule (and transformers' early_stopping=True): a sentence is done once it has
+    # `beam` finished hypotheses, whatever its live beams could still reach; n_best only
+    # chooses how many of them are returned. With a strong length penalty, longer
+    # hypotheses that end later can win, so stopping at the first best (stop_early) changes
+    # some outputs here (this seed: 3 of 5 sentences).
     model = tiny_model(5)
     with torch.no_grad():
         model.output_proj.weight[EOS_ID] *= 2.5
@@ -260,10 +262,16 @@ def test_without_stop_early_the_search_waits_for_beam_finished_hypotheses():
     options = dict(beam=4, length_penalty=2.0, max_len_a=1.0, max_len_b=6)
     waited = beam_search(model, src, SearchOptions(n_best=1, stop_early=False, **options))
     early = beam_search(model, src, SearchOptions(n_best=1, **options))
-    full = beam_search(model, src, SearchOptions(n_best=4, **options))
+    full = beam_search(model, src, SearchOptions(n_best=4, stop_early=False, **options))
     for [best], hyps in zip(waited, full):
+        assert len(hyps) == 4
         assert_same_hypothesis(best, hyps[0])
     assert [e.tokens for [e] in early] != [w.tokens for [w] in waited]
+    # Bounded by its live beams instead (stop_early with all four asked for), the search
+    # goes on longer and finds other hypotheses for some sentence.
+    bounded = beam_search(model, src, SearchOptions(n_best=4, **options))
+    assert [[h.tokens for h in hyps] for hyps in bounded] != [
+        [h.tokens for h in hyps] for hyps in full]
 
 
 @pytest.mark.parametrize("n_best", [1, 3, 4])

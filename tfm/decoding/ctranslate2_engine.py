@@ -42,8 +42,9 @@ With ``exact`` (``tfm translate --exact-search``), it finds what tfm's own searc
   hypothesis that tfm had stopped before reaching, and the hypotheses below the best of an
   n-best list may differ either way (docs/CLI.md has the counts). At the length limit
   CTranslate2 keeps its k best candidates of the last step where tfm keeps all k live
-  beams. ``stop_early`` counts only in the first case: without it, CTranslate2 collects
-  2 x beam finished hypotheses there too.
+  beams. Without ``stop_early`` tfm stops once beam hypotheses have ended (fairseq's rule),
+  which is CTranslate2's patience 1: the exact search asks for that, and finds tfm's
+  hypotheses.
 * Precision: ``int8`` (CPU) computes with int8 weights (``int8_float32``), ``fp32`` in
   float32, ``bf16``/``fp16`` in bfloat16/float16 where CTranslate2 supports it on the device
   (an error otherwise), ``auto`` in bfloat16 (else float16) on CUDA and float32 on CPU unless
@@ -63,7 +64,7 @@ from typing import Any
 from tfm.config import SearchOptions
 from tfm.data.tokenizer import load_vocabularies
 from tfm.decoding.constraints import TargetConstraints
-from tfm.decoding.rules import NEVER_EMITTED, Hypothesis, length_limit, score
+from tfm.decoding.rules import NEVER_EMITTED, Hypothesis, counted, length_limit, score
 from tfm.decoding.translator import Translator
 from tfm.decoding.workers import Workers, cpu_threads
 from tfm.device import PRECISIONS, cpu_has_native_bf16
@@ -72,7 +73,7 @@ from tfm.extras import require
 from tfm.interop.common import read_export_info
 from tfm.layout import TOKENIZER_FILE
 from tfm.model_info import ModelInfo
-from tfm.special_tokens import BOS_ID, EOS, UNK_ID
+from tfm.special_tokens import BOS_ID, EOS, EOS_ID, UNK_ID
 
 FORMAT = "ctranslate2"
 MODEL_FILE = "model.bin"
@@ -167,20 +168,30 @@ class CTranslate2Translator(Translator):
         for (_, h), log_prob in zip(found, log_probs):
             h.log_prob = log_prob
         return [hyps[: o.n_best] for hyps in (outcome.hyps for outcome in
-                                              self._ranked(outcomes, o))]
+                                              self._ranked(outcomes, o, skip + 1))]
 
     def _forced(self, start: list[tuple[int, ...]] | None, sentences: int
                 ) -> list[list[str]] | None:
-        """Each sentence's forced decoder tokens after ``<s>`` (CTranslate2's own start token,
-        which it feeds itself) as target tokens; None where there are none."""
+        """Each sentence's forced decoder tokens after the start token (CTranslate2's
+        decoder_start_token, which it feeds itself: ``<s>``, or ``</s>`` for a model of
+        language codes) as target tokens; None where there are none."""
+        first = self._start_id
         if start is None or all(len(s) == 1 for s in start):
-            if start is not None and any(s[0] != BOS_ID for s in start):
-                raise UsageError("the ctranslate2 engine starts every decoder from <s>")
+            if start is not None and any(s[0] != first for s in start):
+                raise UsageError("the ctranslate2 export starts every decoder from "
+                                 f"{self._tgt_tokens[first]}")
             return None
         if len(start) != sentences or len({len(s) for s in start}) != 1 or any(
-                s[0] != BOS_ID for s in start):
-            raise ValueError("start: one tuple per sentence, all of one length, from <s>")
+                s[0] != first for s in start):
+            raise ValueError("start: one tuple per sentence, all of one length, from "
+                             f"{self._tgt_tokens[first]}")
         return [[self._tgt_tokens[i] for i in s[1:]] for s in start]
+
+    @property
+    def _start_id(self) -> int:
+        """The id of the token CTranslate2 starts each decoder from (decoder_start_token)."""
+        marking = self.info.language_marking
+        return EOS_ID if marking is not None and marking.where == "language_codes" else BOS_ID
 
     def _prefixes(self, constraints: list[TargetConstraints | None] | None
                   ) -> list[list[str]] | None:
@@ -296,6 +307,10 @@ class CTranslate2Translator(Translator):
         elif o.length_penalty == 0 and o.stop_early and o.n_best == 1:
             # CTranslate2 stops once the best candidate is EOS: where tfm's stop_early stops
             patience, wanted = 1, 1
+        elif not o.stop_early:
+            # Once beam x patience hypotheses have ended: fairseq's rule, tfm's without
+            # stop_early (rules.sentence_done)
+            patience, wanted = 1, o.beam
         else:
             # Finished hypotheses are collected until 2 x beam have ended (a limit is the
             # number returned) and ranked here.
@@ -362,12 +377,14 @@ class CTranslate2Translator(Translator):
                 hyp.log_prob = log_prob
 
     @staticmethod
-    def _ranked(outcomes: list[_Outcome], o: SearchOptions) -> list[_Outcome]:
-        """The outcomes with their hypotheses scored by rules.score, best first."""
+    def _ranked(outcomes: list[_Outcome], o: SearchOptions, forced: int = 1
+                ) -> list[_Outcome]:
+        """The outcomes with their hypotheses scored by rules.score (after ``forced`` start
+        tokens: rules.counted), best first."""
         penalty = 1.0 if o.beam == 1 else o.length_penalty
         for outcome in outcomes:
             for h in outcome.hyps:
-                h.score = score(h.log_prob, len(h.tokens), penalty)
+                h.score = score(h.log_prob, counted(len(h.tokens), forced), penalty)
             outcome.hyps.sort(key=lambda h: h.score, reverse=True)
         return outcomes
 

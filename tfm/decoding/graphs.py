@@ -28,7 +28,14 @@ from torch import Tensor
 
 from tfm.config import SearchOptions
 from tfm.decoding.constraints import TargetConstraints
-from tfm.decoding.rules import Hypothesis, hypotheses_needed, length_factor, score, sentence_done
+from tfm.decoding.rules import (
+    Hypothesis,
+    counted,
+    hypotheses_needed,
+    length_factor,
+    score,
+    sentence_done,
+)
 from tfm.decoding.search import (
     decoder_start,
     max_lengths,
@@ -57,6 +64,7 @@ class FixedSearch:
         self.model, self.o = model, options
         self.b, self.k, self.length = sentences, options.beam, length
         rows = sentences * self.k
+        self.forced = forced
         self.state = model.fixed_decoder_state(sentences, source_length, length + forced - 1,
                                                self.k)
         device = self.state.position.device
@@ -87,10 +95,12 @@ class FixedSearch:
             # a hypothesis ending at position t has t tokens before its EOS; the best live beam
             # is scored as if it ended at the next position, in float32.
             lp = options.length_penalty
-            self.ending_factor = torch.tensor([length_factor(t, lp) for t in range(length)],
-                                              dtype=torch.float64, device=device)
-            self.live_factor = torch.tensor([length_factor(t + 1, lp) for t in range(length)],
-                                            dtype=torch.float32, device=device)
+            self.ending_factor = torch.tensor(
+                [length_factor(counted(t, forced), lp) for t in range(length)],
+                dtype=torch.float64, device=device)
+            self.live_factor = torch.tensor(
+                [length_factor(counted(t + 1, forced), lp) for t in range(length)],
+                dtype=torch.float32, device=device)
             self.sentence_rows = torch.arange(sentences, device=device)[:, None] * self.k
 
     @torch.inference_mode()
@@ -179,11 +189,13 @@ class FixedSearch:
 
     def _stop(self, best: Tensor) -> None:
         """rules.sentence_done for every sentence: at its length limit, or with ``needed``
-        kept hypotheses, the worst of which scores at least its best live beam ended now."""
+        kept hypotheses (with ``stop_early``: the worst of which scores at least its best
+        live beam ended now)."""
         at_limit = self.max_len.view(self.b, self.k)[:, 0] == self.position + 1
         best_live = best / self.live_factor.index_select(0, self.position)  # float32
         worst_kept = self.kept_score[:, self.needed - 1]  # -inf while fewer are kept
-        self.done |= sentence_done(worst_kept, best_live.double(), at_limit)
+        self.done |= sentence_done(worst_kept, best_live.double(), at_limit,
+                                   self.o.stop_early)
 
     @property
     def nbytes(self) -> int:
@@ -204,14 +216,15 @@ class FixedSearch:
         if self.k == 1:
             lengths, log_probs = self.lengths.tolist(), self.log_prob.tolist()
             history = self.history.tolist()
-            return [[Hypothesis(row[:n], score(lp, n, 1.0), lp)]
+            return [[Hypothesis(row[:n], score(lp, counted(n, self.forced), 1.0), lp)]
                     for row, n, lp in zip(history, lengths, log_probs)]
         kept = (self.kept_score > NEG_INF).sum(dim=1).tolist()
         lengths, log_probs = self.kept_length.tolist(), self.kept_log_prob.tolist()
         tokens = self.kept_tokens.tolist()
         lp = self.o.length_penalty
         return [[Hypothesis(tokens[s][j][:lengths[s][j]],
-                            score(log_probs[s][j], lengths[s][j], lp), log_probs[s][j])
+                            score(log_probs[s][j], counted(lengths[s][j], self.forced), lp),
+                            log_probs[s][j])
                  for j in range(min(kept[s], n_best))]
                 for s in range(self.b)]
 

@@ -51,8 +51,16 @@ Number = TypeVar("Number", float, Any)  # a float, or a tensor of them
 def score(log_prob: Number, tokens: int, length_penalty: float) -> Number:
     """A hypothesis's score: its log-probability (EOS included) divided by its length, EOS
     counted, to the power ``length_penalty`` (1 for greedy search, which compares no
-    hypotheses of different lengths)."""
+    hypotheses of different lengths). ``tokens``: ``counted(output tokens, forced)``."""
     return log_prob / length_factor(tokens, length_penalty)
+
+
+def counted(output_tokens: int, forced: int) -> int:
+    """The tokens a hypothesis's length counts before its EOS: its output tokens, and the
+    decoder's forced start tokens after the first (a language code forced after ``</s>`` or
+    ``<s>``), as fairseq and transformers count a forced language token: the same ranking
+    as theirs for the models they trained (NLLB-200, M2M100)."""
+    return output_tokens + forced - 1
 
 
 def length_factor(tokens: int, length_penalty: float) -> float:
@@ -78,7 +86,7 @@ def _float32(x: float) -> float:
 def hypotheses_needed(beam: int, n_best: int, stop_early: bool) -> int:
     """How many finished hypotheses a sentence's beam search must have before it may stop
     (``sentence_done``): the ``n_best`` asked for with ``stop_early`` (as OpenNMT-py and
-    CTranslate2), else the whole beam (as fairseq)."""
+    CTranslate2), else the whole beam (as fairseq, and transformers' ``early_stopping=True``)."""
     return min(n_best, beam) if stop_early else beam
 
 
@@ -91,10 +99,14 @@ def worst_needed(finished: list[Hypothesis], needed: int) -> float:
 Flag = TypeVar("Flag", bool, Any)  # a bool, or a tensor of them
 
 
-def sentence_done(worst_needed: Number, best_live: Number, at_limit: Flag) -> Flag:
+def sentence_done(worst_needed: Number, best_live: Number, at_limit: Flag,
+                  bounded: bool = True) -> Flag:
     """Whether a sentence's beam search is over (numbers, or tensors of one per sentence): at
     its length limit (every live beam was just made to end), or once it has the needed
-    finished hypotheses (``worst_needed`` is not -inf) and its best live beam, ended now,
-    would score no better than the worst of them. (log P only falls as a hypothesis grows;
-    with a length penalty this is the usual heuristic, as in Hugging Face's.)"""
-    return at_limit | ((worst_needed > -math.inf) & (worst_needed >= best_live))
+    finished hypotheses (``worst_needed`` is not -inf) and, ``bounded`` (``stop_early``), its
+    best live beam, ended now, would score no better than the worst of them. (log P only falls
+    as a hypothesis grows; with a length penalty this is the usual heuristic, as in OpenNMT-py's
+    and CTranslate2's.) Not ``bounded``: as soon as it has them, as fairseq stops, and
+    transformers with ``early_stopping=True``."""
+    have = worst_needed > -math.inf
+    return at_limit | ((have & (worst_needed >= best_live)) if bounded else have)

@@ -36,6 +36,7 @@ from tfm.decoding.constraints import Automaton, State, TargetConstraints
 from tfm.decoding.rules import (
     NEVER_EMITTED,
     Hypothesis,
+    counted,
     hypotheses_needed,
     length_limit,
     rank,
@@ -198,7 +199,9 @@ def greedy_search(model: Transformer, src: Tensor, options: SearchOptions,
                                 device=src.device)
             alive, tokens = alive[keep], tokens[keep]
             state = state.index_select(keep)
-    return [[Hypothesis(out, score(lp, len(out), 1.0), lp, attn if need_attention else None)]
+    forced = start.size(1)
+    return [[Hypothesis(out, score(lp, counted(len(out), forced), 1.0), lp,
+                        attn if need_attention else None)]
             for out, lp, attn in zip(outputs, log_probs, attention)]
 
 
@@ -208,14 +211,14 @@ def beam_search(model: Transformer, src: Tensor, options: SearchOptions,
                 start: Tensor | None = None) -> list[list[Hypothesis]]:
     """Beam search; for each sentence the ``n_best`` finished hypotheses, best first.
 
-    Scores are rules.score: log P / length ** length_penalty, the length counting EOS. A
-    sentence is finished by rules.sentence_done: at its length limit, or when it has
-    ``n_best`` finished hypotheses (``beam`` of them without ``stop_early``) and no live beam
-    would beat the worst of those if it ended now. With one best asked for, ``stop_early``
-    ends a sentence as soon as its best hypothesis has ended, as OpenNMT-py and CTranslate2
-    do; without it, the search waits for ``beam`` finished hypotheses, as fairseq does: more
-    steps, the same best hypothesis when there is no length normalisation, and with it
-    sometimes a longer, better one.
+    Scores are rules.score: log P / length ** length_penalty, the length counting EOS (and a
+    forced language token: rules.counted). A sentence is finished by rules.sentence_done: at
+    its length limit; with ``stop_early``, when it has ``n_best`` finished hypotheses and no
+    live beam would beat the worst of those if it ended now (with one best asked for, as soon
+    as its best hypothesis has ended, as OpenNMT-py and CTranslate2 do); without it, once it
+    has ``beam`` finished hypotheses, as fairseq does and transformers' ``generate`` with
+    ``early_stopping=True``: more steps, the same best hypothesis when there is no length
+    normalisation, and with it sometimes a longer, better one.
 
     ``constraints``: one per sentence (or None). A prefix is forced token by token. A sentence
     with phrases keeps its beam by dynamic beam allocation (``_Banks``); its hypotheses may
@@ -285,7 +288,8 @@ class _BeamSearch:
         device = self.device = src.device
         b = src.size(0)
         start = decoder_start(start, b, device)
-        self.max_len = _limits(model, src, options, start.size(1))
+        self.forced = start.size(1)
+        self.max_len = _limits(model, src, options, self.forced)
         self.prefix = _prefix_table(constraints, device)
         self.banks = _Banks(constraints, k) if constraints is not None and any(
             c is not None and c.phrases for c in constraints) else None
@@ -353,8 +357,8 @@ class _BeamSearch:
             beam_row = row * self.k + beam
             out = history[beam_row].tolist()
             attn = attention[beam_row].tolist() if attention is not None else None
-            hyps.append(Hypothesis(out, score(log_prob, len(out), self.o.length_penalty),
-                                   log_prob, attn, met))
+            hyps.append(Hypothesis(out, score(log_prob, counted(len(out), self.forced),
+                                              self.o.length_penalty), log_prob, attn, met))
             hyps.sort(key=rank, reverse=True)
             del hyps[self.k:]
 
@@ -367,11 +371,13 @@ class _BeamSearch:
             # would keep most sentences decoding to their length limit: the beams that have
             # not spent probability on a phrase yet are the most probable ones.
             best = self.banks.could_end(choice.scores).max(dim=1).values
-        best_live = score(best, self.step + 1, self.o.length_penalty).tolist()
+        best_live = score(best, counted(self.step + 1, self.forced),
+                          self.o.length_penalty).tolist()
         at_limit = (self.max_len[self.alive] == self.step + 1).tolist()
         return [row for row in range(len(at_limit))
                 if not sentence_done(worst_needed(self.finished[self.alive_list[row]],
-                                                  self.needed), best_live[row], at_limit[row])]
+                                                  self.needed), best_live[row], at_limit[row],
+                                     self.o.stop_early)]
 
     def prune(self, choice: _Choice, keep_rows: list[int], weights: Tensor | None) -> None:
         """Sentences that are done leave the batch; the others' beams become ``choice``'s
