@@ -75,6 +75,10 @@ def check_fields(config: Any) -> None:
 # The FFN's activations (tfm.model.layers.ACTIVATIONS has their functions): the paper's ReLU,
 # and those of imported MarianMT models.
 ACTIVATION_NAMES = ("relu", "swish", "gelu")
+# The positional encodings (tfm.model.layers.position_table): the paper's sines and cosines,
+# interleaved, from position 0; and fairseq's (NLLB-200, M2M100): every sine before every cosine,
+# the frequencies spaced by half_dim - 1, positions counted from 2 (its padding id + 1).
+POSITION_TABLES = ("paper", "fairseq")
 
 
 @dataclass
@@ -107,6 +111,9 @@ class ModelConfig:
     # the FFN's activation (tfm.model.layers.ACTIVATIONS), and a constant bias on the logits.
     activation: str = _cli("relu", None)
     output_bias: bool = _cli(False, None)
+    # Set by `tfm import` for NLLB-200 and M2M100 models (format 3): the positional table
+    # (POSITION_TABLES).
+    positions: str = _cli("paper", None)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -117,6 +124,9 @@ class ModelConfig:
         if self.activation not in ACTIVATION_NAMES:
             raise UsageError(f"unknown activation {self.activation!r}; tfm has "
                              f"{', '.join(ACTIVATION_NAMES)}")
+        if self.positions not in POSITION_TABLES:
+            raise UsageError(f"unknown positions {self.positions!r}; tfm has "
+                             f"{', '.join(POSITION_TABLES)}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise UsageError(
                 "shared embeddings need one joint vocabulary, but the source has "

@@ -14,11 +14,13 @@ from tfm.data.language_marks import LanguageMarking
 from tfm.errors import ModelError, TfmError
 
 # 2: ModelConfig.activation and output_bias (models imported from MarianMT), and
-# language_marking. A model that uses none of them is still written as format 1, which tfm
-# versions before 2 read.
-FORMAT_VERSION = 2
-# Model fields that a format-1 config.json does not have, with the values format 1 implies.
-FORMAT_2_FIELDS = {"activation": "relu", "output_bias": False}
+# language_marking. 3: ModelConfig.positions, and the language_codes marking (models imported
+# from NLLB-200 and M2M100). A model is written in the oldest format that holds it, which the
+# tfm versions of that format read: one that uses nothing of format 2 is format 1.
+FORMAT_VERSION = 3
+# Model fields that older formats do not have, by the format that added them, with the values
+# the older formats imply.
+NEW_FIELDS = {2: {"activation": "relu", "output_bias": False}, 3: {"positions": "paper"}}
 
 
 @dataclass
@@ -50,12 +52,15 @@ class ModelInfo:
 
         model = asdict(self.model)
         version = 1
-        if self.language_marking is not None or any(
-                model[k] != v for k, v in FORMAT_2_FIELDS.items()):
-            version = 2
-        else:
-            for k in FORMAT_2_FIELDS:
-                del model[k]
+        if self.language_marking is not None:
+            version = 3 if self.language_marking.where == "language_codes" else 2
+        for added, defaults in NEW_FIELDS.items():
+            if any(model[k] != v for k, v in defaults.items()):
+                version = max(version, added)
+        for added, defaults in NEW_FIELDS.items():
+            if added > version:
+                for k in defaults:
+                    del model[k]
         return {
             "format_version": version,
             "tfm_version": __version__,

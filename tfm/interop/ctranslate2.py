@@ -42,7 +42,7 @@ from tfm.extras import require
 from tfm.interop.common import staged_output, write_export_info
 from tfm.layout import ModelDir
 from tfm.model import Transformer
-from tfm.model.layers import sinusoidal_positions
+from tfm.model.layers import position_table
 from tfm.special_tokens import BOS, EOS, UNK
 
 FORMAT = "ctranslate2"
@@ -57,7 +57,7 @@ QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16
 _EXPORTED_FIELDS = {
     "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "encoder_layers",
     "decoder_layers", "d_ff", "max_positions", "norm_first", "share_embeddings", "tie_output",
-    "activation", "output_bias",
+    "activation", "output_bias", "positions",
     # training-only: no effect on inference
     "dropout", "attention_dropout", "activation_dropout",
 }
@@ -80,7 +80,7 @@ def export_ctranslate2(model_dir: Path, output: Path, quantization: str | None =
         model, vocabs, info = load_model_dir(model_dir)
         check_supported(info.model, model_dir)
         src_tokens, tgt_tokens = vocabulary_tokens(vocabs.src), vocabulary_tokens(vocabs.tgt)
-        spec = build_spec(model, src_tokens, tgt_tokens)
+        spec = build_spec(model, src_tokens, tgt_tokens, decoder_start_token(info))
         spec.optimize(quantization=quantization)  # aliases tied weights, quantizes
         spec.save(str(stage))
         shortlist_file = ModelDir(model_dir).shortlist
@@ -129,8 +129,17 @@ def check_supported(config: ModelConfig, model_dir: Path) -> None:
                          f"architecture (model options {', '.join(unknown)})")
 
 
-def build_spec(model: Transformer, src_tokens: list[str], tgt_tokens: list[str]) -> Any:
-    """The validated, not yet quantized ctranslate2 TransformerSpec of ``model``."""
+def decoder_start_token(info: Any) -> str:
+    """The token every decoder of the model starts from: ``</s>`` for a model of language
+    codes (NLLB-200, M2M100: the target code follows it, as a target prefix), else ``<s>``."""
+    marking = info.language_marking
+    return EOS if marking is not None and marking.where == "language_codes" else BOS
+
+
+def build_spec(model: Transformer, src_tokens: list[str], tgt_tokens: list[str],
+               decoder_start: str = BOS) -> Any:
+    """The validated, not yet quantized ctranslate2 TransformerSpec of ``model``, decoding
+    from ``decoder_start``."""
     ct2_specs = require("ctranslate2.specs", "export")
     c = model.config
     activation = getattr(ct2_specs.common_spec.Activation, {"relu": "RELU", "swish": "SWISH",
@@ -143,7 +152,7 @@ def build_spec(model: Transformer, src_tokens: list[str], tgt_tokens: list[str])
                                                  pre_norm=c.norm_first, activation=activation,
                                                  alignment_layer=-1, alignment_heads=c.n_heads)
     spec = spec_module.TransformerSpec(encoder, decoder)
-    positions = _array(sinusoidal_positions(c.max_positions, c.d_model))  # (P, D)
+    positions = _array(position_table(c))  # (P, D)
 
     encoder.embeddings[0].weight = _array(model.src_embed.token.weight)
     encoder.scale_embeddings = True  # token * sqrt(d_model), then + position
@@ -168,7 +177,7 @@ def build_spec(model: Transformer, src_tokens: list[str], tgt_tokens: list[str])
 
     config = spec.config
     config.unk_token, config.bos_token, config.eos_token = UNK, BOS, EOS
-    config.decoder_start_token = BOS  # decoding starts from <s>, as in tfm
+    config.decoder_start_token = decoder_start  # as in tfm
     config.add_source_bos = False  # tfm's source ids already end with </s> and have no <s>
     config.add_source_eos = False
     config.layer_norm_epsilon = LAYER_NORM_EPS

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tfm.config import ACTIVATION_NAMES
+from tfm.config import ACTIVATION_NAMES, ModelConfig
 from tfm.model.attention import MultiHeadAttention
 from tfm.model.dropout import Dropout, dropout
 
@@ -30,19 +30,44 @@ def sinusoidal_positions(length: int, d_model: int) -> Tensor:
     return table.float()
 
 
+# Where fairseq's positions start: its padding id (1) + 1; row 1 of its table is the padding's.
+FAIRSEQ_OFFSET = 2
+
+
+def fairseq_positions(length: int, d_model: int) -> Tensor:
+    """(length, d_model) fairseq's sinusoidal table (NLLB-200, M2M100) for positions 0..length-1
+    of tfm's: fairseq's rows FAIRSEQ_OFFSET onwards. Each row is sin(p * f_j) for the j <
+    half_dim, then cos(p * f_j), f_j = exp(-j * ln(10000) / (half_dim - 1)), computed in
+    float32 as fairseq and transformers compute it (the same numbers to the last bit: at a
+    position in the hundreds a float64 table differs in the fourth decimal)."""
+    half = d_model // 2
+    step = math.log(10000) / (half - 1)
+    freq = torch.exp(torch.arange(half, dtype=torch.int64).float() * -step)  # (D/2,)
+    position = torch.arange(length + FAIRSEQ_OFFSET, dtype=torch.int64).float()[:, None]
+    angle = position * freq[None, :]  # (L + 2, D/2)
+    table = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+    if d_model % 2:
+        table = torch.cat([table, torch.zeros(table.size(0), 1)], dim=1)
+    return table[FAIRSEQ_OFFSET:].contiguous()
+
+
+def position_table(config: ModelConfig) -> Tensor:
+    """(max_positions, d_model) the positional encoding a model of ``config`` adds
+    (ModelConfig.positions): what Embeddings holds and the exports write."""
+    make = fairseq_positions if config.positions == "fairseq" else sinusoidal_positions
+    return make(config.max_positions, config.d_model)
+
+
 class Embeddings(nn.Module):
     """Token embedding scaled by sqrt(d_model) plus sinusoidal positional encoding, then dropout."""
 
-    def __init__(self, token_embedding: nn.Embedding, max_positions: int, dropout: float) -> None:
+    def __init__(self, token_embedding: nn.Embedding, positions: Tensor, dropout: float) -> None:
         super().__init__()
         self.token = token_embedding
         self.scale = math.sqrt(token_embedding.embedding_dim)
-        # Not a parameter and not saved: it is a function of the shape alone.
-        self.register_buffer(
-            "positions",
-            sinusoidal_positions(max_positions, token_embedding.embedding_dim),
-            persistent=False,
-        )
+        # (max_positions, D) position_table's: not a parameter and not saved, a function of the
+        # config alone.
+        self.register_buffer("positions", positions, persistent=False)
         self.dropout = Dropout(dropout)
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:

@@ -22,6 +22,7 @@ from tfm.model.layers import (
     EncoderLayer,
     FixedLayerCache,
     LayerCache,
+    position_table,
 )
 from tfm.special_tokens import PAD_ID
 
@@ -98,8 +99,9 @@ class Transformer(nn.Module):
         src_embed = nn.Embedding(c.src_vocab_size, c.d_model, padding_idx=PAD_ID)
         tgt_embed = src_embed if c.share_embeddings else nn.Embedding(
             c.tgt_vocab_size, c.d_model, padding_idx=PAD_ID)
-        self.src_embed = Embeddings(src_embed, c.max_positions, c.dropout)
-        self.tgt_embed = Embeddings(tgt_embed, c.max_positions, c.dropout)
+        positions = position_table(c)
+        self.src_embed = Embeddings(src_embed, positions, c.dropout)
+        self.tgt_embed = Embeddings(tgt_embed, positions.clone(), c.dropout)
         layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.attention_dropout,
                       c.activation_dropout, c.norm_first, c.activation)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args)
