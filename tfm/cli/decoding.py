@@ -79,7 +79,11 @@ def translate(
         rich_help_panel=IO)] = None,
     target_lang: Annotated[Optional[str], typer.Option(
         "--target-lang", help="A model of several target languages: the one to translate "
-        "into (e.g. fr).", show_default=False, rich_help_panel=LANGUAGES)] = None,
+        "into (e.g. fr; NLLB-200: deu_Latn).", show_default=False,
+        rich_help_panel=LANGUAGES)] = None,
+    source_lang: Annotated[Optional[str], typer.Option(
+        "--source-lang", help="NLLB-200 and M2M100 models: the sentences' language, by the "
+        "model's code (e.g. eng_Latn).", show_default=False, rich_help_panel=LANGUAGES)] = None,
     *,
     search: dict[str, Any],  # SearchOptions' options, those given
     engine: EngineOptions,
@@ -94,7 +98,8 @@ def translate(
     terms = _load_glossary(glossary)
     translator, options = _load_decoder(
         engine, search, attention=alignments or show_attention or plot is not None)
-    ask = _Asks(constraint, prefix, terms, _language(translator, target_lang))
+    ask = _Asks(constraint, prefix, terms, _language(translator, target_lang),
+                _source_language(translator, source_lang))
     # Everything read and checked before the output is opened: bad input writes nothing.
     sources = (_read_request(translator, options, ask, text, input, jsonl)
                if text or input is not None else None)
@@ -142,12 +147,13 @@ def _load_glossary(path: Path | None) -> Glossary | None:
 class _Asks:
     """What ``translate``'s options ask of every sentence: --constraint phrases (added to a
     jsonl line's own), --prefix (a jsonl line's own wins), --glossary terms, --target-lang's
-    tag."""
+    tag, --source-lang's code."""
 
     phrases: list[str] | None
     prefix: str | None
     glossary: Glossary | None
     language: str | None
+    source: str | None = None
 
     def of(self, own: list[ConstraintSpec | None]) -> list[ConstraintSpec | None]:
         """Each sentence's phrases and prefix, from its own request (``own``) and the
@@ -186,7 +192,7 @@ def _prepared(translator: Translator, options: SearchOptions, ask: _Asks, senten
 
     try:
         return prepare_request(translator, sentences, options, ask.of(own), ask.glossary,
-                               ask.language, first=first)
+                               ask.language, first=first, source_lang=ask.source)
     except ConstraintError as e:
         raise UsageError(f"{where((e.sentence or 0) + 1)}: {e}") from None
 
@@ -283,6 +289,16 @@ def _language(translator, target_lang: str | None) -> str | None:
     return translator.language(target_lang) if target_lang is not None else None
 
 
+def _source_language(translator, source_lang: str | None) -> str | None:
+    """The code --source-lang gives, refused in one line (naming the nearest codes) where a
+    model of language codes has no such code; for any other model, as given (its sources
+    carry no mark of their language)."""
+    marking = translator.language_marking
+    if source_lang is None or marking.where != "language_codes":
+        return source_lang
+    return marking.code(source_lang, "--source-lang")
+
+
 def _input_is_jsonl(path: Path | None, input_format: str) -> bool:
     """Whether --input holds JSONL requests (``auto``: by its extension)."""
     if input_format not in ("auto", "text", "jsonl"):
@@ -374,6 +390,9 @@ def eval_cmd(
     target_lang: Annotated[Optional[str], typer.Option(
         "--target-lang", help="A multilingual model: the language to translate --src into.",
         show_default=False, rich_help_panel=LANGUAGES)] = None,
+    source_lang: Annotated[Optional[str], typer.Option(
+        "--source-lang", help="NLLB-200 and M2M100 models: the language of --src, by the "
+        "model's code (e.g. eng_Latn).", show_default=False, rich_help_panel=LANGUAGES)] = None,
     *,
     report: ScoreOptions,  # which scores
     search: dict[str, Any],  # SearchOptions' options, those given
@@ -420,7 +439,7 @@ def eval_cmd(
             raise UsageError(f"{src} has {len(sources)} lines but {ref} has "
                              f"{len(references)}: they must be aligned line by line")
         hypotheses, tgt_lang, language_check = _eval_translations(
-            sources, engine, search, report, target_lang, needs_lang)
+            sources, engine, search, report, target_lang, needs_lang, source_lang)
         if save_hyp:
             from tfm.atomic import atomic_write_bytes
 
@@ -440,7 +459,8 @@ def eval_cmd(
 
 
 def _eval_translations(sources: list[str], engine: EngineOptions, search: dict[str, Any],
-                       report: ScoreOptions, target_lang: str | None, needs_lang: str
+                       report: ScoreOptions, target_lang: str | None, needs_lang: str,
+                       source_lang: str | None = None
                        ) -> tuple[list[str], str | None, TargetLanguageCheck | None]:
     """``tfm eval``'s translations of --src, through the request path as ``translate``'s;
     with the language they are scored in (--tgt-lang's, else --target-lang's or the model's
@@ -452,6 +472,7 @@ def _eval_translations(sources: list[str], engine: EngineOptions, search: dict[s
     tgt_lang = report.tgt_lang
     translator, options = _load_decoder(engine, search)
     language = _language(translator, target_lang)
+    source = _source_language(translator, source_lang)
     if needs_lang and tgt_lang is None:
         tgt_lang = _target_language(translator, language, needs_lang, engine)
     language_check = _language_check(report, tgt_lang)  # an unknown language: refused now
@@ -459,7 +480,8 @@ def _eval_translations(sources: list[str], engine: EngineOptions, search: dict[s
         err.print(f"[yellow]note:[/] {engine.model} writes lowercased text (its tokenizer "
                   "lowercases): its cased scores compare that with the cased references; "
                   "--lc-tok scores it as the Multi30k papers do")
-    prepared = prepare_request(translator, sources, options, target_lang=language)
+    prepared = prepare_request(translator, sources, options, target_lang=language,
+                               source_lang=source)
     with _translating(len(prepared), _search_name(options, engine)) as progress:
         hypotheses = [t.text for t in translator.translate_prepared(prepared, options, progress)]
     return hypotheses, tgt_lang, language_check

@@ -276,14 +276,22 @@ def save_vocabularies(vocabs: Vocabularies, path: Path) -> list[Path]:
 
 def text_normalizer(tok: Tokenizer) -> Callable[[str], str]:
     """What tfm does to a text before ``tok`` encodes it, in ``prepare`` and in translation
-    alike: ``normalize_text`` (tfm.data.text); for a tokenizer with a SentencePiece segmenter
-    (an imported MarianMT model), only ``replace_surrogates``. MarianTokenizer hands the text
-    to SentencePiece as it is, and SentencePiece's own normalisation (its model's character
-    map, nmt_nfkc in OPUS-MT, and the removal of extra spaces) reads control characters,
-    zero-width and other spaces its own way: U+200B is a space there, where normalize_text
-    deletes it. Lone surrogates are replaced all the same: no tokenizer takes them
-    (MarianTokenizer fails on them)."""
-    return replace_surrogates if segmenter_of(tok) is not None else normalize_text
+    alike: ``normalize_text`` (tfm.data.text); for a tokenizer that normalises as SentencePiece
+    does (``reads_text_as_given``: an imported MarianMT, M2M100 or NLLB-200 model), only
+    ``replace_surrogates``. Their own tokenizers hand the text to SentencePiece's normalisation
+    as it is (its model's character map, nmt_nfkc, and the removal of extra spaces), which
+    reads control characters, zero-width and other spaces its own way: U+200B is a space
+    there, where normalize_text deletes it. Lone surrogates are replaced all the same: no
+    tokenizer takes them (MarianTokenizer fails on them)."""
+    return replace_surrogates if reads_text_as_given(tok) else normalize_text
+
+
+def reads_text_as_given(tok: Tokenizer) -> bool:
+    """Whether ``tok`` cuts text with a SentencePiece model, or normalises with one's
+    precompiled character map (NLLB-200's tokenizer.json)."""
+    if segmenter_of(tok) is not None:
+        return True
+    return tok.normalizer is not None and b'"Precompiled"' in tok.normalizer.__getstate__()
 
 
 def normalize_reference(tok: Tokenizer, text: str) -> str:
@@ -315,12 +323,13 @@ def encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
 
 
 def decode(tok: Tokenizer, ids: Iterable[int]) -> str:
-    """Ids -> text; special tokens are dropped."""
+    """Ids -> text; special tokens are dropped: tfm's four, and a tokenizer's other special
+    entries (an imported model's language codes)."""
     return tok.decode([i for i in ids if i >= len(SPECIAL_TOKENS)],
-                      skip_special_tokens=False).strip()
+                      skip_special_tokens=True).strip()
 
 
 def decode_batch(tok: Tokenizer, batch: list[list[int]]) -> list[str]:
     n = len(SPECIAL_TOKENS)
     return [s.strip() for s in tok.decode_batch([[i for i in ids if i >= n] for ids in batch],
-                                                 skip_special_tokens=False)]
+                                                 skip_special_tokens=True)]

@@ -35,13 +35,15 @@ from tfm.errors import UsageError
 def prepare_request(translator: Translator, sentences: Sequence[str], options: SearchOptions,
                     asks: Sequence[ConstraintSpec | None] | None = None,
                     glossary: Glossary | None = None, target_lang: str | None = None,
-                    what: str = "--target-lang", first: int = 0) -> list[Source]:
+                    what: str = "--target-lang", first: int = 0,
+                    source_lang: str | None = None) -> list[Source]:
     """The sentences of one request as the engine reads them. ``asks``: what each sentence's
     translation must have (its phrases and prefix; None: nothing); ``glossary``: whose terms
     found in a sentence (as written, before its tag) become phrases too; ``target_lang``: the
     language (``fr`` or ``>>fr<<``) whose tag goes before each sentence (``what`` names it in
-    messages). ``first``: the number of the request's first sentence in a longer input (a
-    stream's line). Raises UsageError for a missing, unknown or misplaced tag and
+    messages); ``source_lang``: the source's, for a model of language codes (NLLB-200,
+    M2M100), which needs both. ``first``: the number of the request's first sentence in a
+    longer input (a stream's line). Raises UsageError for a missing, unknown or misplaced tag and
     ConstraintError (whose ``sentence`` counts from ``first``) for a constraint that cannot be
     used; the caller says where."""
     specs = constraint_specs(sentences, asks, glossary)
@@ -50,7 +52,8 @@ def prepare_request(translator: Translator, sentences: Sequence[str], options: S
         # prepare reads the sentences as written).
         tagged_sources(translator.vocabs, list(sentences), None, what, first)
     try:
-        return translator.prepare(list(sentences), specs, options, target_lang, what, first)
+        return translator.prepare(list(sentences), specs, options, target_lang, what, first,
+                                  source_lang)
     except ConstraintError as e:
         e.sentence = (e.sentence or 0) + first
         raise

@@ -31,7 +31,6 @@ from starlette.exceptions import HTTPException
 
 from tfm import __version__
 from tfm.config import SearchOptions
-from tfm.data.language_marks import tag_language
 from tfm.decoding.constraints import MAX_CONSTRAINTS, ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import constraint_record, prepare_request, translation_record
@@ -88,7 +87,7 @@ class _Service:
         self.state = "loading"  # loading -> ready -> stopping; or failed
         self.error = ""
         self.defaults: SearchOptions | None = None
-        self.tokens: list[str] = []  # the model's >>xx<< tokens (tfm.decoding.languages)
+        self.choices: list[str] = []  # what target_lang chooses among (Translator's)
 
     def attach(self, translator: Translator) -> None:
         """Start serving ``translator`` (in the running event loop)."""
@@ -96,7 +95,7 @@ class _Service:
         # As many batches at once as the translator has decoding threads (tfm.decoding.workers).
         self.config = replace(self.config, workers=translator.workers.count)
         self.defaults = translator.default_options(beam=self.config.beam)
-        self.tokens = translator.language_tags  # read once: a vocabulary can be large
+        self.choices = translator.target_languages  # read once: a vocabulary can be large
         self.batcher = Batcher(translator.translate_prepared, _source_tokens,
                                max_batch_tokens=self.config.max_batch_tokens,
                                max_wait=self.config.max_wait_ms / 1000,
@@ -178,7 +177,8 @@ class _Service:
         try:
             sources = prepare_request(self.translator, sentences, options, asks,
                                       self.glossary if body.glossary else None,
-                                      body.target_lang, "target_lang")
+                                      body.target_lang, "target_lang",
+                                      source_lang=body.source_lang)
         except ConstraintError as e:
             raise ApiError(422, "invalid request: " + _field(e, owner[e.sentence or 0],
                                                              isinstance(body.text, list))
@@ -201,12 +201,18 @@ class _Service:
         """The model's languages, for /v1/info and the page: ``src_lang`` and ``tgt_lang``
         (None where not known), its ``directions`` (several, or none), and the
         ``target_languages`` a request chooses among with ``target_lang`` (the codes of its
-        >>xx<< tokens; none for a model of one target language)."""
+        >>xx<< tokens, or its own language codes; none for a model of one target language),
+        and for a model of language codes (NLLB-200, M2M100) the ``source_languages`` of
+        ``source_lang``, the same codes."""
         model = self.translator.info if self.translator is not None else None
-        return {"src_lang": model.src_lang if model else None,
+        body = {"src_lang": model.src_lang if model else None,
                 "tgt_lang": model.tgt_lang if model else None,
                 "directions": model.directions if model else [],
-                "target_languages": [tag_language(token) for token in self.tokens]}
+                "target_languages": list(self.choices)}
+        if self.translator is not None and \
+                self.translator.language_marking.where == "language_codes":
+            body["source_languages"] = list(self.choices)
+        return body
 
     def info(self) -> dict[str, Any]:
         translator = self.translator
@@ -220,7 +226,7 @@ class _Service:
                 "model": asdict(model.model),
                 "generation": asdict(model.generation),
                 "provenance": model.provenance,
-                "language_tokens": self.tokens,
+                "language_tokens": translator.language_tags,
                 # The defaults of a request's options (of max_length: max_len_a and b).
                 "decoding": {name: getattr(d, name)
                              for name in (*REQUEST_OPTIONS, "max_len_a", "max_len_b")},

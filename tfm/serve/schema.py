@@ -69,6 +69,9 @@ class RequestBase(BaseModel):
                                        "languages (GET /v1/info's target_languages, e.g. fr): "
                                        "the language to translate into; needed unless each "
                                        "text starts with its own >>xx<< tag.")
+    source_lang: Optional[str] = Field(None, description="For an NLLB-200 or M2M100 model "
+                                       "(GET /v1/info's source_languages, e.g. eng_Latn): the "
+                                       "language of the texts; needed with target_lang.")
 
     @field_validator("constraints", mode="before")
     @classmethod
