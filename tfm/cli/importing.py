@@ -12,10 +12,10 @@ from tfm.cli.app import app, err, writing_into
 
 @app.command("import")
 def import_(
-    marian_dir: Annotated[Path, typer.Argument(
-        help="A Hugging Face MarianMT directory (an OPUS-MT model as `huggingface-cli "
-        "download` or save_pretrained leaves it, or a `tfm export --to marian`): config.json, "
-        "model.safetensors or pytorch_model.bin, source.spm, target.spm, vocab.json.",
+    checkpoint: Annotated[Path, typer.Argument(
+        help="A Hugging Face directory, as `huggingface-cli download` or save_pretrained "
+        "leaves it (or a hub cache's models--org--name): MarianMT (OPUS-MT; also `tfm export "
+        "--to marian`), or M2M100 / NLLB-200 (config.json with model_type m2m_100).",
         show_default=False)],
     output: Annotated[Path, typer.Option(
         "--output", "-o", help="The tfm model directory to write; it appears whole or not at "
@@ -23,15 +23,16 @@ def import_(
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace --output if it exists.")] = False,
 ) -> None:
-    """Import a MarianMT (OPUS-MT) model as a tfm model directory.
+    """Import a MarianMT (OPUS-MT), NLLB-200 or M2M100 model as a tfm model directory.
 
     Translate, serve, fine-tune and export it as any tfm model. Nothing is fetched and no code
     in it is run (docs/IMPORT.md)."""
-    from tfm.interop.marian_import import import_marian
+    from tfm.interop.checkpoints import import_checkpoint
 
     with writing_into(output, "tfm import"):
-        written = import_marian(marian_dir, output, overwrite)
-    err.print(f"[green]Imported[/] {marian_dir} to {written}: translate with `tfm translate "
-              f"--model {written}`, fine-tune with `tfm prepare --tokenizer "
+        written, kind = import_checkpoint(checkpoint, output, overwrite)
+    languages = " --source-lang CODE --target-lang CODE" if kind == "m2m_100" else ""
+    err.print(f"[green]Imported[/] {checkpoint} to {written}: translate with `tfm translate "
+              f"--model {written}{languages}`, fine-tune with `tfm prepare --tokenizer "
               f"{written}/tokenizer.json` and `tfm train --init-from {written}`",
               highlight=False)

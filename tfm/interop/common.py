@@ -13,7 +13,7 @@ from typing import Any
 
 from tfm import __version__
 from tfm.atomic import write_error
-from tfm.errors import UsageError, WriteError
+from tfm.errors import ModelError, UsageError, WriteError
 
 EXPORT_INFO_FILE = "tfm_export.json"
 
@@ -89,3 +89,14 @@ def read_export_info(directory: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return None
+
+
+def read_json(path: Path) -> Any:
+    """The JSON file ``path`` of a checkpoint being imported, or None where there is none;
+    one line where it is not JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelError(f"{path}: not readable JSON ({e})") from e

@@ -57,7 +57,7 @@ from tfm.config import ACTIVATION_NAMES, GenerationDefaults, ModelConfig
 from tfm.data.sentencepiece import vocabulary_decoder
 from tfm.data.tokenizer import Vocabularies, attach_segmenter, tokenizer_from_json
 from tfm.errors import ModelError, UsageError
-from tfm.interop.common import EXPORT_INFO_FILE, read_export_info, staged_output
+from tfm.interop.common import EXPORT_INFO_FILE, read_export_info, read_json, staged_output
 from tfm.interop.marian_layout import layer_names, permuted, residual_permutation
 from tfm.model import Transformer
 from tfm.model.layers import sinusoidal_positions
@@ -95,21 +95,12 @@ def import_marian(marian_dir: Path, output: Path, overwrite: bool = False) -> Pa
 
 # --- configuration ---------------------------------------------------------------------------
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelError(f"{path}: not readable JSON ({e})") from e
-
-
 def read_marian_config(marian_dir: Path) -> dict[str, Any]:
     """config.json, checked to describe a model tfm can hold."""
     if not marian_dir.is_dir():
         raise ModelError(f"{marian_dir}: no such directory (give a MarianMT directory, as "
                          "`huggingface-cli download` or save_pretrained writes it)")
-    config = _read_json(marian_dir / "config.json")
+    config = read_json(marian_dir / "config.json")
     if not isinstance(config, dict) or config.get("model_type") != "marian":
         raise ModelError(f"{marian_dir}: not a MarianMT checkpoint (no config.json with "
                          "model_type \"marian\")")
@@ -161,7 +152,7 @@ def tfm_config(config: dict[str, Any], vocabs: Vocabularies, maps: dict[str, lis
 
 def generation_defaults(marian_dir: Path) -> GenerationDefaults:
     """tfm's defaults, with the checkpoint's beam size and length penalty if it has them."""
-    g = _read_json(marian_dir / "generation_config.json") or {}
+    g = read_json(marian_dir / "generation_config.json") or {}
     defaults = GenerationDefaults()
     if isinstance(g.get("num_beams"), int) and g["num_beams"] >= 1:
         defaults.beam = g["num_beams"]
@@ -174,7 +165,7 @@ def languages(marian_dir: Path) -> tuple[str | None, str | None]:
     info = read_export_info(marian_dir)
     if info is not None:
         return info.get("src_lang"), info.get("tgt_lang")
-    t = _read_json(marian_dir / "tokenizer_config.json") or {}
+    t = read_json(marian_dir / "tokenizer_config.json") or {}
     return t.get("source_lang"), t.get("target_lang")
 
 
@@ -212,7 +203,7 @@ def read_vocabularies(marian_dir: Path, config: dict[str, Any]
 
 
 def _read_vocab(path: Path) -> dict[str, int]:
-    vocab = _read_json(path)
+    vocab = read_json(path)
     if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
         raise ModelError(f"{path}: not a vocabulary (a JSON object of piece -> id)")
     if sorted(vocab.values()) != list(range(len(vocab))):
@@ -261,7 +252,7 @@ def _tfm_export_vocabularies(marian_dir: Path, config: dict[str, Any]
     """tfm's own export: its tokenizer.json is tfm's tokenizer with tfm's normalisation, an
     appended </s> and a stripping decoder around it (tfm.interop.marian.marian_tokenizer)."""
     path = marian_dir / "tokenizer.json"
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise ModelError(f"{marian_dir}: missing tokenizer.json ({EXPORT_INFO_FILE} says it is "
                          "tfm's own export, which has one)")

@@ -1,0 +1,487 @@
+"""Specification of ``tfm import`` for NLLB-200 and M2M100 checkpoints
+(tfm.interop.m2m100_import): the directory becomes a tfm model that tokenizes as transformers'
+NllbTokenizer and M2M100Tokenizer do, scores as M2M100ForConditionalGeneration does, and
+translates as its ``generate()`` does with ``forced_bos_token_id``, in the language asked for;
+what tfm cannot hold is refused in one line, with nothing written.
+
+The checkpoints are built here, offline, by transformers' own code: random-initialised
+M2M100ForConditionalGeneration models at two sizes, trained for a few steps on generated
+en/de/fr pairs, with tokenizers built by transformers from a SentencePiece BPE model trained on
+a few hundred generated lines: NllbTokenizer (with and without ``legacy_behaviour``; built by
+transformers 5, so ``<mask>`` comes before the language codes) and M2M100Tokenizer (its
+vocab.json lacking some of the SentencePiece model's pieces, as a fairseq dictionary built from
+segmented data does)."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tfm as tfm_cli
+
+from tfm.checkpoint import load_model_dir
+from tfm.config import SearchOptions
+from tfm.data.tokenizer import encode_batch
+from tfm.errors import UsageError
+
+spm = pytest.importorskip("sentencepiece")
+transformers = pytest.importorskip("transformers")
+
+MAX_NEW = 40  # generate()'s new tokens: the language code, the output and </s>
+
+# One concept per column, in three languages: a sentence is the same concepts in each.
+WORDS = {
+    "en": str.split("the a man woman dog cat is are walking running on in street park with red "
+                    "blue green big small two children playing ball water beach bench eating "
+                    "apple reading book café naïve"),
+    "de": str.split("der ein Mann Frau Hund Katze ist sind läuft rennt auf in Straße Park mit "
+                    "rot blau grün groß klein zwei Kinder spielen Ball Wasser Strand Bank isst "
+                    "Apfel liest Buch Größe über"),
+    "fr": str.split("le un homme femme chien chat est sont marche court sur dans rue parc avec "
+                    "rouge bleu vert grand petit deux enfants jouent balle eau plage banc mange "
+                    "pomme lit livre été où"),
+}
+CODES = {"nllb": {"en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn"},
+         "m2m100": {"en": "en", "de": "de", "fr": "fr"}}
+DIRECTIONS = [("en", "de"), ("de", "fr"), ("fr", "en")]
+
+# Text that trips tokenizers up: controls, format characters, odd spaces, combining accents,
+# CJK, emoji, characters the SentencePiece model never saw.
+UNUSUAL = [
+    "  leading spaces", "trailing spaces   ", "multiple    spaces  inside", "tab\there",
+    "no-break\u00a0space", "ideographic\u3000space", "zero\u200bwidth", "joiner\u200dhere",
+    "bom\ufeffinside", "bidi \u202eoverride", "control \x01\x07 chars", "line\u2028separator",
+    "Cafe\u0301 decomposed", "Größe über Straße", "ﬁ ligature ＡＢＣ １２", "漢字 かな 한국어",
+    "emoji 😀 👩‍👩‍👧 🇩🇪", "unknown ☃ ★ ∰", "digits 12345 and 3.14", "punctuation !?;:,\"'()[]",
+    "\u2581already a meta space", "x", ">>de<< a tag", "<mask> spelled", "eng_Latn spelled",
+]
+
+VARIANTS = {
+    # family, legacy_behaviour, d_model, (encoder, decoder) layers, heads, ffn
+    "nllb": ("nllb", False, 32, (2, 2), 4, 64),
+    "nllb-legacy": ("nllb", True, 48, (2, 2), 4, 96),
+    "m2m100": ("m2m100", False, 48, (2, 1), 2, 96),
+}
+
+
+def generated(n: int, seed: int) -> list[list[int]]:
+    """n sentences of 2 to 8 concepts."""
+    rng = random.Random(seed)
+    return [[rng.randrange(len(WORDS["en"])) for _ in range(rng.randint(2, 8))]
+            for _ in range(n)]
+
+
+def text(lang: str, concepts: list[int]) -> str:
+    return " ".join(WORDS[lang][c] for c in concepts)
+
+
+def demo_lines() -> list[str]:
+    """The bundled demo corpus (tfm's own), the first 60 lines of each side."""
+    root = Path(__file__).resolve().parent.parent / "data" / "demo"
+    return [line for name in ("train.en", "train.de")
+            for line in (root / name).read_text(encoding="utf-8").splitlines()[:60]]
+
+
+@pytest.fixture(scope="module")
+def spm_model() -> bytes:
+    lines = [text(lang, c) for c in generated(300, 1) for lang in WORDS] + demo_lines()
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, model_type="bpe", vocab_size=400,
+        character_coverage=0.9995, normalization_rule_name="nmt_nfkc", minloglevel=2)
+    return model.getvalue()
+
+
+def hf_tokenizer(directory: Path, spm_model: bytes, family: str, legacy: bool):
+    """The tokenizer transformers builds from the SentencePiece model, saved in ``directory``."""
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "sentencepiece.bpe.model").write_bytes(spm_model)
+    if family == "nllb":
+        return transformers.NllbTokenizer.from_pretrained(
+            directory, additional_special_tokens=list(FAIRSEQ_LANGUAGE_CODES),
+            legacy_behaviour=legacy)
+    sp = spm.SentencePieceProcessor(model_proto=spm_model)
+    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())
+              if not (sp.is_control(i) or sp.is_unknown(i))]
+    dropped = set(pieces[60::17])  # a fairseq dictionary lacks pieces its data never used
+    for piece in pieces:
+        if piece not in dropped:
+            vocab[piece] = len(vocab)
+    (directory / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False),
+                                          encoding="utf-8")
+    return transformers.M2M100Tokenizer(str(directory / "vocab.json"),
+                                        str(directory / "sentencepiece.bpe.model"))
+
+
+def model_rows(tok, family: str) -> int:
+    """NLLB: one row per tokenizer entry; M2M100: vocab.json, 100 codes and 8 madeup words."""
+    return len(tok) if family == "nllb" else tok.encoder_size + len(tok.lang_code_to_id) + 8
+
+
+def build(directory: Path, spm_model: bytes, variant: str):
+    family, legacy, d_model, (enc, dec), heads, ffn = VARIANTS[variant]
+    tok = hf_tokenizer(directory, spm_model, family, legacy)
+    config = transformers.M2M100Config(
+        vocab_size=model_rows(tok, family), d_model=d_model, encoder_layers=enc,
+        decoder_layers=dec, encoder_attention_heads=heads, decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, max_position_embeddings=128,
+        scale_embedding=True, dropout=0.1, attention_dropout=0.0, encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0)
+    torch.manual_seed(sum(map(ord, variant)))
+    model = transformers.M2M100ForConditionalGeneration(config)
+    train_briefly(model, tok, family)
+    model.save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return tok, model
+
+
+def train_briefly(model, tok, family: str) -> None:
+    """150 steps on 96 generated pairs of four directions, the sources tokenized by the
+    checkpoint's tokenizer and the labels ``[tgt_code] X </s>``, as fairseq trained NLLB-200
+    and M2M100 (a legacy_behaviour tokenizer would write target labels ``X </s> [tgt_code]``,
+    which no NLLB model was trained on): a random model gives every sentence the same output;
+    a little training makes the outputs depend on the source and the target language, end,
+    and differ between greedy and beam search, as a real model's do."""
+    pairs = []
+    for i, concepts in enumerate(generated(96, 2)):
+        src, tgt = [("en", "de"), ("de", "en"), ("en", "fr"), ("fr", "en")][i % 4]
+        tok.src_lang = CODES[family][src]
+        source = tok(text(src, concepts))["input_ids"]
+        code = tok.convert_tokens_to_ids(tok_code(family, tgt))
+        target = [code, *tok(text(tgt, concepts), add_special_tokens=False)["input_ids"], 2]
+        pairs.append((source, target))
+
+    def batch(rows: list[list[int]], fill: int) -> torch.Tensor:
+        out = torch.full((len(rows), max(map(len, rows))), fill, dtype=torch.long)
+        for i, row in enumerate(rows):
+            out[i, : len(row)] = torch.tensor(row)
+        return out
+
+    src = batch([s for s, _ in pairs], 1)
+    labels = batch([t for _, t in pairs], -100)
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    for _ in range(150):
+        loss = model(input_ids=src, attention_mask=src != 1, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def variant(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+            spm_model: bytes) -> dict:
+    """A checkpoint directory, transformers' tokenizer and model of it, and its tfm import."""
+    from tfm.decoding.engines import load_translator
+    from tfm.interop.m2m100_import import import_m2m100
+
+    root = tmp_path_factory.mktemp(request.param)
+    tok, hf = build(root / "hf", spm_model, request.param)
+    imported = import_m2m100(root / "hf", root / "tfm")
+    model, vocabs, info = load_model_dir(imported)
+    family = VARIANTS[request.param][0]
+    return {"name": request.param, "family": family, "hf_dir": root / "hf", "tfm": imported,
+            "model": model, "vocabs": vocabs, "info": info, "tok": tok, "hf": hf,
+            "translator": load_translator(imported, "cpu")}
+
+
+def tok_code(family: str, lang: str) -> str:
+    """The token of ``lang``'s code in the tokenizer's vocabulary."""
+    return CODES[family][lang] if family == "nllb" else f"__{lang}__"
+
+
+# tfm's id of each fairseq id: the four special ids swapped, every other the same.
+TO_FAIRSEQ = {0: 1, 1: 3, 2: 0, 3: 2}
+FROM_FAIRSEQ = {f: t for t, f in TO_FAIRSEQ.items()}
+
+
+def fairseq(ids: list[int]) -> list[int]:
+    return [TO_FAIRSEQ.get(i, i) for i in ids]
+
+
+def code_id(v: dict, lang: str) -> int:
+    tok = v["tok"]
+    return tok.get_lang_id(lang) if v["family"] == "m2m100" else tok.convert_tokens_to_ids(
+        CODES["nllb"][lang])
+
+
+def hf_source_ids(v: dict, lang: str, lines: list[str]) -> list[list[int]]:
+    v["tok"].src_lang = CODES[v["family"]][lang]
+    return v["tok"](lines)["input_ids"]
+
+
+# --- the tokenizer ---------------------------------------------------------------------------
+
+def lines_to_check() -> list[str]:
+    return ([text(lang, c) for c in generated(40, 3) for lang in WORDS] + demo_lines()
+            + UNUSUAL[:-3])  # (the last three spell tokens: see the test below)
+
+
+def test_sources_are_read_as_transformers_tokenizes_them(variant: dict) -> None:
+    """Every line, in every source language: tfm's ids (the specials swapped) are the ids the
+    checkpoint's tokenizer gives, the language code where the layout puts it."""
+    translator, lines = variant["translator"], lines_to_check()
+    for lang in WORDS:
+        theirs = hf_source_ids(variant, lang, lines)
+        ours = translator.prepare(lines, target_lang=CODES[variant["family"]]["de"],
+                                  source_lang=CODES[variant["family"]][lang])
+        for line, source, expected in zip(lines, ours, theirs):
+            assert fairseq(source.ids) == expected, repr(line)
+
+
+def test_the_layout_is_the_variants_own(variant: dict) -> None:
+    """Guards the test above: the code comes first (NLLB, M2M100) or after </s> (legacy), and
+    <unk> occurs (characters the SentencePiece model never saw; pieces vocab.json lacks)."""
+    ids = hf_source_ids(variant, "en", ["a man ☃"])[0]
+    code = code_id(variant, "en")
+    assert (ids[-1] == code and ids[-2] == 2) if variant["name"] == "nllb-legacy" else (
+        ids[0] == code and ids[-1] == 2)
+    assert 3 in ids
+    marking = variant["info"].language_marking
+    assert marking.where == "language_codes"
+    assert len(marking.codes) == (202 if variant["family"] == "nllb" else 100)
+
+
+def test_text_that_spells_a_token_is_text(variant: dict) -> None:
+    """The one deliberate difference: transformers reads ``<mask>`` or a language code typed in
+    a text as that token; tfm encodes it as the characters it is made of, as for every model."""
+    vocabs, marking = variant["vocabs"], variant["info"].language_marking
+    tokens = {"<mask>", *(marking.token(code) for code in marking.codes)}
+    for line in UNUSUAL[-3:] + ["__en__ spelled"]:
+        ids = encode_batch(vocabs.src, [line])[0]
+        assert not tokens & {vocabs.src.id_to_token(i) for i in ids}, line
+
+
+def test_the_tokenizer_files_list_the_codes_after_mask(variant: dict) -> None:
+    """transformers 5 puts <mask> before the codes; the ids are read, never assumed."""
+    if variant["family"] != "nllb":
+        pytest.skip("M2M100 has no <mask>")
+    tok = variant["tok"]
+    assert tok.convert_tokens_to_ids("<mask>") < tok.convert_tokens_to_ids("ace_Arab")
+    assert variant["vocabs"].src.token_to_id("eng_Latn") == code_id(variant, "en")
+
+
+# --- scores and translations -----------------------------------------------------------------
+
+def test_forced_target_log_probabilities_match_transformers(variant: dict) -> None:
+    model, hf = variant["model"], variant["hf"]
+    for src, tgt in DIRECTIONS:
+        concepts = generated(6, 4)
+        sources = hf_source_ids(variant, src, [text(src, c) for c in concepts])
+        variant["tok"].src_lang = CODES[variant["family"]][tgt]
+        targets = [variant["tok"](text(tgt, c))["input_ids"] for c in concepts]
+        for s, t in zip(sources, targets):
+            t = [code_id(variant, tgt), *[i for i in t if i != code_id(variant, tgt)]]
+            decoder_in = torch.tensor([[2, *t[:-1]]])
+            with torch.no_grad():
+                theirs = hf(input_ids=torch.tensor([s]), decoder_input_ids=decoder_in
+                            ).logits.log_softmax(-1)[0]
+                ours = model(torch.tensor([[FROM_FAIRSEQ.get(i, i) for i in s]]),
+                             torch.tensor([[FROM_FAIRSEQ.get(i, i) for i in
+                                            decoder_in[0].tolist()]])).log_softmax(-1)[0]
+            order = torch.tensor(fairseq(list(range(ours.size(-1)))))
+            reordered = torch.empty_like(ours)
+            reordered[:, order] = ours
+            assert torch.allclose(reordered, theirs, atol=1e-4), (src, tgt)
+
+
+def generate(v: dict, src: str, tgt: str, lines: list[str], beam: int
+             ) -> list[list[int] | None]:
+    """transformers' translations: ``generate()`` with the target code forced first; <s>,
+    <pad> and <unk> suppressed, as tfm never emits them (tfm.decoding.rules.NEVER_EMITTED).
+    None for a translation that reached the length limit: there tfm ends it with </s>
+    (``eos_at_the_limit``) where transformers stops without one."""
+    v["tok"].src_lang = CODES[v["family"]][src]
+    enc = v["tok"](lines, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = v["hf"].generate(**enc, forced_bos_token_id=code_id(v, tgt), num_beams=beam,
+                               max_new_tokens=MAX_NEW, do_sample=False, length_penalty=1.0,
+                               early_stopping=True, suppress_tokens=[0, 1, 3])
+    rows = []
+    for row in out.tolist():
+        assert row[:2] == [2, code_id(v, tgt)]
+        body = row[2:]
+        rows.append(body[:body.index(2)] if 2 in body else None)
+    return rows
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_translations_are_generates_token_for_token(variant: dict, beam: int) -> None:
+    translator = variant["translator"]
+    options = SearchOptions(beam=beam, max_len_a=0.0, max_len_b=MAX_NEW - 1, length_penalty=1.0,
+                            stop_early=False)
+    for src, tgt in DIRECTIONS:
+        lines = [text(src, c) for c in generated(16, 5)]
+        theirs = generate(variant, src, tgt, lines, beam)
+        ended = [i for i, row in enumerate(theirs) if row is not None]
+        assert len(ended) >= 8, "too few translations end: the model needs more training"
+        lines, theirs = [lines[i] for i in ended], [theirs[i] for i in ended]
+        sources = translator.prepare(lines, target_lang=CODES[variant["family"]][tgt],
+                                     source_lang=CODES[variant["family"]][src])
+        ours = [translator.search([s.ids], options, start=[s.start])[0][0].tokens
+                for s in sources]
+        assert [fairseq(t) for t in ours] == theirs, (src, tgt, beam)
+        # The texts too, but for one difference: M2M100Tokenizer writes out a language code
+        # the model produced inside its output (``__en__``), where tfm drops it as it drops
+        # every special token.
+        codes = {code_id(variant, lang) for lang in WORDS}
+        texts = [t.text for t in translator.translate(
+            lines, options, target_lang=CODES[variant["family"]][tgt],
+            source_lang=CODES[variant["family"]][src])]
+        assert texts == variant["tok"].batch_decode(
+            [[i for i in row if i not in codes] for row in theirs], skip_special_tokens=True), \
+            (src, tgt, beam)
+
+
+# --- as a user runs it -----------------------------------------------------------------------
+
+def test_tfm_import_then_translate_and_eval_by_the_models_codes(variant: dict,
+                                                                  tmp_path: Path) -> None:
+    """The command line end to end: imported by ``tfm import``, translated by ``tfm
+    translate --source-lang X --target-lang Y`` as the Python API translates, scored by
+    ``tfm eval`` with the same languages."""
+    codes = CODES[variant["family"]]
+    out = tmp_path / "model"
+    result = tfm_cli("import", str(variant["hf_dir"]), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "--source-lang" in result.stderr
+    lines = [text("en", c) for c in generated(5, 6)]
+    result = tfm_cli("translate", "--model", str(out), "--beam", "2", "--source-lang",
+                     codes["en"], "--target-lang", codes["fr"], *lines)
+    assert result.returncode == 0, result.stderr
+    expected = variant["translator"].translate(lines, SearchOptions(beam=2),
+                                               target_lang=codes["fr"], source_lang=codes["en"])
+    assert result.stdout.splitlines() == [t.text for t in expected]
+    (tmp_path / "src.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("\n".join(text("fr", c) for c in generated(5, 6)) + "\n",
+                                      encoding="utf-8")
+    result = tfm_cli("eval", "--model", str(out), "--src", str(tmp_path / "src.txt"), "--ref",
+                     str(tmp_path / "ref.txt"), "--source-lang", codes["en"], "--target-lang",
+                     codes["fr"], "--beam", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    assert [s["metric"] for s in json.loads(result.stdout)] == ["bleu"]
+
+
+def assert_one_line_error(result, fragment: str) -> None:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode != 0 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("error:") and fragment in lines[0], lines[0]
+
+
+def test_both_languages_are_needed_and_an_unknown_code_names_the_nearest(variant: dict
+                                                                           ) -> None:
+    model, codes = str(variant["tfm"]), CODES[variant["family"]]
+    missing = tfm_cli("translate", "--model", model, "--target-lang", codes["de"], "a man")
+    assert_one_line_error(missing, "--source-lang is needed")
+    missing = tfm_cli("translate", "--model", model, "--source-lang", codes["en"], "a man")
+    assert_one_line_error(missing, "--target-lang is needed")
+    wrong = "deu_Latm" if variant["family"] == "nllb" else "dee"
+    unknown = tfm_cli("translate", "--model", model, "--source-lang", codes["en"],
+                      "--target-lang", wrong, "a man")
+    assert_one_line_error(unknown, f"--target-lang {wrong}: not a language code of this model")
+    assert codes["de"] in unknown.stderr
+    unknown = tfm_cli("translate", "--model", model, "--source-lang", "english",
+                      "--target-lang", codes["de"], "a man")
+    assert_one_line_error(unknown, "--source-lang english: not a language code")
+    # In Python, the same refusals (UsageError).
+    with pytest.raises(UsageError, match="needed"):
+        variant["translator"].prepare(["a man"], target_lang=codes["de"])
+
+
+def test_m2m100_codes_may_be_given_as_their_tokens(variant: dict) -> None:
+    if variant["family"] != "m2m100":
+        pytest.skip("NLLB's tokens are its codes")
+    translator = variant["translator"]
+    assert translator.prepare(["a man"], target_lang="__de__", source_lang="__en__")[0].ids \
+        == translator.prepare(["a man"], target_lang="de", source_lang="en")[0].ids
+    assert translator.target_languages[:3] == ["af", "am", "ar"]
+
+
+class Evil:
+    """Unpickling this would run a command."""
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        import os
+
+        return (os.system, ("echo pwned > pwned.txt",))
+
+
+def _pickle(d: Path) -> None:
+    import pickle
+
+    (d / "model.safetensors").unlink()
+    (d / "pytorch_model.bin").write_bytes(pickle.dumps({"weights": Evil()}))
+
+
+def _config_edit(**values: object):
+    def edit(d: Path) -> None:
+        config = json.loads((d / "config.json").read_text())
+        config.update(values)
+        (d / "config.json").write_text(json.dumps(config))
+    return edit
+
+
+def _no_tokenizer(d: Path) -> None:
+    for name in ("tokenizer.json", "vocab.json", "sentencepiece.bpe.model"):
+        (d / name).unlink(missing_ok=True)
+
+
+def _extra_weight(d: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(d / "model.safetensors")
+    weights["model.encoder.layernorm_embedding.weight"] = torch.ones(4)
+    save_file(weights, d / "model.safetensors")
+
+
+REFUSALS = {
+    "not a checkpoint": (lambda d: (d / "config.json").unlink(), "nor an NLLB-200 or M2M100"),
+    "NLLB-MoE": (_config_edit(model_type="nllb-moe"), "NLLB-MoE"),
+    "unscaled embeddings": (_config_edit(scale_embedding=False), "scale_embedding"),
+    "an unknown activation": (_config_edit(activation_function="tanh"), "'tanh'"),
+    "other special ids": (_config_edit(decoder_start_token_id=0), "special ids"),
+    "no tokenizer files": (_no_tokenizer, "missing tokenizer files"),
+    "a pickle that runs code": (_pickle, "would execute code"),
+    "no weights": (lambda d: (d / "model.safetensors").unlink(), "no weights"),
+    "weights tfm has no place for": (_extra_weight, "layernorm_embedding"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_what_tfm_cannot_hold_is_refused_in_one_line_and_nothing_is_written(
+        case: str, tmp_path: Path, variant: dict) -> None:
+    if variant["name"] != "nllb":
+        pytest.skip("one variant is enough")
+    checkpoint = Path(shutil.copytree(variant["hf_dir"], tmp_path / "hf"))
+    damage, fragment = REFUSALS[case]
+    damage(checkpoint)
+    result = tfm_cli("import", str(checkpoint), "-o", str(tmp_path / "out"), cwd=tmp_path)
+    assert_one_line_error(result, fragment)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no pwned.txt, no out
+
+
+def test_a_hub_cache_snapshot_is_found_from_its_model_directory(variant: dict,
+                                                                 tmp_path: Path) -> None:
+    """``models--org--name`` as huggingface_hub leaves it: refs/main names the snapshot."""
+    from tfm.interop.m2m100_import import snapshot
+
+    if variant["name"] != "nllb":
+        pytest.skip("one variant is enough")
+    cache = tmp_path / "models--facebook--nllb-standin"
+    shutil.copytree(variant["hf_dir"], cache / "snapshots" / "abc123")
+    (cache / "refs").mkdir()
+    (cache / "refs" / "main").write_text("abc123")
+    assert snapshot(cache) == cache / "snapshots" / "abc123"
+    result = tfm_cli("import", str(cache), "-o", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    _, _, info = load_model_dir(tmp_path / "out")
+    assert info.language_marking == variant["info"].language_marking
