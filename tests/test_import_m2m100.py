@@ -526,3 +526,30 @@ def test_the_ctranslate2_export_translates_as_ctranslate2s_own_converter(
                                                  source_lang=codes[src])] == [
             t.text for t in variant["translator"].translate(
                 lines, options, target_lang=codes[tgt], source_lang=codes[src])]
+
+
+def test_the_m2m100_export_is_the_checkpoint_again(variant: dict, tmp_path: Path) -> None:
+    """``tfm export --to m2m100``: transformers loads it (its own classes, no network) and
+    ``generate`` translates as tfm does; ``tfm import`` of it is the model imported first,
+    weights, tokenizer and marking alike."""
+    from tfm.interop.m2m100_import import import_m2m100
+
+    out = tmp_path / "hf"
+    result = tfm_cli("export", str(variant["tfm"]), "--to", "m2m100", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    again = import_m2m100(out, tmp_path / "again")
+    model, vocabs, info = load_model_dir(again)
+    assert info.model == variant["info"].model
+    assert info.language_marking == variant["info"].language_marking
+    for name, tensor in variant["model"].state_dict().items():
+        assert torch.equal(tensor, model.state_dict()[name]), name
+    lines = lines_to_check()
+    assert encode_batch(vocabs.src, lines) == encode_batch(variant["vocabs"].src, lines)
+    assert vocabs.src.get_vocab() == variant["vocabs"].src.get_vocab()
+    # transformers reads the export as it read the checkpoint
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    hf = transformers.M2M100ForConditionalGeneration.from_pretrained(out).eval()
+    exported = {**variant, "tok": hf_tok, "hf": hf}
+    assert hf_source_ids(exported, "de", lines) == hf_source_ids(variant, "de", lines)
+    assert generate(exported, "de", "en", lines[:12], 4) == generate(variant, "de", "en",
+                                                                     lines[:12], 4)

@@ -10,7 +10,7 @@ import typer
 from tfm.cli.app import app, err, writing_into
 from tfm.errors import UsageError
 
-FORMATS = ("ctranslate2", "marian")
+FORMATS = ("ctranslate2", "marian", "m2m100")
 
 
 @app.command()
@@ -19,8 +19,9 @@ def export(
         help="The tfm model directory to export (from `tfm train` or `tfm average`).",
         show_default=False)],
     to: Annotated[str, typer.Option(
-        "--to", help="ctranslate2 (decoded by tfm with --model OUT) or marian (for "
-        "transformers).", show_default=False)],
+        "--to", help="ctranslate2 (decoded by tfm with --model OUT), marian (for "
+        "transformers), or m2m100 (an imported NLLB-200/M2M100 model, for transformers).",
+        show_default=False)],
     output: Annotated[Path, typer.Option(
         "--output", "-o", help="Directory to write; it appears whole or not at all.",
         show_default=False)],
@@ -30,10 +31,10 @@ def export(
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace --output if it exists.")] = False,
 ) -> None:
-    """Export a model to CTranslate2 or Hugging Face MarianMT.
+    """Export a model to CTranslate2, or to Hugging Face MarianMT or M2M100.
 
-    CTranslate2 for fast inference; MarianMT for transformers. In detail:
-    docs/CLI.md#tfm-export."""
+    CTranslate2 for fast inference; MarianMT and M2M100 (NLLB-200) for transformers. In
+    detail: docs/CLI.md#tfm-export."""
     if to not in FORMATS:
         raise UsageError(f"--to {to}: choose one of {', '.join(FORMATS)}")
     if to == "ctranslate2":
@@ -47,12 +48,17 @@ def export(
                   f"--model {written}`", highlight=False)
         return
     if quantization is not None:
-        raise UsageError("--quantization is for --to ctranslate2; a MarianMT export keeps "
+        raise UsageError(f"--quantization is for --to ctranslate2; a {to} export keeps "
                          "the model's float32 weights")
-    from tfm.interop.marian import export_marian
+    if to == "m2m100":
+        from tfm.interop.m2m100 import export_m2m100 as export_hf
+        kind = "M2M100"
+    else:
+        from tfm.interop.marian import export_marian as export_hf
+        kind = "MarianMT"
 
     with writing_into(output, "tfm export"):
-        written = export_marian(model, output, overwrite)
-    err.print(f"[green]Exported[/] {model} to {written}: a Hugging Face MarianMT model "
+        written = export_hf(model, output, overwrite)
+    err.print(f"[green]Exported[/] {model} to {written}: a Hugging Face {kind} model "
               "(config, weights, tokenizer) and tfm_export.json; load it with transformers",
               highlight=False)
