@@ -633,7 +633,7 @@ def test_a_lowercasing_model_is_validated_against_lowercased_references(
     reference_ids = {tuple(t for t in split.src(i).tolist() if t >= 4): split.tgt(i).tolist()
                      for i in range(len(split))}
 
-    def echo_references(model, src, options):  # a "model" that writes each source's reference
+    def echo_references(model, src, options, start=None):  # writes each source's reference
         rows = [[t for t in row.tolist() if t >= 4] for row in src]  # no specials
         return [[Hypothesis(reference_ids[tuple(r)], 0.0, 0.0)] for r in rows]
 

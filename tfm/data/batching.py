@@ -111,10 +111,14 @@ class Batch:
                                                                  self.tgt_out)))
 
 
-def collate(split: TokenizedSplit, indices: np.ndarray, width_multiple: int = 1) -> Batch:
-    """Rows ``indices`` of a split -> a padded Batch (see ``pad_pairs``)."""
+def collate(split: TokenizedSplit, indices: np.ndarray, width_multiple: int = 1,
+            starts: Sequence[Sequence[int]] | None = None) -> Batch:
+    """Rows ``indices`` of a split -> a padded Batch (see ``pad_pairs``). ``starts``: the
+    forced decoder start of each of the dataset's directions (prepare.json's
+    ``decoder_starts``: a model of language codes), by each row's direction; None: BOS."""
+    rows = None if starts is None else [starts[d] for d in split.directions[indices]]
     return pad_pairs([split.src(i) for i in indices], [split.tgt(i) for i in indices],
-                     width_multiple)
+                     width_multiple, rows)
 
 
 def pad_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],

@@ -32,13 +32,14 @@ from tfm.data.dataset import PREPARE_FILE, read_prepare_info
 from tfm.data.directions import (
     Corpora,
     Corpus,
+    Direction,
     corpus_texts,
     direction_names,
     single_corpus,
     source_tag,
     vocabulary_tags,
 )
-from tfm.data.language_marks import find_tag, tagged
+from tfm.data.language_marks import LanguageMarking, Marked, find_tag, mark, tagged
 from tfm.data.text import has_invisible, normalize_text
 from tfm.data.tokenizer import (
     EOS_ID,
@@ -52,7 +53,7 @@ from tfm.data.tokenizer import (
     train_tokenizer,
     vocabulary_files,
 )
-from tfm.errors import DataError, WriteError
+from tfm.errors import DataError, TfmError, UsageError, WriteError
 from tfm.layout import TOKENIZER_FILE
 
 PREPARE_VERSION = 3  # 2: control and zero-width characters removed; 3: directions
@@ -127,10 +128,13 @@ def prepare(
     vocabs = load_vocabularies(tokenizer_path)
     tags = vocabulary_tags(vocabs.src)
     source_tags = [source_tag(tags, d, "tfm prepare") for d in corpora.directions]
+    marking = tokenizer_marking(Path(tokenizer_path))
+    codes = [direction_codes(marking, vocabs, d) for d in corpora.directions] \
+        if marking is not None else None
     splits = _splits(corpora)
     resolved = {name: [resolve_corpus(c.train if name == "train" else c.valid)
                        for c in items] for name, items in splits.items()}
-    fingerprint = _fingerprint(corpora, Path(tokenizer_path), clean)
+    fingerprint = _fingerprint(corpora, Path(tokenizer_path), clean, marking)
 
     previous = _previous_info(output)
     if previous and previous.get("fingerprint") == fingerprint and not force:
@@ -141,7 +145,8 @@ def prepare(
     import datasets
     import pyarrow as pa
 
-    job = _Job(corpora, splits, resolved, vocabs, source_tags, tags, clean, fingerprint)
+    job = _Job(corpora, splits, resolved, vocabs, source_tags, tags, clean, fingerprint,
+               marking, codes)
     with _quiet_datasets(datasets):
         reports, by_direction = _write_dataset(job, output, datasets, pa, num_proc)
     return PrepareReport(str(output), False, reports, by_direction)
@@ -174,6 +179,36 @@ class _Job:
     tags: list[str]  # the tokenizer's tags: none may be written inside a text
     clean: CleanConfig
     fingerprint: str
+    # A model of language codes' (NLLB-200, M2M100): its marking, and each direction's marks
+    marking: LanguageMarking | None = None
+    codes: list[Marked] | None = None
+
+
+def tokenizer_marking(tokenizer_path: Path) -> LanguageMarking | None:
+    """The language_codes marking of the model whose tokenizer ``tokenizer_path`` is (its
+    config.json beside it: an imported NLLB-200 or M2M100 model's directory), else None."""
+    config = tokenizer_path.parent / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+        marking = LanguageMarking.from_json(data["language_marking"])
+    except (ValueError, OSError, KeyError, TypeError, TfmError):
+        return None
+    return marking if marking.where == "language_codes" else None
+
+
+def direction_codes(marking: LanguageMarking, vocabs: Vocabularies, direction: Direction
+                    ) -> Marked:
+    """How ``direction`` (in the model's codes: eng_Latn-deu_Latn) is marked: the source code
+    around each source, the decoder's forced start; one line for a code the model lacks."""
+    if not direction.src or not direction.tgt:
+        raise DataError(f"direction {direction}: a model of language codes needs both "
+                        "languages, by its codes (e.g. eng_Latn-deu_Latn)")
+    try:
+        return mark(marking, direction.tgt, vocabs.tgt.token_to_id, direction.src)
+    except UsageError as e:
+        raise DataError(f"tfm prepare, direction {direction}: {e}") from None
 
 
 def _previous_info(output: Path) -> dict[str, Any] | None:
@@ -247,8 +282,9 @@ def _write_in(work: Path, job: _Job, output: Path, datasets: Any, pa: Any, num_p
                 report = mine.setdefault(corpus.direction.name, SplitReport())
                 spec = corpus.train if name == "train" else corpus.valid
                 assert spec is not None
+                marks = job.codes[index] if job.codes is not None else Marked()
                 read = _Reading(spec, resolved.description, index, job.source_tags[index],
-                                job.tags, with_text)
+                                job.tags, with_text, marks.source_prefix, marks.source_suffix)
                 for batch in _tokenized_chunks(read, job.vocabs, job.clean, report,
                                                seen.setdefault(corpus.direction.name, set()),
                                                num_proc):
@@ -283,6 +319,10 @@ def _write_in(work: Path, job: _Job, output: Path, datasets: Any, pa: Any, num_p
         "direction_splits": {name: {d: asdict(r) for d, r in mine.items()}
                              for name, mine in by_direction.items()},
     }
+    if job.marking is not None and job.codes is not None:
+        # Each direction's forced decoder start, which training feeds (tfm.data.batching)
+        info["language_marking"] = job.marking.to_json()
+        info["decoder_starts"] = [list(m.start) for m in job.codes]
     (final / PREPARE_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
     # Swap the finished directory in: an interrupted prepare leaves the old one intact.
     # The old one is moved aside (a rename, not a slow delete) and removed with ``work``.
@@ -331,6 +371,8 @@ class _Reading:
     source_tag: str | None
     tags: list[str]
     with_text: bool
+    prefix: tuple[int, ...] = ()  # ids before each source (a model's language code)
+    suffix: tuple[int, ...] = ()  # ids after its EOS
 
 
 @dataclass
@@ -485,7 +527,7 @@ def _tokenized_chunks(read: _Reading, vocabs: Vocabularies, clean: CleanConfig,
                 report.dropped[_REASONS[status]] += 1
                 continue
             src, tgt = chunk.src_ids[kept], chunk.tgt_ids[kept]
-            out["src_ids"].append(src + [EOS_ID])
+            out["src_ids"].append([*read.prefix, *src, EOS_ID, *read.suffix])
             out["tgt_ids"].append(tgt)
             out["direction"].append(read.direction)
             if chunk.texts is not None:
@@ -493,14 +535,17 @@ def _tokenized_chunks(read: _Reading, vocabs: Vocabularies, clean: CleanConfig,
                 out["tgt_text"].append(chunk.texts[kept][1])
             kept += 1
             report.kept += 1
-            report.src_tokens += len(src) + 1
+            report.src_tokens += len(src) + 1 + len(read.prefix) + len(read.suffix)
             report.tgt_tokens += len(tgt) + 1
         yield out
 
 
-def _fingerprint(corpora: Corpora, tokenizer_path: Path, clean: CleanConfig) -> str:
+def _fingerprint(corpora: Corpora, tokenizer_path: Path, clean: CleanConfig,
+                 marking: LanguageMarking | None = None) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([PREPARE_VERSION, asdict(clean), corpora.weights()]).encode())
+    if marking is not None:
+        h.update(json.dumps(marking.to_json()).encode())
     for path in vocabulary_files(tokenizer_path):
         h.update(path.read_bytes())
     for c in corpora.items:

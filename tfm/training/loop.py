@@ -47,6 +47,7 @@ from tfm.checkpoint import (
 from tfm.config import ModelConfig, TrainConfig
 from tfm.data.batching import Batch, collate, make_batches, shard
 from tfm.data.dataset import TokenizedSplit, dataset_directions, load_split, read_prepare_info
+from tfm.data.language_marks import LanguageMarking
 from tfm.data.sampling import direction_probabilities, epoch_rows
 from tfm.data.tokenizer import Vocabularies, load_vocabularies
 from tfm.device import (
@@ -302,6 +303,10 @@ class _Trainer:
         self.train_split = load_split(data_dir, "train")
         self.valid_split = load_split(data_dir, "valid") if "valid" in prep["splits"] else None
         self.directions = dataset_directions(prep)
+        # A model of language codes: each direction's forced decoder start (tfm prepare)
+        self.starts = prep.get("decoder_starts")
+        self.marking = LanguageMarking.from_json(prep["language_marking"]) \
+            if prep.get("language_marking") else None
         self.probabilities, self.sampling = _sampling(prep, self.directions,
                                                       self.train_split, self.config)
         # The best model has the highest BLEU, or the lowest validation loss without BLEU.
@@ -372,7 +377,8 @@ class _Trainer:
             provenance["init_from"] = str(init_from)
         return ModelInfo(self.model_config, prep.get("src_lang"), prep.get("tgt_lang"),
                          provenance=provenance,
-                         directions=self.directions if len(self.directions) > 1 else [])
+                         directions=self.directions if len(self.directions) > 1 else [],
+                         language_marking=self.marking)
 
     def _start_files(self, run_config: str | None) -> None:
         """A new run's files (rank 0): train_config.json, run.yaml and the model directory."""
@@ -461,7 +467,7 @@ class _Trainer:
         run, config = self.run, self.config
         # bf16 on a CPU pads batches to a few widths: a few compiled kernels (tfm.training.bf16).
         width = BATCH_WIDTH_MULTIPLE if self.bf16 is not None else 1
-        group = [collate(self.train_split, b, width).to(self.device)
+        group = [collate(self.train_split, b, width, self.starts).to(self.device)
                  for b in updates[run.batch_in_epoch]]
         # The schedule's progress through the budget, from the time all processes agreed on.
         progress = budget_progress(config, run.step,
@@ -566,7 +572,8 @@ class _Trainer:
             master = self.models.master
             master.eval()
             metrics = validate(master, self.valid_split, self.vocabs.tgt, self.config,
-                               self.device, self.precision.amp_dtype, self.directions)
+                               self.device, self.precision.amp_dtype, self.directions,
+                               self.starts)
             master.train()
             metrics.update(step=run.step, epoch=run.epoch, kind="valid", elapsed=elapsed)
             if self.scores_bleu:

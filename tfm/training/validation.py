@@ -24,20 +24,22 @@ _GREEDY = SearchOptions(beam=1)
 @torch.inference_mode()
 def validate(model: Transformer, split: TokenizedSplit, tokenizer: Any, config: TrainConfig,
              device: torch.device, amp_dtype: torch.dtype | None,
-             directions: list[str] | None = None) -> dict[str, Any]:
+             directions: list[str] | None = None,
+             starts: list[list[int]] | None = None) -> dict[str, Any]:
     """Validation loss and perplexity, and greedy BLEU and chrF against the reference text.
 
     With several ``directions`` (the dataset's, which the split's rows index), BLEU and chrF
     of each under ``directions``, and ``bleu`` their macro-average (each direction counts
     alike, whatever its size): the score the best checkpoint and --patience go by. With one,
-    ``bleu`` is its corpus BLEU."""
+    ``bleu`` is its corpus BLEU. ``starts``: each direction's forced decoder start (a model of
+    language codes), fed in the loss and in the search alike."""
     batches = make_batches(split.src_lengths, split.tgt_lengths, config.max_tokens,
                            shuffle=False)
     loss_sum = nll_sum = 0.0
     n_tokens = 0
     hypotheses: dict[int, str] = {}
     for indices in batches:
-        batch = collate(split, indices).to(device)
+        batch = collate(split, indices, starts=starts).to(device)
         with autocast(device, amp_dtype):
             logits = model(batch.src, batch.tgt_in, batch.tgt_mask)
             loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
@@ -46,7 +48,9 @@ def validate(model: Transformer, split: TokenizedSplit, tokenizer: Any, config: 
             nll_sum += float(nll)
             n_tokens += batch.n_tgt_tokens
             if config.valid_bleu and split.tgt_text is not None:
-                hyps = greedy_search(model, batch.src, _GREEDY)
+                start = None if starts is None else torch.tensor(
+                    [starts[d] for d in split.directions[indices]], device=device)
+                hyps = greedy_search(model, batch.src, _GREEDY, start=start)
                 texts = decode_batch(tokenizer, [h[0].tokens for h in hyps])
                 hypotheses.update(zip(indices.tolist(), texts))
     metrics: dict[str, Any] = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens,
