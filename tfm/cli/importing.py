@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -23,7 +23,7 @@ def import_(
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace --output if it exists.")] = False,
 ) -> None:
-    """Import a MarianMT (OPUS-MT), NLLB-200 or M2M100 model as a tfm model directory.
+    """Import a MarianMT (OPUS-MT), NLLB-200 or M2M100 model.
 
     Translate, serve, fine-tune and export it as any tfm model. Nothing is fetched and no code
     in it is run (docs/IMPORT.md)."""
@@ -36,3 +36,35 @@ def import_(
               f"--model {written}{languages}`, fine-tune with `tfm prepare --tokenizer "
               f"{written}/tokenizer.json` and `tfm train --init-from {written}`",
               highlight=False)
+
+
+@app.command("trim")
+def trim_(
+    model: Annotated[Path, typer.Argument(
+        help="An NLLB-200 or M2M100 model directory (from `tfm import`, fine-tuned or not).",
+        show_default=False)],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="The trimmed model directory to write; it appears whole or not "
+        "at all.", show_default=False)],
+    corpus: Annotated[Optional[list[Path]], typer.Option(
+        "--corpus", help="A text file (one sentence a line, .gz too) whose entries are kept; "
+        "named by its language (train.eng_Latn), that code is kept too. Repeat for more.",
+        show_default=False)] = None,
+    languages: Annotated[Optional[str], typer.Option(
+        "--languages", help="The model's codes to keep, comma-separated (e.g. "
+        "eng_Latn,deu_Latn,fra_Latn); default: those the --corpus files are named by.",
+        show_default=False)] = None,
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace --output if it exists.")] = False,
+) -> None:
+    """Trim an NLLB-200 or M2M100 model's vocabulary to a corpus.
+
+    The embedding and output layer keep only the rows the corpus and languages use: the same
+    translations of such text, faster and in less memory (docs/NLLB.md)."""
+    from tfm.interop.trim import trim
+
+    codes = [c.strip() for c in (languages or "").split(",") if c.strip()]
+    with writing_into(output, "tfm trim"):
+        rows = trim(model, output, corpus or [], codes, overwrite)
+    err.print(f"[green]Trimmed[/] {model} to {output}: {rows['rows_kept']:,} of "
+              f"{rows['rows_before']:,} vocabulary rows kept", highlight=False)
