@@ -553,3 +553,126 @@ def test_the_m2m100_export_is_the_checkpoint_again(variant: dict, tmp_path: Path
     assert hf_source_ids(exported, "de", lines) == hf_source_ids(variant, "de", lines)
     assert generate(exported, "de", "en", lines[:12], 4) == generate(variant, "de", "en",
                                                                      lines[:12], 4)
+
+
+# --- fine-tuning -----------------------------------------------------------------------------
+
+def test_fine_tuning_feeds_the_target_code_first_and_keeps_the_models_codes(
+        variant: dict, tmp_path: Path) -> None:
+    """``tfm prepare`` with the imported tokenizer writes each source as the checkpoint's
+    tokenizer does (the source code where the layout puts it), ``tfm train --init-from``
+    feeds the decoder ``</s>`` and the target code before the target and learns what follows
+    (the code is no label), and the fine-tuned model translates by the same codes."""
+    from tfm.data.batching import collate
+    from tfm.data.dataset import load_split, read_prepare_info
+
+    codes = CODES[variant["family"]]
+    concepts = generated(64, 8)
+    for name, part in (("train", concepts[:56]), ("valid", concepts[56:])):
+        for lang in ("en", "de"):
+            (tmp_path / f"{name}.{codes[lang]}").write_text(
+                "".join(text(lang, c) + "\n" for c in part), encoding="utf-8")
+    data, out = tmp_path / "data", tmp_path / "tuned"
+    result = tfm_cli("prepare", "--train", str(tmp_path / "train"), "--valid",
+                     str(tmp_path / "valid"), "--src-lang", codes["en"], "--tgt-lang",
+                     codes["de"], "--tokenizer", str(variant["tfm"] / "tokenizer.json"),
+                     "-o", str(data))
+    assert result.returncode == 0, result.stderr
+    split = load_split(data, "train")
+    lines = [text("en", c) for c in concepts[:56]]
+    assert [fairseq(split.src(i).tolist()) for i in range(4)] == hf_source_ids(
+        variant, "en", lines[:4])
+    starts = read_prepare_info(data)["decoder_starts"]
+    assert starts == [[3, FROM_FAIRSEQ.get(code_id(variant, "de"), code_id(variant, "de"))]]
+    batch = collate(split, __import__("numpy").arange(2), starts=starts)
+    assert batch.tgt_in[:, :2].tolist() == [starts[0]] * 2
+    assert batch.tgt_out[:, 0].tolist() == [0, 0]  # the code: fed, no label
+    assert batch.tgt_out[0, 1:1 + len(split.tgt(0))].tolist() == split.tgt(0).tolist()
+    result = tfm_cli("train", "--data", str(data), "--output", str(out), "--init-from",
+                     str(variant["tfm"]), "--max-steps", "20", "--warmup", "5", "--lr", "1e-3",
+                     "--max-tokens", "1024", "--valid-every", "10")
+    assert result.returncode == 0, result.stderr
+    _, _, info = load_model_dir(out)
+    assert info.language_marking == variant["info"].language_marking
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    valid = [m for m in metrics if m.get("kind") == "valid"]
+    assert valid[-1]["loss"] < valid[0]["loss"] and "bleu" in valid[-1]
+    result = tfm_cli("translate", "--model", str(out), "--source-lang", codes["en"],
+                     "--target-lang", codes["de"], "--beam", "1", lines[0])
+    assert result.returncode == 0 and result.stdout.strip(), result.stderr
+
+
+# --- trimming --------------------------------------------------------------------------------
+
+def test_a_trimmed_model_translates_its_corpus_as_the_full_one(variant: dict,
+                                                               tmp_path: Path) -> None:
+    """``tfm trim`` to an en/de corpus: far fewer rows, the same tokens for the corpus's text
+    (renumbered), the same greedy translations; the codes dropped are refused after;
+    exported again, trimmed, it still loads in transformers (NLLB) and CTranslate2."""
+    from tfm.decoding.engines import load_translator
+
+    codes = CODES[variant["family"]]
+    concepts = generated(40, 9)
+    for lang in ("en", "de"):
+        (tmp_path / f"corpus.{codes[lang]}").write_text(
+            "".join(text(lang, c) + "\n" for c in concepts), encoding="utf-8")
+    out = tmp_path / "trimmed"
+    result = tfm_cli("trim", str(variant["tfm"]), "-o", str(out), "--corpus",
+                     str(tmp_path / f"corpus.{codes['en']}"), "--corpus",
+                     str(tmp_path / f"corpus.{codes['de']}"))
+    assert result.returncode == 0, result.stderr
+    model, vocabs, info = load_model_dir(out)
+    full_rows = variant["info"].model.tgt_vocab_size
+    assert info.model.tgt_vocab_size < full_rows / 2
+    assert info.language_marking.codes == tuple(sorted(
+        (codes["en"], codes["de"]), key=variant["info"].language_marking.codes.index))
+    assert info.provenance["rows_kept"] == info.model.tgt_vocab_size
+    lines = [text("en", c) for c in concepts]
+    full, small = variant["translator"], load_translator(out, "cpu")
+    for src, tgt in (("en", "de"), ("de", "en")):
+        lines = [text(src, c) for c in concepts]
+        ours = full.prepare(lines, target_lang=codes[tgt], source_lang=codes[src])
+        theirs = small.prepare(lines, target_lang=codes[tgt], source_lang=codes[src])
+        for a, b in zip(ours, theirs):  # the same tokens, by their text
+            assert [full.vocabs.src.id_to_token(i) for i in a.ids] == [
+                small.vocabs.src.id_to_token(i) for i in b.ids]
+        kept = small.vocabs.src.get_vocab()
+        # Greedy: where the full model's translation needs no removed entry (a toy model also
+        # writes words of the third language, which the trim removed), the same one. (Beam
+        # search compares log-probabilities, which the trimmed model normalises over the kept
+        # entries only: hypotheses can rank otherwise where the removed ones had mass.)
+        for beam in (1,):
+            options = SearchOptions(beam=beam, max_len_a=0.0, max_len_b=MAX_NEW - 1)
+            found = [full.search([s.ids], options, start=[s.start])[0][0].tokens for s in ours]
+            same = [i for i, tokens in enumerate(found)
+                    if all(full.vocabs.src.id_to_token(t) in kept for t in tokens)]
+            assert len(same) >= len(lines) // 3, (src, tgt, beam)
+            chosen = [lines[i] for i in same]
+            assert [t.text for t in full.translate(chosen, options, target_lang=codes[tgt],
+                                                   source_lang=codes[src])] == [
+                t.text for t in small.translate(chosen, options, target_lang=codes[tgt],
+                                                source_lang=codes[src])]
+    dropped = tfm_cli("translate", "--model", str(out), "--source-lang", codes["en"],
+                      "--target-lang", codes["fr"], "a man")
+    assert_one_line_error(dropped, f"--target-lang {codes['fr']}: not a language code")
+    ct2 = tfm_cli("export", str(out), "--to", "ctranslate2", "-o", str(tmp_path / "ct2"))
+    assert ct2.returncode == 0, ct2.stderr
+    if variant["family"] == "nllb":
+        hf = tfm_cli("export", str(out), "--to", "m2m100", "-o", str(tmp_path / "hf"))
+        assert hf.returncode == 0, hf.stderr
+        transformers.M2M100ForConditionalGeneration.from_pretrained(tmp_path / "hf")
+
+
+def test_a_trim_that_would_drop_a_corpus_language_is_refused(variant: dict,
+                                                             tmp_path: Path) -> None:
+    if variant["name"] != "nllb":
+        pytest.skip("one variant is enough")
+    corpus = tmp_path / "train.fra_Latn"
+    corpus.write_text("un chien\n", encoding="utf-8")
+    result = tfm_cli("trim", str(variant["tfm"]), "-o", str(tmp_path / "out"), "--corpus",
+                     str(corpus), "--languages", "eng_Latn,deu_Latn")
+    assert_one_line_error(result, "a corpus in fra_Latn, which --languages drops")
+    result = tfm_cli("trim", str(variant["tfm"]), "-o", str(tmp_path / "out"), "--corpus",
+                     str(corpus), "--languages", "eng_Latn,klingon")
+    assert_one_line_error(result, "--languages klingon: not a language code")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.fra_Latn"]

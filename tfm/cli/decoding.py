@@ -412,23 +412,9 @@ def eval_cmd(
     needs_lang = " and ".join(o for o, on in (("--lc-tok", lc_tok),
                                               ("--off-target", report.off_target)) if on)
 
-    if ref is None:
-        raise UsageError("missing --ref: the reference translations to score against")
-    if (src is None) == (hyp is None):
-        raise UsageError("give --src (to translate with --model) or --hyp (to score), not both")
-    if (engine.ensemble or engine.reverse_model or target_lang) and hyp is not None:
-        raise UsageError("--ensemble, --reverse-model and --target-lang translate --src; --hyp "
-                         "is scored as it is (--tgt-lang gives its language)")
-    if not metrics and not needs_lang:
-        raise UsageError("nothing to report: give --bleu, --chrf, --ter, --lc-tok or "
-                         "--off-target")
-    if tgt_lang is not None and not needs_lang:
-        raise UsageError("--tgt-lang is only used by --lc-tok and --off-target")
-    _require_scorers(report)
-    check_output_file(save_hyp, "--save-hyp")
-    if hyp is not None and needs_lang and tgt_lang is None:
-        raise UsageError(f"{needs_lang} with --hyp needs --tgt-lang (the language of the "
-                         "translations, e.g. de)")
+    _check_eval_options(src, ref, hyp, save_hyp, engine, report, metrics, needs_lang,
+                        target_lang or source_lang)
+    assert ref is not None
     references = _read_lines(ref)
     if hyp is not None:
         hypotheses = _read_lines(hyp)
@@ -456,6 +442,31 @@ def eval_cmd(
         for s in scores:  # one line each, never wrapped to the terminal's width
             out.print(s.text, highlight=False, soft_wrap=True)
             out.print(s.signature, highlight=False, soft_wrap=True)
+
+
+def _check_eval_options(src: Path | None, ref: Path | None, hyp: Path | None,
+                        save_hyp: Path | None, engine: EngineOptions, report: ScoreOptions,
+                        metrics: list[str], needs_lang: str, direction: str | None) -> None:
+    """``tfm eval``'s options that contradict each other, refused before anything is read
+    (``direction``: --target-lang or --source-lang, which translate --src)."""
+    if ref is None:
+        raise UsageError("missing --ref: the reference translations to score against")
+    if (src is None) == (hyp is None):
+        raise UsageError("give --src (to translate with --model) or --hyp (to score), not both")
+    if (engine.ensemble or engine.reverse_model or direction) and hyp is not None:
+        raise UsageError("--ensemble, --reverse-model, --target-lang and --source-lang "
+                         "translate --src; --hyp is scored as it is (--tgt-lang gives its "
+                         "language)")
+    if not metrics and not needs_lang:
+        raise UsageError("nothing to report: give --bleu, --chrf, --ter, --lc-tok or "
+                         "--off-target")
+    if report.tgt_lang is not None and not needs_lang:
+        raise UsageError("--tgt-lang is only used by --lc-tok and --off-target")
+    _require_scorers(report)
+    check_output_file(save_hyp, "--save-hyp")
+    if hyp is not None and needs_lang and report.tgt_lang is None:
+        raise UsageError(f"{needs_lang} with --hyp needs --tgt-lang (the language of the "
+                         "translations, e.g. de)")
 
 
 def _eval_translations(sources: list[str], engine: EngineOptions, search: dict[str, Any],

@@ -31,7 +31,7 @@ def export(
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace --output if it exists.")] = False,
 ) -> None:
-    """Export a model to CTranslate2, or to Hugging Face MarianMT or M2M100.
+    """Export a model to CTranslate2, MarianMT or M2M100.
 
     CTranslate2 for fast inference; MarianMT and M2M100 (NLLB-200) for transformers. In
     detail: docs/CLI.md#tfm-export."""
