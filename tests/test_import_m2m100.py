@@ -676,3 +676,40 @@ def test_a_trim_that_would_drop_a_corpus_language_is_refused(variant: dict,
                      str(corpus), "--languages", "eng_Latn,klingon")
     assert_one_line_error(result, "--languages klingon: not a language code")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.fra_Latn"]
+
+
+def test_an_added_language_starts_as_the_one_it_is_like(variant: dict, tmp_path: Path) -> None:
+    """``tfm add-language``: a new code, its embedding a copy of --like's, translates as that
+    language did before any fine-tuning; prepare takes corpora in it; a code the model has
+    already, or a --like it lacks, is refused in one line."""
+    from tfm.data.dataset import read_prepare_info
+    from tfm.decoding.engines import load_translator
+
+    codes = CODES[variant["family"]]
+    new = "qqq_Latn" if variant["family"] == "nllb" else "qq"
+    out = tmp_path / "grown"
+    result = tfm_cli("add-language", str(variant["tfm"]), new, "--like", codes["fr"], "-o",
+                     str(out))
+    assert result.returncode == 0, result.stderr
+    grown = load_translator(out, "cpu")
+    assert new in grown.target_languages
+    assert grown.info.model.tgt_vocab_size == variant["info"].model.tgt_vocab_size + 1
+    lines = [text("en", c) for c in generated(12, 10)]
+    options = SearchOptions(beam=1, max_len_a=0.0, max_len_b=MAX_NEW - 1)
+    assert [t.text for t in grown.translate(lines, options, target_lang=new,
+                                            source_lang=codes["en"])] == [
+        t.text for t in variant["translator"].translate(lines, options, target_lang=codes["fr"],
+                                                        source_lang=codes["en"])]
+    (tmp_path / f"train.{codes['en']}").write_text("a man\n", encoding="utf-8")
+    (tmp_path / f"train.{new}").write_text("un homme\n", encoding="utf-8")
+    result = tfm_cli("prepare", "--train", str(tmp_path / "train"), "-s", codes["en"], "-t", new,
+                     "--tokenizer", str(out / "tokenizer.json"), "-o", str(tmp_path / "data"))
+    assert result.returncode == 0, result.stderr
+    assert read_prepare_info(tmp_path / "data")["decoder_starts"] == [
+        [3, grown.vocabs.tgt.token_to_id(grown.language_marking.token(new))]]
+    again = tfm_cli("add-language", str(out), new, "--like", codes["fr"], "-o",
+                    str(tmp_path / "again"))
+    assert_one_line_error(again, "has this language code already")
+    unknown = tfm_cli("add-language", str(variant["tfm"]), new, "--like", "klingon", "-o",
+                      str(tmp_path / "again"))
+    assert_one_line_error(unknown, "--like klingon: not a language code")

@@ -68,3 +68,33 @@ def trim_(
         rows = trim(model, output, corpus or [], codes, overwrite)
     err.print(f"[green]Trimmed[/] {model} to {output}: {rows['rows_kept']:,} of "
               f"{rows['rows_before']:,} vocabulary rows kept", highlight=False)
+
+
+@app.command("add-language")
+def add_language_(
+    model: Annotated[Path, typer.Argument(
+        help="An NLLB-200 or M2M100 model directory (from `tfm import`, trimmed or not).",
+        show_default=False)],
+    code: Annotated[str, typer.Argument(
+        help="The new language's code, as the model spells its others (e.g. xho_Latn).",
+        show_default=False)],
+    like: Annotated[str, typer.Option(
+        "--like", help="The code whose embedding the new one starts from (a related "
+        "language, e.g. zul_Latn).", show_default=False)],
+    output: Annotated[Path, typer.Option(
+        "--output", "-o", help="The model directory to write; it appears whole or not at all.",
+        show_default=False)],
+    overwrite: Annotated[bool, typer.Option(
+        "--overwrite", help="Replace --output if it exists.")] = False,
+) -> None:
+    """Add a language code to an NLLB-200 or M2M100 model.
+
+    The new code's embedding starts as --like's; then `tfm prepare` and `tfm train
+    --init-from` on corpora in it (docs/NLLB.md)."""
+    from tfm.interop.trim import add_language
+
+    with writing_into(output, "tfm add-language"):
+        ident = add_language(model, output, code, like, overwrite)
+    err.print(f"[green]Added[/] {code} (id {ident}, started from {like}) to {model} in "
+              f"{output}: fine-tune on it with `tfm prepare` and `tfm train --init-from "
+              f"{output}`", highlight=False)

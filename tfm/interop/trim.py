@@ -1,4 +1,5 @@
-"""Vocabulary trimming (``tfm trim``): an NLLB-200 or M2M100 model (imported by
+"""Vocabulary trimming (``tfm trim``), and a language code added (``tfm add-language``): an
+NLLB-200 or M2M100 model (imported by
 tfm.interop.m2m100_import, fine-tuned or not) cut down to the entries a corpus and the chosen
 languages use, so that fine-tuning and decoding stop paying for the rest of a 256k-entry
 vocabulary. The embedding (which is also the output layer) keeps only those rows; the
@@ -177,3 +178,60 @@ def _trimmed_model(model: Transformer, order: list[int]) -> Transformer:
         state[name] = table
     trimmed.load_state_dict(state, strict=True)
     return trimmed.eval()
+
+
+def add_language(model_dir: Path, output: Path, code: str, like: str,
+                 overwrite: bool = False) -> int:
+    """Write ``model_dir`` with the language ``code`` added as the model's last vocabulary
+    entry, its embedding (and output row) a copy of the code ``like``'s, as the model
+    directory ``output``: fine-tuning on the new language then goes through the usual path
+    (tfm prepare, tfm train --init-from). Returns the new code's id."""
+    model_dir, output = Path(model_dir), Path(output)
+    if output.resolve() == model_dir.resolve():
+        raise UsageError("-o must name a new directory, not the model it adds to")
+    model, vocabs, info = load_model_dir(model_dir)
+    marking = info.language_marking
+    if marking is None or marking.where != "language_codes":
+        raise UsageError(f"{model_dir}: tfm add-language adds a code to an NLLB-200 or M2M100 "
+                         "model (imported with `tfm import`); this model has no language codes")
+    if code in marking.codes:
+        raise UsageError(f"{code}: the model has this language code already")
+    if not code or not all(c.isalnum() or c == "_" for c in code) or len(code) > 16:
+        raise UsageError(f"{code!r}: a language code is letters, digits and _ (eng_Latn), at "
+                         "most 16")
+    source = vocabs.src.token_to_id(marking.token(marking.code(like, "--like")))
+    token = marking.token(code)
+    if vocabs.src.token_to_id(token) is not None:
+        raise UsageError(f"{token}: the vocabulary has this entry already, as an ordinary one")
+    tok = tokenizer_from_json(vocabs.src.to_str()) if segmenter_of(vocabs.src) is None else \
+        _copy_with_segmenter(vocabs.src)
+    new_id = tok.get_vocab_size()
+    tok.add_special_tokens([AddedToken(token, special=True, normalized=False)])
+    assert tok.token_to_id(token) == new_id
+    grown = _grown_model(model, source)
+    new_info = ModelInfo(grown.config, info.src_lang, info.tgt_lang, info.generation,
+                         {**info.provenance, "language_added": code, "started_from": like},
+                         info.directions, replace(marking, codes=(*marking.codes, code)))
+    with staged_output(output, overwrite) as stage:
+        save_model_dir(stage, grown, Vocabularies(tok, tok, one_vocabulary=True), new_info)
+    return new_id
+
+
+def _copy_with_segmenter(tok: Tokenizer) -> Tokenizer:
+    copy = Tokenizer.from_str(tok.to_str())
+    copy.encode_special_tokens = True
+    seg = segmenter_of(tok)
+    return attach_segmenter(copy, seg.model.data, "segmenter")  # type: ignore[union-attr]
+
+
+def _grown_model(model: Transformer, source: int) -> Transformer:
+    """``model`` with one more vocabulary row, a copy of row ``source``."""
+    rows = model.config.tgt_vocab_size + 1
+    grown = Transformer(replace(model.config, src_vocab_size=rows, tgt_vocab_size=rows))
+    state = model.state_dict()
+    old = state["src_embed.token.weight"]
+    table = torch.cat([old, old[source:source + 1]], dim=0)
+    for name in ("src_embed.token.weight", "tgt_embed.token.weight", "output_proj.weight"):
+        state[name] = table
+    grown.load_state_dict(state, strict=True)
+    return grown.eval()
