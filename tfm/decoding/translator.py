@@ -168,6 +168,10 @@ class Translator(ABC):
         source (normalised, truncated to what the model takes)."""
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
+        if self.language_marking.where == "language_codes":
+            raise UsageError("scoring pairs of texts needs their languages, which a model of "
+                             "language codes (NLLB-200, M2M100) is not given here: it cannot "
+                             "be a --reverse-model")
         limit = self.max_source_tokens - 1  # room for EOS (the source's) or BOS (the target's)
         src_norm, tgt_norm = text_normalizer(self.vocabs.src), text_normalizer(self.vocabs.tgt)
         src_ids = [x[:limit] + [EOS_ID] for x in encode_batch(
