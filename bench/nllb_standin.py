@@ -312,7 +312,8 @@ def cmd_translate(args) -> None:
             enc = tokenizer(lines[i:i + args.batch], return_tensors="pt", padding=True)
             ids = model.generate(**enc, forced_bos_token_id=forced, num_beams=args.beam,
                                  do_sample=False, length_penalty=args.length_penalty,
-                                 max_new_tokens=args.max_new_tokens, early_stopping=False)
+                                 max_new_tokens=args.max_new_tokens,
+                                 early_stopping=args.early_stopping)
             out += tokenizer.batch_decode(ids, skip_special_tokens=True)
     seconds = time.perf_counter() - start
     args.out.write_text("".join(line.replace("\n", " ").strip() + "\n" for line in out),
@@ -375,6 +376,9 @@ def main() -> None:
     d.add_argument("--length-penalty", type=float, default=1.0)
     d.add_argument("--max-new-tokens", type=int, default=256)
     d.add_argument("--batch", type=int, default=32)
+    d.add_argument("--early-stopping", action="store_true",
+                   help="done once num_beams hypotheses have ended (M2M100's own setting, "
+                   "fairseq's rule, tfm's --no-stop-early); default: transformers' heuristic")
     b = sub.choices["bleu"]
     b.add_argument("--hyp", type=Path, required=True)
     b.add_argument("--ref", type=Path, required=True)
