@@ -73,7 +73,8 @@ def worker(args: argparse.Namespace) -> None:
         options = translator.default_options(beam=args.beam, batch_tokens=args.batch_tokens)
 
         def decode(lines: list[str]) -> list[str]:
-            return [t.text for t in translator.translate(lines, options)]
+            return [t.text for t in translator.translate(
+                lines, options, target_lang=args.target_lang, source_lang=args.source_lang)]
 
     decode(sources[:WARMUP])
     start = time.perf_counter()
@@ -83,26 +84,43 @@ def worker(args: argparse.Namespace) -> None:
     print(json.dumps({"seconds": seconds, "hypotheses": hypotheses, "peak_rss_mb": rss}))
 
 
+def _marks(args: argparse.Namespace) -> tuple[list[str], list[str], list[str] | None]:
+    """For a model of language codes: the tokens before each source, after its </s>, and the
+    target prefix (the target code, taken off the hypotheses again); else none."""
+    record = json.loads((Path(args.path) / "tfm_export.json").read_text())
+    marking = record.get("language_marking") or {}
+    if marking.get("where") != "language_codes":
+        return [], [], None
+    src = marking["spelling"].format(args.source_lang)
+    tgt = marking["spelling"].format(args.target_lang)
+    before, after = ([src], []) if marking["source_code"] == "prefix" else ([], [src])
+    return before, after, [tgt]
+
+
 def _ctranslate2_direct(args: argparse.Namespace):
     """CTranslate2's translate_batch as its documentation shows it: token strings in (tfm's
     tokenizer, the source ending with </s> as the export expects), the model's beam size and
     length penalty, batches of 2,048 tokens, everything else CTranslate2's defaults."""
     import ctranslate2
 
-    from tfm.data.text import normalize_text
-    from tfm.data.tokenizer import load_vocabularies
+    from tfm.data.tokenizer import load_vocabularies, text_normalizer
 
     vocabs = load_vocabularies(Path(args.path) / "tokenizer.json")
     info = json.loads((Path(args.path) / "tfm_export.json").read_text())["generation"]
     translator = ctranslate2.Translator(args.path, device="cpu", intra_threads=args.threads)
+    before, after, prefix = _marks(args)
+    normalize = text_normalizer(vocabs.src)
 
     def decode(lines: list[str]) -> list[str]:
-        texts = [normalize_text(line) for line in lines]
-        tokens = [vocabs.src.encode(t).tokens + ["</s>"] for t in texts]
+        texts = [normalize(line) for line in lines]
+        tokens = [before + _pieces(vocabs.src, t) + ["</s>"] + after for t in texts]
         results = translator.translate_batch(
             tokens, beam_size=args.beam, length_penalty=info["length_penalty"],
-            max_batch_size=2048, batch_type="tokens", max_decoding_length=256)
-        return [vocabs.tgt.decode([vocabs.tgt.token_to_id(t) for t in r.hypotheses[0]]).strip()
+            max_batch_size=2048, batch_type="tokens", max_decoding_length=256,
+            target_prefix=[prefix] * len(tokens) if prefix else None)
+        skip = len(prefix or [])
+        return [vocabs.tgt.decode([vocabs.tgt.token_to_id(t) for t in r.hypotheses[0][skip:]]
+                                  ).strip()
                 if text else "" for r, text in zip(results, texts)]
 
     return decode
@@ -115,17 +133,19 @@ def _ctranslate2_sorted(args: argparse.Namespace):
     beam and length penalty, ``intra_threads`` the threads given."""
     import ctranslate2
 
-    from tfm.data.text import normalize_text
-    from tfm.data.tokenizer import load_vocabularies
+    from tfm.data.tokenizer import load_vocabularies, text_normalizer
 
     vocabs = load_vocabularies(Path(args.path) / "tokenizer.json")
     record = json.loads((Path(args.path) / "tfm_export.json").read_text())
     g, positions = record["generation"], record["model"]["max_positions"]
     translator = ctranslate2.Translator(args.path, device="cpu", intra_threads=args.threads)
+    before, after, prefix = _marks(args)
+    normalize = text_normalizer(vocabs.src)
+    skip = len(prefix or [])
 
     def decode(lines: list[str]) -> list[str]:
-        texts = [normalize_text(line) for line in lines]
-        tokens = [vocabs.src.encode(t).tokens + ["</s>"] for t in texts]
+        texts = [normalize(line) for line in lines]
+        tokens = [before + _pieces(vocabs.src, t) + ["</s>"] + after for t in texts]
         order = sorted(range(len(lines)), key=lambda i: len(tokens[i]))
         out = [""] * len(lines)
         for start in range(0, len(order), 32):
@@ -136,13 +156,21 @@ def _ctranslate2_sorted(args: argparse.Namespace):
             limit = min(int(g["max_len_a"] * longest + g["max_len_b"]), positions)
             results = translator.translate_batch(
                 [tokens[i] for i in rows], beam_size=args.beam,
-                length_penalty=g["length_penalty"], max_decoding_length=max(1, limit - 1))
+                length_penalty=g["length_penalty"], max_decoding_length=max(1, limit - 1) + skip,
+                target_prefix=[prefix] * len(rows) if prefix else None)
             for i, r in zip(rows, results):
-                ids = [vocabs.tgt.token_to_id(t) for t in r.hypotheses[0]]
+                ids = [vocabs.tgt.token_to_id(t) for t in r.hypotheses[0][skip:]]
                 out[i] = vocabs.tgt.decode(ids).strip()
         return out
 
     return decode
+
+
+def _pieces(tok, text: str) -> list[str]:
+    """The source's tokens as tfm reads them (its SentencePiece segmenter, if it has one)."""
+    from tfm.data.tokenizer import encode_batch
+
+    return [tok.id_to_token(i) for i in encode_batch(tok, [text])[0]] if text else []
 
 
 def _transformers_decoder(args: argparse.Namespace):
@@ -155,6 +183,10 @@ def _transformers_decoder(args: argparse.Namespace):
     tokenizer = AutoTokenizer.from_pretrained(args.path)
     model = AutoModelForSeq2SeqLM.from_pretrained(args.path).eval()
     info = json.loads((Path(args.path) / "tfm_export.json").read_text())["generation"]
+    forced = {}
+    if args.target_lang:  # an M2M100 export: the source's code, the target's forced first
+        tokenizer.src_lang = _marks(args)[0][0] if _marks(args)[0] else _marks(args)[1][0]
+        forced = {"forced_bos_token_id": tokenizer.convert_tokens_to_ids(_marks(args)[2][0])}
 
     @torch.inference_mode()
     def decode(lines: list[str]) -> list[str]:
@@ -168,8 +200,9 @@ def _transformers_decoder(args: argparse.Namespace):
             batch = tokenizer([lines[i] for i in rows], return_tensors="pt", padding=True)
             longest = int(batch["attention_mask"].sum(dim=1).max())
             limit = int(info["max_len_a"] * longest + info["max_len_b"])
-            generated = model.generate(**batch, num_beams=args.beam, max_new_tokens=limit,
-                                       do_sample=False)
+            generated = model.generate(**batch, num_beams=args.beam,
+                                       max_new_tokens=limit + len(forced), do_sample=False,
+                                       **forced)
             texts = tokenizer.batch_decode(generated, skip_special_tokens=True)
             for i, text in zip(rows, texts):
                 out[i] = text.strip()
@@ -184,6 +217,8 @@ def run_worker(engine: str, path: Path, precision: str, beam: int, args: argpars
                "--precision", precision, "--beam", str(beam), "--src", args.src,
                "--threads", str(args.threads), "--limit", str(args.limit),
                "--batch-tokens", str(args.batch_tokens), "--hf-batch", str(args.hf_batch)]
+    if args.target_lang:
+        command += ["--source-lang", args.source_lang, "--target-lang", args.target_lang]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -192,8 +227,9 @@ def run_worker(engine: str, path: Path, precision: str, beam: int, args: argpars
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def export_all(model: Path, workdir: Path) -> dict[str, Path]:
+def export_all(model: Path, workdir: Path, codes: bool = False) -> dict[str, Path]:
     from tfm.interop.ctranslate2 import export_ctranslate2
+    from tfm.interop.m2m100 import export_m2m100
     from tfm.interop.marian import export_marian
 
     paths = {"tfm": model, "ct2": workdir / "ct2-fp32", "ct2-int8": workdir / "ct2-int8",
@@ -202,7 +238,7 @@ def export_all(model: Path, workdir: Path) -> dict[str, Path]:
                   "ct2-sorted": paths["ct2"], "ct2-int8-sorted": paths["ct2-int8"]})
     export_ctranslate2(model, paths["ct2"], None, overwrite=True)
     export_ctranslate2(model, paths["ct2-int8"], "int8", overwrite=True)
-    export_marian(model, paths["hf"], overwrite=True)
+    (export_m2m100 if codes else export_marian)(model, paths["hf"], overwrite=True)
     return paths
 
 
@@ -220,6 +256,8 @@ def main() -> None:
                         help="tfm and CTranslate2 batches: source tokens x beam")
     parser.add_argument("--hf-batch", type=int, default=32,
                         help="Transformers batches: sentences")
+    parser.add_argument("--source-lang", help="a model of language codes: the source's code")
+    parser.add_argument("--target-lang", help="a model of language codes: the target's code")
     parser.add_argument("--from-json", action="store_true",
                         help="only print the report of an earlier --out")
     # worker mode (internal)
@@ -244,7 +282,7 @@ def main() -> None:
 
     started = time.time()
     workdir = args.workdir or args.out.with_suffix("")
-    paths = export_all(args.model, workdir)
+    paths = export_all(args.model, workdir, codes=args.target_lang is not None)
     references = read_text_lines(args.ref)[: args.limit or None]
     from tfm.data.tokenizer import load_vocabularies
 
