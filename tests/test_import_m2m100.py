@@ -747,3 +747,40 @@ def test_the_server_takes_both_languages_and_lists_them(variant: dict) -> None:
         unknown = httpx.post(f"{url}/v1/translate", json={
             "text": "a man", "source_lang": "xx", "target_lang": codes["de"]})
         assert unknown.status_code == 422 and "source_lang xx" in unknown.text
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None and shutil.which("chromium-browser") is None,
+                    reason="no Chromium to drive the page: apt-get install -y chromium")
+def test_the_page_asks_for_both_languages_and_translates(variant: dict) -> None:
+    """The server's page in a headless Chromium: with a model of language codes it shows a
+    source chooser beside the target one, refuses to send without a source, and shows the
+    translation of the direction chosen."""
+    from test_serve import serving
+    from test_serve_page import ARGS, CHROMIUM, open_page, translate_in_page
+
+    from tfm.serve.app import create_app
+    from tfm.serve.config import ServeConfig
+
+    if variant["name"] != "nllb":
+        pytest.skip("one variant is enough")
+    from playwright.sync_api import sync_playwright
+
+    codes = CODES[variant["family"]]
+    line = text("en", generated(1, 12)[0])
+    expected = variant["translator"].translate([line], variant["translator"].default_options(),
+                                               target_lang=codes["de"],
+                                               source_lang=codes["en"])[0].text
+    with sync_playwright() as playwright, serving(
+            create_app(variant["translator"], ServeConfig())) as url:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        posts: list = []
+        page = open_page(browser, url + "/", posts=posts)
+        assert page.is_visible("#source-box") and page.is_visible("#target-box")
+        page.fill("#target-lang", codes["de"])
+        assert translate_in_page(page, line) == ""
+        assert "translate from" in page.inner_text("#status") and not posts
+        page.fill("#source-choice", codes["en"])
+        assert translate_in_page(page, line) == expected
+        assert posts[-1] == {"text": line, "target_lang": codes["de"],
+                             "source_lang": codes["en"]}
+        browser.close()
