@@ -18,6 +18,14 @@ from tfm.errors import ModelError, UsageError, WriteError
 EXPORT_INFO_FILE = "tfm_export.json"
 
 
+def check_new_output(source: Path, output: Path, what: str) -> None:
+    """Refuse an ``output`` that is, or contains, ``source`` (``what`` names it: "the model
+    directory being exported"): replacing it would delete what is being read."""
+    src, out = Path(source).resolve(), Path(output).resolve()
+    if out == src or out in src.parents:
+        raise UsageError(f"{output} is (or contains) {what}; choose another -o")
+
+
 @contextmanager
 def staged_output(output: Path, overwrite: bool) -> Iterator[Path]:
     """A temporary directory beside ``output`` to write an export into; on success it is

@@ -39,7 +39,7 @@ from torch import Tensor
 from tfm.checkpoint import ModelInfo, load_model_dir
 from tfm.data.tokenizer import Vocabularies, segmenter_of
 from tfm.errors import UsageError
-from tfm.interop.common import staged_output, write_export_info
+from tfm.interop.common import check_new_output, staged_output, write_export_info
 from tfm.interop.m2m100_import import FAIRSEQ_ORDER, FAIRSEQ_SPECIALS, M2M100_CODES
 from tfm.layout import WEIGHTS_FILE
 from tfm.model import Transformer
@@ -52,10 +52,7 @@ def export_m2m100(model_dir: Path, output: Path, overwrite: bool = False) -> Pat
     ``output`` (see the module docstring); returns ``output``. Nothing is written unless the
     whole export succeeds; an existing ``output`` is replaced only with ``overwrite``."""
     model_dir, output = Path(model_dir), Path(output)
-    source, target = model_dir.resolve(), output.resolve()
-    if target == source or target in source.parents:
-        raise UsageError(f"{output} is (or contains) the model directory being exported; "
-                         "choose another -o")
+    check_new_output(model_dir, output, "the model directory being exported")
     model, vocabs, info = load_model_dir(model_dir)
     check_exportable(info, vocabs)
     with staged_output(output, overwrite) as stage:

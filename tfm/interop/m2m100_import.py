@@ -55,7 +55,7 @@ from tfm.data.language_marks import LanguageMarking
 from tfm.data.sentencepiece import vocabulary_decoder
 from tfm.data.tokenizer import Vocabularies, attach_segmenter, tokenizer_from_json
 from tfm.errors import ModelError, UsageError
-from tfm.interop.common import read_json, staged_output
+from tfm.interop.common import check_new_output, read_json, staged_output
 from tfm.interop.marian_import import generation_defaults, read_weights
 from tfm.model import Transformer
 from tfm.special_tokens import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
@@ -85,8 +85,7 @@ def import_m2m100(source: Path, output: Path, overwrite: bool = False) -> Path:
     """Write the M2M100/NLLB directory ``source`` as a tfm model directory ``output`` (see
     the module docstring); it appears whole or not at all. Returns ``output``."""
     source, output = snapshot(Path(source)), Path(output)
-    if output.resolve() == source.resolve():
-        raise UsageError("-o must name a new directory, not the checkpoint's own")
+    check_new_output(source, output, "the checkpoint being imported")
     config = read_m2m100_config(source)
     vocabs, marking, family = read_tokenizer(source, config)
     model_config = tfm_config(config, vocabs.src.get_vocab_size())

@@ -74,7 +74,7 @@ from tfm.config import ModelConfig
 from tfm.data.text import has_invisible, normalize_text
 from tfm.data.tokenizer import Vocabularies, segmenter_of
 from tfm.errors import UsageError
-from tfm.interop.common import staged_output, write_export_info
+from tfm.interop.common import check_new_output, staged_output, write_export_info
 from tfm.interop.marian_layout import layer_names, permuted, residual_permutation
 from tfm.model import Transformer
 from tfm.model.layers import sinusoidal_positions
@@ -98,10 +98,7 @@ def export_marian(model_dir: Path, output: Path, overwrite: bool = False) -> Pat
     ``output`` (see the module docstring); returns ``output``. Nothing is written unless the
     whole export succeeds; an existing ``output`` is replaced only with ``overwrite``."""
     model_dir, output = Path(model_dir), Path(output)
-    source, target = model_dir.resolve(), output.resolve()
-    if target == source or target in source.parents:
-        raise UsageError(f"{output} is (or contains) the model directory being exported; "
-                         "choose another -o")
+    check_new_output(model_dir, output, "the model directory being exported")
     model, vocabs, info = load_model_dir(model_dir)
     check_exportable(info.model, vocabs)
     with staged_output(output, overwrite) as stage:

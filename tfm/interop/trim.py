@@ -47,7 +47,7 @@ from tfm.data.tokenizer import (
     tokenizer_from_json,
 )
 from tfm.errors import DataError, UsageError
-from tfm.interop.common import staged_output
+from tfm.interop.common import check_new_output, staged_output
 from tfm.model import Transformer
 from tfm.special_tokens import SPECIAL_TOKENS, UNK
 
@@ -60,8 +60,7 @@ def trim(model_dir: Path, output: Path, corpora: Sequence[Path], languages: Sequ
     corpora's file names give) as the model directory ``output``; returns the rows before
     and after."""
     model_dir, output = Path(model_dir), Path(output)
-    if output.resolve() == model_dir.resolve():
-        raise UsageError("-o must name a new directory, not the model being trimmed")
+    check_new_output(model_dir, output, "the model being trimmed")
     model, vocabs, info = load_model_dir(model_dir)
     marking = info.language_marking
     if marking is None or marking.where != "language_codes":
@@ -187,8 +186,7 @@ def add_language(model_dir: Path, output: Path, code: str, like: str,
     directory ``output``: fine-tuning on the new language then goes through the usual path
     (tfm prepare, tfm train --init-from). Returns the new code's id."""
     model_dir, output = Path(model_dir), Path(output)
-    if output.resolve() == model_dir.resolve():
-        raise UsageError("-o must name a new directory, not the model it adds to")
+    check_new_output(model_dir, output, "the model it adds to")
     model, vocabs, info = load_model_dir(model_dir)
     marking = info.language_marking
     if marking is None or marking.where != "language_codes":
