@@ -291,7 +291,11 @@ def reads_text_as_given(tok: Tokenizer) -> bool:
     precompiled character map (NLLB-200's tokenizer.json)."""
     if segmenter_of(tok) is not None:
         return True
-    return tok.normalizer is not None and b'"Precompiled"' in tok.normalizer.__getstate__()
+    known = getattr(tok, "tfm_as_given", None)  # read once: the character map is large
+    if known is None:
+        known = tok.normalizer is not None and b'"Precompiled"' in tok.normalizer.__getstate__()
+        tok.tfm_as_given = known
+    return known
 
 
 def normalize_reference(tok: Tokenizer, text: str) -> str:
