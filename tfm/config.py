@@ -102,6 +102,12 @@ class ModelConfig:
                                        panel="Dropout")
     # longest sequence (tokens, BOS/EOS included) the model accepts
     max_positions: int = _cli(1024, None)
+    # Liu et al. (ACL 2021): no residual connection around one middle encoder layer's
+    # self-attention, so that the encoder's output carries less of the source's positions and
+    # language (a zero-shot lever for multilingual models; docs/multi30k.md).
+    drop_residual_layer: int = option(
+        0, "Multilingual: the encoder layer (1 = the first) whose self-attention has no "
+        "residual connection; 0: none.", panel="Multilingual", min=0)
     norm_first: bool = _arch(False, "LayerNorm before each sub-layer, or after the residual "
                              "add (the paper's).", flag=("--pre-norm", "--post-norm"),
                              panel="Model")
@@ -124,6 +130,9 @@ class ModelConfig:
         if self.activation not in ACTIVATION_NAMES:
             raise UsageError(f"unknown activation {self.activation!r}; tfm has "
                              f"{', '.join(ACTIVATION_NAMES)}")
+        if self.drop_residual_layer > self.encoder_layers:
+            raise UsageError(f"--drop-residual-layer {self.drop_residual_layer}: the encoder "
+                             f"has {self.encoder_layers} layers")
         if self.positions not in POSITION_TABLES:
             raise UsageError(f"unknown positions {self.positions!r}; tfm has "
                              f"{', '.join(POSITION_TABLES)}")
@@ -198,6 +207,12 @@ class TrainConfig:
     sampling_temperature: float = option(
         1.0, "Each epoch draws direction i in proportion to its pairs ** (1/T); higher: "
         "closer to uniform.", panel="Multilingual")
+    language_loss: float = option(
+        0.0, "Add this weight x a loss that predicts the target language at each target "
+        "position (0: none).", min=0, panel="Multilingual")
+    back_translation_from: int = option(
+        0, "From this step on, also train on sources the model translates on the fly into "
+        "another language (0: never).", min=0, panel="Multilingual")
     valid_every: int = option(1000, "Validate every N steps, and once more at the end.", min=1,
                               panel="Checkpoints and logs")
     valid_bleu: bool = _cli(True, None)  # greedy BLEU on the validation set at each validation

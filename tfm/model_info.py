@@ -17,10 +17,15 @@ from tfm.errors import ModelError, TfmError
 # language_marking. 3: ModelConfig.positions, and the language_codes marking (models imported
 # from NLLB-200 and M2M100). A model is written in the oldest format that holds it, which the
 # tfm versions of that format read: one that uses nothing of format 2 is format 1.
-FORMAT_VERSION = 3
+# 4: ModelConfig.drop_residual_layer, and the source_and_decoder marking (the levers of
+# zero-shot multilingual models, docs/multi30k.md).
+FORMAT_VERSION = 4
 # Model fields that older formats do not have, by the format that added them, with the values
 # the older formats imply.
-NEW_FIELDS = {2: {"activation": "relu", "output_bias": False}, 3: {"positions": "paper"}}
+NEW_FIELDS = {2: {"activation": "relu", "output_bias": False}, 3: {"positions": "paper"},
+              4: {"drop_residual_layer": 0}}
+# The format that added each language marking beyond format 2's.
+MARKING_FORMAT = {"language_codes": 3, "source_and_decoder": 4}
 
 
 @dataclass
@@ -53,7 +58,7 @@ class ModelInfo:
         model = asdict(self.model)
         version = 1
         if self.language_marking is not None:
-            version = 3 if self.language_marking.where == "language_codes" else 2
+            version = MARKING_FORMAT.get(self.language_marking.where, 2)
         for added, defaults in NEW_FIELDS.items():
             if any(model[k] != v for k, v in defaults.items()):
                 version = max(version, added)

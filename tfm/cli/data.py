@@ -106,6 +106,10 @@ def prepare(
         min=1, rich_help_panel=OUTPUT)] = 1,
     split: SplitOpt = "train",
     hf_config: HfConfigOpt = None,
+    language_token: Annotated[str, typer.Option(
+        "--language-token", help="A multilingual run: the target-language tag before the "
+        "source, as the decoder's forced first token, or both (source, decoder, both).",
+        rich_help_panel=CORPUS)] = "source",
     *,
     clean: CleanConfig,  # which pairs to keep: its options
     corpora: list | None = None,  # a run config's corpora (tfm.data.directions)
@@ -124,7 +128,8 @@ def prepare(
     start = time.monotonic()
     with writing_into(output, "tfm prepare"), err.status("Preparing ..."):
         runs = run_corpora(corpora, train, valid, src_lang, tgt_lang, split, hf_config)
-        report = run_prepare(runs, tokenizer, output, None, clean, force, num_proc)
+        report = run_prepare(runs, tokenizer, output, None, clean, force, num_proc,
+                             language_token)
     if report.up_to_date:
         err.print(f"{output} is up to date (same input, tokenizer and options); "
                   "use --force to prepare again")

@@ -87,6 +87,9 @@ class Batch:
     src: Tensor
     tgt_in: Tensor
     tgt_out: Tensor
+    # (B,) each row's direction, an index into the dataset's directions (``collate`` sets it;
+    # the multilingual training levers read it: tfm.training.multilingual)
+    directions: Tensor | None = None
 
     @property
     def src_mask(self) -> Tensor:
@@ -108,7 +111,8 @@ class Batch:
 
     def to(self, device: torch.device) -> Batch:
         return Batch(*(t.to(device, non_blocking=True) for t in (self.src, self.tgt_in,
-                                                                 self.tgt_out)))
+                                                                 self.tgt_out)),
+                     None if self.directions is None else self.directions.to(device))
 
 
 def collate(split: TokenizedSplit, indices: np.ndarray, width_multiple: int = 1,
@@ -116,9 +120,12 @@ def collate(split: TokenizedSplit, indices: np.ndarray, width_multiple: int = 1,
     """Rows ``indices`` of a split -> a padded Batch (see ``pad_pairs``). ``starts``: the
     forced decoder start of each of the dataset's directions (prepare.json's
     ``decoder_starts``: a model of language codes), by each row's direction; None: BOS."""
-    rows = None if starts is None else [starts[d] for d in split.directions[indices]]
-    return pad_pairs([split.src(i) for i in indices], [split.tgt(i) for i in indices],
-                     width_multiple, rows)
+    directions = split.directions[indices]
+    rows = None if starts is None else [starts[d] for d in directions]
+    batch = pad_pairs([split.src(i) for i in indices], [split.tgt(i) for i in indices],
+                      width_multiple, rows)
+    batch.directions = torch.from_numpy(np.asarray(directions, dtype=np.int64))
+    return batch
 
 
 def pad_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],

@@ -10,6 +10,7 @@ A bilingual model needs no mark. A multilingual one marks the direction in one o
   (``tagged``).
 - ``decoder_token``: the target language's token as the decoder's first forced token, after
   ``<s>`` (tfm.decoding.search.decoder_start): fed, never scored, never output.
+- ``source_and_decoder``: both of the above (`tfm prepare --language-token both`).
 - ``language_codes``: the model's own language codes (NLLB-200's ``eng_Latn``, M2M100's
   ``en``, spelled in its vocabulary as ``LanguageMarking.spelling`` says: ``__en__``): the
   source language's token before the source (``[eng_Latn] X </s>``; ``X </s> [eng_Latn]``
@@ -35,7 +36,10 @@ from tfm.special_tokens import BOS_ID, EOS_ID
 TAG_OPEN, TAG_CLOSE = ">>", "<<"
 _TAG = re.compile(r">>[A-Za-z][A-Za-z0-9_]{0,15}<<")  # >>de<<, >>pt_BR<<, >>zho_Hans<<
 
-WHERE = ("none", "source_tag", "decoder_token", "language_codes")
+WHERE = ("none", "source_tag", "decoder_token", "source_and_decoder", "language_codes")
+# How `tfm prepare --language-token` names the placements of a tfm multilingual model's tag.
+LANGUAGE_TOKEN = {"source": "source_tag", "decoder": "decoder_token",
+                  "both": "source_and_decoder"}
 SOURCE_CODE = ("prefix", "suffix")
 
 
@@ -99,6 +103,16 @@ class LanguageMarking:
             raise UsageError(f"language_marking spelling {self.spelling!r} has no {{}}")
         if self.where == "language_codes" and not self.codes:
             raise UsageError("language_marking language_codes: the model's codes are missing")
+
+    @property
+    def in_source(self) -> bool:
+        """Whether the target language's ``>>xx<<`` tag goes before the source text."""
+        return self.where in ("source_tag", "source_and_decoder")
+
+    @property
+    def in_decoder(self) -> bool:
+        """Whether the target language's ``>>xx<<`` tag is the decoder's forced first token."""
+        return self.where in ("decoder_token", "source_and_decoder")
 
     def token(self, code: str) -> str:
         """How the vocabulary spells language ``code`` (``__en__`` for M2M100's ``en``)."""
@@ -178,12 +192,13 @@ def mark(marking: LanguageMarking, target_lang: str | None,
     if target_lang is None or marking.where == "none":
         return Marked()
     token = target_lang if is_tag(target_lang) else tag(target_lang)
-    if marking.where == "source_tag":
-        return Marked(source_tag=token)
+    source_tag = token if marking.in_source else None
+    if not marking.in_decoder:
+        return Marked(source_tag=source_tag)
     ident = token_id(token)
     if ident is None:
         raise UsageError(f"target language {tag_language(token)}: the model has no {token} token")
-    return Marked(start=(BOS_ID, ident))
+    return Marked(source_tag=source_tag, start=(BOS_ID, ident))
 
 
 def _code_id(marking: LanguageMarking, lang: str, what: str,

@@ -39,7 +39,14 @@ from tfm.data.directions import (
     source_tag,
     vocabulary_tags,
 )
-from tfm.data.language_marks import LanguageMarking, Marked, find_tag, mark, tagged
+from tfm.data.language_marks import (
+    LANGUAGE_TOKEN,
+    LanguageMarking,
+    Marked,
+    find_tag,
+    mark,
+    tagged,
+)
 from tfm.data.text import has_invisible, normalize_text
 from tfm.data.tokenizer import (
     EOS_ID,
@@ -114,6 +121,7 @@ def prepare(
     clean: CleanConfig | None = None,
     force: bool = False,
     num_proc: int = 1,
+    language_token: str = "source",
 ) -> PrepareReport:
     """Clean and tokenize the corpora ``train`` (one CorpusSpec, and ``valid``, for a
     bilingual run given on the command line) into the dataset directory ``output``,
@@ -121,16 +129,19 @@ def prepare(
     with the tokenizers library's own threads). The result does not depend on ``num_proc``.
 
     Every pair is stored with its direction; where the tokenizer has target-language tags,
-    each source starts with its direction's (tfm.data.directions)."""
+    ``language_token`` says where its direction's goes (``LANGUAGE_TOKEN``): before each
+    source (tfm.data.directions), as the decoder's forced first token, or both."""
     clean = clean or CleanConfig()
     output = Path(output)
     corpora = train if isinstance(train, Corpora) else single_corpus(train, valid, None, None)
     vocabs = load_vocabularies(tokenizer_path)
     tags = vocabulary_tags(vocabs.src)
     source_tags = [source_tag(tags, d, "tfm prepare") for d in corpora.directions]
-    marking = tokenizer_marking(Path(tokenizer_path))
+    marking = tokenizer_marking(Path(tokenizer_path)) or tag_marking(tags, language_token)
     codes = [direction_codes(marking, vocabs, d) for d in corpora.directions] \
         if marking is not None else None
+    if marking is not None and not marking.in_source:
+        source_tags = [None] * len(source_tags)
     splits = _splits(corpora)
     resolved = {name: [resolve_corpus(c.train if name == "train" else c.valid)
                        for c in items] for name, items in splits.items()}
@@ -198,10 +209,29 @@ def tokenizer_marking(tokenizer_path: Path) -> LanguageMarking | None:
     return marking if marking.where == "language_codes" else None
 
 
+def tag_marking(tags: list[str], language_token: str) -> LanguageMarking | None:
+    """A tfm multilingual model's marking where ``--language-token`` puts its tag elsewhere
+    than before the source (None: the source tag, recorded as before, or no tags), refused in
+    one line for a tokenizer without tags (one target language) or an unknown placement."""
+    if language_token not in LANGUAGE_TOKEN:
+        raise UsageError(f"--language-token {language_token}: choose "
+                         f"{', '.join(LANGUAGE_TOKEN)}")
+    if language_token == "source":
+        return None
+    if not tags:
+        raise UsageError(f"--language-token {language_token}: the tokenizer has no "
+                         ">>xx<< target-language tags, so there is one target language and "
+                         "nothing to mark (a multilingual run's `tfm train-tokenizer` adds them)")
+    return LanguageMarking(LANGUAGE_TOKEN[language_token])
+
+
 def direction_codes(marking: LanguageMarking, vocabs: Vocabularies, direction: Direction
                     ) -> Marked:
-    """How ``direction`` (in the model's codes: eng_Latn-deu_Latn) is marked: the source code
-    around each source, the decoder's forced start; one line for a code the model lacks."""
+    """How ``direction`` (in the model's codes: eng_Latn-deu_Latn; for a model of tags, its
+    languages: en-de) is marked: the source code or tag, the decoder's forced start; one
+    line for a language the model lacks."""
+    if marking.where != "language_codes":
+        return mark(marking, direction.tgt, vocabs.tgt.token_to_id)
     if not direction.src or not direction.tgt:
         raise DataError(f"direction {direction}: a model of language codes needs both "
                         "languages, by its codes (e.g. eng_Latn-deu_Latn)")
@@ -320,7 +350,8 @@ def _write_in(work: Path, job: _Job, output: Path, datasets: Any, pa: Any, num_p
                              for name, mine in by_direction.items()},
     }
     if job.marking is not None and job.codes is not None:
-        # Each direction's forced decoder start, which training feeds (tfm.data.batching)
+        # Each direction's forced decoder start, which training feeds (tfm.data.batching);
+        # a model of language codes or of a decoder-side tag
         info["language_marking"] = job.marking.to_json()
         info["decoder_starts"] = [list(m.start) for m in job.codes]
     (final / PREPARE_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")

@@ -223,7 +223,7 @@ class Translator(ABC):
             if marking.where == "language_codes":
                 self._tags = sorted(marking.token(code) for code in marking.codes)
             else:
-                side = self.vocabs.tgt if marking.where == "decoder_token" else self.vocabs.src
+                side = self.vocabs.src if marking.in_source else self.vocabs.tgt
                 self._tags = vocabulary_tags(side)
         return self._tags
 
@@ -261,7 +261,7 @@ class Translator(ABC):
         if marking.where == "language_codes":
             return sentences, self._coded(target_lang, source_lang, what)
         if target_lang is None:
-            if marking.where == "decoder_token" and len(self.language_tags) > 1:
+            if marking.in_decoder and len(self.language_tags) > 1:
                 raise UsageError(f"{what} is needed: this model translates into "
                                  f"{', '.join(map(tag_language, self.language_tags))}")
             return sentences, Marked()  # each as written: its own tag, or one language

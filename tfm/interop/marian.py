@@ -101,6 +101,10 @@ def export_marian(model_dir: Path, output: Path, overwrite: bool = False) -> Pat
     check_new_output(model_dir, output, "the model directory being exported")
     model, vocabs, info = load_model_dir(model_dir)
     check_exportable(info.model, vocabs)
+    if info.language_marking is not None and info.language_marking.in_decoder:
+        raise UsageError("cannot export a model whose target-language token is the decoder's "
+                         "first token (--language-token) to MarianMT: a MarianMT decoder "
+                         "starts from its one start token")
     with staged_output(output, overwrite) as stage:
         save_file(marian_state_dict(model), str(stage / WEIGHTS_FILE), metadata={"format": "pt"})
         _write_json(stage / "config.json", marian_config(info.model))
@@ -119,6 +123,9 @@ def export_marian(model_dir: Path, output: Path, overwrite: bool = False) -> Pat
 
 def check_exportable(config: ModelConfig, vocabs: Vocabularies) -> None:
     """Refuse, in one line, what MarianMT cannot express."""
+    if config.drop_residual_layer:
+        raise UsageError("cannot export a model trained with --drop-residual-layer to "
+                         "MarianMT: its encoder layers all have their residual connections")
     if config.norm_first:
         raise UsageError("cannot export a pre-norm model (norm_first) to MarianMT: Marian is "
                          "post-norm only, with no final LayerNorm")

@@ -114,11 +114,13 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention, then the FFN; each in residual + LayerNorm."""
+    """Self-attention, then the FFN; each in residual + LayerNorm. Without
+    ``attention_residual`` (ModelConfig.drop_residual_layer), the self-attention's output
+    replaces its input instead of being added to it."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float,
                  attention_dropout: float, activation_dropout: float, norm_first: bool,
-                 activation: str = "relu") -> None:
+                 activation: str = "relu", attention_residual: bool = True) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.self_attn_layer_norm = nn.LayerNorm(d_model)
@@ -126,12 +128,13 @@ class EncoderLayer(nn.Module):
         self.final_layer_norm = nn.LayerNorm(d_model)
         self.dropout = Dropout(dropout)
         self.norm_first = norm_first
+        self.attention_residual = attention_residual
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         """x (B, S, D), src_mask (B, 1, 1, S) -> (B, S, D)."""
         h = sublayer_input(x, self.self_attn_layer_norm, self.norm_first)
         x = residual(x, self.self_attention(h, src_mask), self.self_attn_layer_norm,
-                     self.dropout, self.norm_first)
+                     self.dropout, self.norm_first, self.attention_residual)
         h = sublayer_input(x, self.final_layer_norm, self.norm_first)
         return residual(x, self.ffn(h), self.final_layer_norm, self.dropout, self.norm_first)
 
@@ -283,9 +286,10 @@ def sublayer_input(x: Tensor, norm: nn.LayerNorm, norm_first: bool) -> Tensor:
 
 
 def residual(x: Tensor, sublayer_output: Tensor, norm: nn.LayerNorm, dropout: nn.Module,
-             norm_first: bool) -> Tensor:
+             norm_first: bool, keep: bool = True) -> Tensor:
     """The residual connection around a sub-layer: x + Dropout(output), normalised after the
     sum in post-norm (LayerNorm(x + Dropout(f(x)))); pre-norm normalised the sub-layer's input
-    instead (x + Dropout(f(LayerNorm(x))))."""
-    x = x + dropout(sublayer_output)
+    instead (x + Dropout(f(LayerNorm(x)))). ``keep`` False: no connection, Dropout(output)
+    alone (normalised in post-norm)."""
+    x = x + dropout(sublayer_output) if keep else dropout(sublayer_output)
     return x if norm_first else norm(x)

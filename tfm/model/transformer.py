@@ -104,8 +104,9 @@ class Transformer(nn.Module):
         self.tgt_embed = Embeddings(tgt_embed, positions.clone(), c.dropout)
         layer_args = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.attention_dropout,
                       c.activation_dropout, c.norm_first, c.activation)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args)
-                                            for _ in range(c.encoder_layers))
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(*layer_args, attention_residual=i + 1 != c.drop_residual_layer)
+            for i in range(c.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args)
                                             for _ in range(c.decoder_layers))
         # Pre-norm leaves the last residual sum un-normalised: normalise it once at the end.

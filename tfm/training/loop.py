@@ -62,6 +62,7 @@ from tfm.layout import TOKENIZER_FILE, ModelDir
 from tfm.model import Transformer, count_parameters
 from tfm.training import distributed
 from tfm.training.bf16 import BATCH_WIDTH_MULTIPLE, Bf16Copy
+from tfm.training.multilingual import BackTranslator, LanguageLoss
 from tfm.training.objective import label_smoothed_loss
 from tfm.training.reporting import Reporters, TrainReporter
 from tfm.training.schedule import budget_progress, learning_rate
@@ -309,6 +310,17 @@ class _Trainer:
             if prep.get("language_marking") else None
         self.probabilities, self.sampling = _sampling(prep, self.directions,
                                                       self.train_split, self.config)
+        c, token_id = self.config, self.vocabs.tgt.token_to_id
+        self.language_loss = LanguageLoss(c.language_loss, self.directions, token_id) \
+            if c.language_loss else None
+        self.back_translator = BackTranslator(self.directions, token_id, self.marking,
+                                              self.starts, c.seed) \
+            if c.back_translation_from else None
+        if self.model_config.drop_residual_layer and len(
+                {d.split("-")[-1] for d in self.directions}) < 2:
+            raise UsageError("--drop-residual-layer needs several target languages (a "
+                             "multilingual run); this data has one "
+                             f"({', '.join(self.directions)})")
         # The best model has the highest BLEU, or the lowest validation loss without BLEU.
         self.scores_bleu = bool(self.config.valid_bleu and self.valid_split is not None
                                 and self.valid_split.tgt_text is not None)
@@ -469,6 +481,8 @@ class _Trainer:
         width = BATCH_WIDTH_MULTIPLE if self.bf16 is not None else 1
         group = [collate(self.train_split, b, width, self.starts).to(self.device)
                  for b in updates[run.batch_in_epoch]]
+        if self.back_translator is not None and run.step >= config.back_translation_from:
+            group += self._back_translated(updates[run.batch_in_epoch], width)
         # The schedule's progress through the budget, from the time all processes agreed on.
         progress = budget_progress(config, run.step,
                                    run.epoch + run.batch_in_epoch / len(updates),
@@ -477,7 +491,7 @@ class _Trainer:
             loss, nll, n_tokens = _update(
                 self.models.step, self.optimizer, group, config, self.precision.amp_dtype,
                 run.step + 1, self.dist, self.scaler, no_sync=self.no_sync, progress=progress,
-                bf16=self.bf16)
+                bf16=self.bf16, language_loss=self.language_loss)
         except (torch.OutOfMemoryError, MemoryError) as e:
             self.finish()
             raise _out_of_memory(group, config, self.device) from e
@@ -530,6 +544,14 @@ class _Trainer:
         if stopped or run.step % config.save_every == 0:
             self.save()
         return stopped
+
+    def _back_translated(self, batches: list[np.ndarray], width: int) -> list[Batch]:
+        """The back-translated pairs of an update's batches (--back-translation-from), made
+        by the weights being trained (the fp32 masters, as validation decodes)."""
+        made = [self.back_translator.batch(self.models.master, self.train_split, b,
+                                           self.run.step, self.device, width)
+                for b in batches]  # type: ignore[union-attr]
+        return [b for b in made if b is not None]
 
     def record(self, metrics: dict[str, Any]) -> None:
         """Append one line to metrics.jsonl (rank 0)."""
@@ -706,8 +728,8 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
             config: TrainConfig, amp_dtype: torch.dtype | None, step: int,
             dist: distributed.Distributed, scaler: torch.amp.GradScaler, *,
             no_sync: Callable[[], AbstractContextManager] = nullcontext,
-            progress: float = 0.0, bf16: Bf16Copy | None = None
-            ) -> tuple[float, float, int]:
+            progress: float = 0.0, bf16: Bf16Copy | None = None,
+            language_loss: LanguageLoss | None = None) -> tuple[float, float, int]:
     """One optimizer step over ``group`` (``update_freq`` batches) in every process, the loss
     normalised by the number of target tokens of the whole update. Returns this process's
     summed loss, summed NLL and target tokens; a NaN loss when the update was refused for a
@@ -721,6 +743,8 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
 
     With ``bf16`` (bf16 on a CPU), ``model`` is its bf16 copy: the gradients go to the fp32
     master weights, which are clipped and updated, and the copy is rounded from them after.
+    ``language_loss`` (--language-loss) adds its term to each batch's loss before the
+    backward pass; the loss returned is the translation loss alone.
 
     Across processes the update must equal one process's over all their batches: the gradient
     of (every process's summed loss) / (all their target tokens). So each process divides its
@@ -744,7 +768,8 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
                 logits = model(batch.src, batch.tgt_in, batch.tgt_mask)  # (N, V), real positions
             loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
                                             config.label_smoothing)
-            scaler.scale(loss * dist.world_size / total_tokens).backward()
+            objective = loss if language_loss is None else loss + language_loss(logits, batch)
+            scaler.scale(objective * dist.world_size / total_tokens).backward()
         total_loss += loss.item()
         total_nll += nll.item()
     if not math.isfinite(total_loss):

@@ -1,0 +1,274 @@
+"""The levers of a multilingual model against zero-shot off-target output (tfm.training.
+multilingual, ModelConfig.drop_residual_layer, `tfm prepare --language-token`), on the toy
+multi-way corpus of tests/toy_languages.py, whose three languages share no letter: a text is in
+a language exactly when its words are that language's."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import tfm
+from safetensors.torch import load_file
+from test_bad_inputs import refused
+from test_multilingual import DIRECTIONS, ok, run_config
+from toy_languages import lexicon, write_corpus
+
+from tfm.checkpoint import load_model_dir
+from tfm.config import ModelConfig, TrainConfig
+from tfm.data.batching import collate
+from tfm.data.dataset import load_split, read_prepare_info
+from tfm.data.tokenizer import decode_batch, load_vocabularies
+from tfm.errors import UsageError
+from tfm.model import Transformer
+from tfm.special_tokens import BOS_ID, EOS_ID
+from tfm.training.loop import resume, train
+from tfm.training.multilingual import BackTranslator, LanguageLoss
+from tfm.training.state import Overrides
+
+TINY = ModelConfig(d_model=32, n_heads=2, encoder_layers=2, decoder_layers=1, d_ff=64,
+                   dropout=0.0)
+SHORT = TrainConfig(max_tokens=1024, max_steps=24, warmup_steps=4, valid_every=10**6,
+                    valid_bleu=False, save_every=10**6, keep_last=0, precision="fp32",
+                    device="cpu")
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy corpus, its tokenizer (with >>aa<< >>bb<< >>cc<<) and the data prepared with
+    the tag before the source (the default), as tests/test_multilingual.py has them."""
+    root = tmp_path_factory.mktemp("levers")
+    write_corpus(root / "corpus", "train", 1500, seed=1)
+    write_corpus(root / "corpus", "valid", 40, seed=2)
+    write_corpus(root / "corpus", "test", 60, seed=3)
+    config = run_config(root)
+    ok(tfm("train-tokenizer", "--config", str(config)))
+    ok(tfm("prepare", "--config", str(config)))
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(toy: Path) -> Path:
+    """A model of the four directions that translates them well enough to back-translate."""
+    model = ModelConfig(d_model=64, n_heads=4, encoder_layers=1, decoder_layers=2, d_ff=128,
+                        dropout=0.0)
+    config = replace(SHORT, max_steps=400, lr=3e-3, warmup_steps=50, lr_schedule="linear")
+    train(toy / "data", toy / "trained", model, config)
+    return toy / "trained"
+
+
+def words_of(text: str) -> set[str]:
+    return set(text.split())
+
+
+def language_of(text: str) -> str | None:
+    """The toy language all of ``text``'s words belong to, or None."""
+    for lang in ("aa", "bb", "cc"):
+        if text.split() and words_of(text) <= set(lexicon(lang)):
+            return lang
+    return None
+
+
+# --- the residual switch ------------------------------------------------------------------
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_residual_switch_removes_one_encoder_layers_attention_residual_only(
+        norm_first: bool) -> None:
+    config = replace(TINY, encoder_layers=3, norm_first=norm_first)
+    torch.manual_seed(0)
+    plain = Transformer(config).eval()
+    torch.manual_seed(0)
+    dropped = Transformer(replace(config, drop_residual_layer=2)).eval()
+    assert [layer.attention_residual for layer in dropped.encoder_layers] == [True, False, True]
+    dropped.load_state_dict(plain.state_dict())  # the same parameters: none is added
+    x = torch.randn(2, 5, config.d_model)
+    mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    for layer_plain, layer_dropped, residual in zip(plain.encoder_layers,
+                                                    dropped.encoder_layers, [1, 0, 1]):
+        with torch.no_grad():
+            norm = layer_dropped.self_attn_layer_norm
+            h = norm(x) if norm_first else x
+            attended = layer_dropped.self_attention(h, mask)
+            after = residual * x + attended
+            after = after if norm_first else norm(after)
+            final = layer_dropped.final_layer_norm
+            ffn_in = final(after) if norm_first else after
+            expected = after + layer_dropped.ffn(ffn_in)
+            expected = expected if norm_first else final(expected)
+            assert torch.allclose(layer_dropped(x, mask), expected, atol=1e-6)
+            same = torch.allclose(layer_plain(x, mask), layer_dropped(x, mask))
+            assert same == bool(residual)
+    with pytest.raises(UsageError, match="--drop-residual-layer 4: the encoder has 3 layers"):
+        replace(config, drop_residual_layer=4)
+
+
+def test_a_model_without_the_residual_keeps_it_and_the_exports_refuse_it(
+        toy: Path, tmp_path: Path) -> None:
+    out = tmp_path / "model"
+    ok(tfm("train", "--config", str(run_config(toy)), "-o", str(out), "--max-steps", "20",
+           "--drop-residual-layer", "1", "--encoder-layers", "2"))
+    info = json.loads((out / "config.json").read_text())
+    assert info["format_version"] == 4 and info["model"]["drop_residual_layer"] == 1
+    ok(tfm("translate", "--model", str(out), "--target-lang", "bb", "paku titu"))
+    refused(tfm("export", str(out), "--to", "ctranslate2", "-o", str(tmp_path / "c")),
+            4, "drop_residual_layer")
+    refused(tfm("export", str(out), "--to", "marian", "-o", str(tmp_path / "m")), 2,
+            "--drop-residual-layer")
+    # Without the switch a model is written in the format it was before.
+    plain = json.loads((toy / "data" / "prepare.json").read_text())
+    assert "language_marking" not in plain
+
+
+# --- the language loss --------------------------------------------------------------------
+
+def test_the_language_loss_is_the_cross_entropy_of_the_tags_logits_at_every_position() -> None:
+    ids = {">>aa<<": 5, ">>bb<<": 6, ">>cc<<": 7}
+    loss = LanguageLoss(0.5, DIRECTIONS, ids.get)
+    torch.manual_seed(0)
+    tgt_out = torch.tensor([[9, 9, EOS_ID], [9, EOS_ID, 0]])  # row 1 has one padding position
+    logits = torch.randn(int((tgt_out != 0).sum()), 12)  # (N, V): the real positions
+    from tfm.data.batching import Batch
+
+    batch = Batch(tgt_out, tgt_out, tgt_out, torch.tensor([0, 3]))  # aa-bb, cc-aa
+    labels = torch.tensor([1, 1, 1, 0, 0])  # bb thrice, then aa twice
+    expected = 0.5 * torch.nn.functional.cross_entropy(logits[:, [5, 6, 7]], labels,
+                                                       reduction="sum")
+    assert torch.allclose(loss(logits, batch), expected)
+
+
+def test_the_language_loss_changes_the_training_and_a_bilingual_run_refuses_it(
+        toy: Path, tmp_path: Path) -> None:
+    plain = train(toy / "data", tmp_path / "plain", TINY, SHORT)
+    aux = train(toy / "data", tmp_path / "aux", TINY, replace(SHORT, language_loss=1.0))
+    assert plain.step == aux.step == 24
+    a = load_file(tmp_path / "plain" / "last.safetensors")
+    b = load_file(tmp_path / "aux" / "last.safetensors")
+    assert not all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(UsageError, match="--language-loss needs several target languages"):
+        LanguageLoss(1.0, ["aa-bb", "cc-bb"], {">>bb<<": 6}.get)
+
+
+# --- online back-translation --------------------------------------------------------------
+
+def test_back_translated_pairs_are_in_the_language_asked_and_as_the_model_translates(
+        toy: Path, trained: Path) -> None:
+    data = toy / "data"
+    prep = read_prepare_info(data)
+    split = load_split(data, "train")
+    vocabs = load_vocabularies(data / "tokenizer.json")
+    bt = BackTranslator(prep["directions"], vocabs.tgt.token_to_id, None, None, seed=1)
+    model = load_model_dir(trained)[0]
+    rows = np.arange(200)
+    made = bt.batch(model.train(), split, rows, step=7, device=torch.device("cpu"))
+    assert model.training  # its mode restored
+    directions = split.directions[rows]
+    hub = [int(i) for i, d in zip(rows, directions) if prep["directions"][d].startswith("aa")]
+    assert made is not None and made.src.size(0) == len(hub)  # aa-bb and aa-cc rows only
+    third = {"aa-bb": "cc", "aa-cc": "bb"}
+    decoded, asked = [], []
+    for k, i in enumerate(hub):
+        direction = prep["directions"][split.directions[i]]
+        src = [t for t in made.src[k].tolist() if t not in (0, EOS_ID)]
+        assert vocabs.src.id_to_token(src[0]) == f">>{direction[-2:]}<<"  # the row's own tag
+        text = decode_batch(vocabs.tgt, [src[1:]])[0]
+        assert language_of(text) == third[direction], text
+        assert made.tgt_out[k].tolist()[:len(split.tgt(i))] == split.tgt(i).tolist()
+        assert made.directions[k] == split.directions[i]
+        decoded.append(text)
+        asked.append((i, third[direction]))
+    # Each back-translation is the model's own greedy translation into that language.
+    for lang in ("bb", "cc"):
+        mine = [(text, i) for text, (i, want) in zip(decoded, asked) if want == lang]
+        sources = decode_batch(vocabs.src, [split.src(i).tolist()[1:-1] for _, i in mine])
+        out = ok(tfm("translate", "--model", str(trained), "--beam", "1", "--target-lang",
+                     lang, stdin="".join(s + "\n" for s in sources)))
+        assert out.splitlines() == [text for text, _ in mine]
+    # The draws come from (seed, step): the same step draws the same, a resumed run too.
+    again = bt.batch(model, split, rows, step=7, device=torch.device("cpu"))
+    assert torch.equal(made.src, again.src)
+
+
+def test_a_run_resumed_across_the_back_translation_phase_is_bit_exact(
+        toy: Path, tmp_path: Path) -> None:
+    config = replace(SHORT, back_translation_from=12)
+    straight = train(toy / "data", tmp_path / "straight", TINY, config)
+    train(toy / "data", tmp_path / "resumed", TINY, replace(config, max_steps=8))
+    resume(toy / "data", tmp_path / "resumed", Overrides.of(config, "max_steps"))
+    without = train(toy / "data", tmp_path / "without", TINY, SHORT)
+    assert straight.step == without.step == 24
+    a = load_file(tmp_path / "straight" / "last.safetensors")
+    b = load_file(tmp_path / "resumed" / "last.safetensors")
+    c = load_file(tmp_path / "without" / "last.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)  # the phase trained on something
+
+
+def test_back_translation_needs_a_third_language_and_tags() -> None:
+    ids = {">>aa<<": 5, ">>bb<<": 6, ">>cc<<": 7}.get
+    with pytest.raises(UsageError, match="no direction's source language is also translated"):
+        BackTranslator(["aa-bb", "bb-aa"], ids, None, None, 1)
+    with pytest.raises(UsageError, match="needs several target languages"):
+        BackTranslator(["aa-bb"], ids, None, None, 1)
+    bt = BackTranslator(DIRECTIONS, ids, None, None, 1)
+    assert [r.via for r in bt.routes] == [(2,), (), (0,), ()]  # aa-bb via aa-cc, and back
+
+
+# --- the language token in the decoder ----------------------------------------------------
+
+@pytest.mark.parametrize("where", ["decoder", "both"])
+def test_a_decoder_side_language_token_is_prepared_trained_and_decoded(
+        toy: Path, tmp_path: Path, where: str) -> None:
+    config = run_config(toy)
+    data = tmp_path / "data"
+    ok(tfm("prepare", "--config", str(config), "-o", str(data), "--language-token", where))
+    prep = json.loads((data / "prepare.json").read_text())
+    marking = {"decoder": "decoder_token", "both": "source_and_decoder"}[where]
+    assert prep["language_marking"] == {"where": marking}
+    vocabs = load_vocabularies(data / "tokenizer.json")
+    tag_id = vocabs.tgt.token_to_id
+    assert prep["decoder_starts"] == [[BOS_ID, tag_id(f">>{d[-2:]}<<")] for d in DIRECTIONS]
+    split = load_split(data, "train")
+    first = {vocabs.src.id_to_token(int(split.src(i)[0])) for i in range(50)}
+    assert all(t.startswith(">>") for t in first) == (where == "both")
+    batch = collate(split, np.arange(4), starts=prep["decoder_starts"])
+    assert batch.tgt_in[:, 1].tolist() == [s[1] for s in (prep["decoder_starts"][d] for d in
+                                                           split.directions[:4])]
+    assert (batch.tgt_out[:, 0] == 0).all()  # the tag is fed, never a label
+    out = tmp_path / "model"
+    ok(tfm("train", "--config", str(config), "--data", str(data), "-o", str(out),
+           "--max-steps", "400"))
+    info = json.loads((out / "config.json").read_text())
+    assert info["language_marking"] == {"where": marking}
+    assert info["format_version"] == (4 if where == "both" else 2)
+    for direction in DIRECTIONS:
+        src, tgt = direction.split("-")
+        hyps = ok(tfm("translate", "--model", str(out), "--target-lang", tgt, "--beam", "1",
+                      "--input", str(toy / "corpus" / f"test.{src}"))).splitlines()
+        refs = (toy / "corpus" / f"test.{tgt}").read_text().splitlines()
+        exact = sum(h == r for h, r in zip(hyps, refs)) / len(refs)
+        assert exact >= 0.5, f"{direction}: exact match {exact:.2f}"
+        assert not any(">>" in h for h in hyps)  # the forced tag is never output
+    refused(tfm("translate", "--model", str(out), "--beam", "1", "paku titu"), 2,
+            "--target-lang is needed")
+
+
+def test_the_levers_refuse_a_bilingual_run_in_one_line(toy: Path, tmp_path: Path) -> None:
+    corpus = toy / "corpus" / "train"
+    tokenizer, data = tmp_path / "tok.json", tmp_path / "data"
+    ok(tfm("train-tokenizer", "--train", str(corpus), "--src-lang", "aa", "--tgt-lang", "bb",
+           "--vocab-size", "300", "-o", str(tokenizer)))
+    refused(tfm("prepare", "--train", str(corpus), "--src-lang", "aa", "--tgt-lang", "bb",
+                "--tokenizer", str(tokenizer), "-o", str(data), "--language-token", "decoder"),
+            2, "--language-token decoder", "no >>xx<< target-language tags")
+    ok(tfm("prepare", "--train", str(corpus), "--src-lang", "aa", "--tgt-lang", "bb",
+           "--tokenizer", str(tokenizer), "-o", str(data)))
+    for option in (["--language-loss", "0.3"], ["--back-translation-from", "10"],
+                   ["--drop-residual-layer", "1"]):
+        refused(tfm("train", "--data", str(data), "-o", str(tmp_path / "m"), "--max-steps", "2",
+                    "--d-model", "32", "--n-heads", "2", *option), 2, option[0],
+                "several target languages")
+        assert not (tmp_path / "m").exists()
