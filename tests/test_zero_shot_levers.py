@@ -194,7 +194,7 @@ def test_back_translated_pairs_are_in_the_language_asked_and_as_the_model_transl
 
 def test_a_run_resumed_across_the_back_translation_phase_is_bit_exact(
         toy: Path, tmp_path: Path) -> None:
-    config = replace(SHORT, back_translation_from=12)
+    config = replace(SHORT, online_bt_from=12)
     straight = train(toy / "data", tmp_path / "straight", TINY, config)
     train(toy / "data", tmp_path / "resumed", TINY, replace(config, max_steps=8))
     resume(toy / "data", tmp_path / "resumed", Overrides.of(config, "max_steps"))
@@ -266,7 +266,7 @@ def test_the_levers_refuse_a_bilingual_run_in_one_line(toy: Path, tmp_path: Path
             2, "--language-token decoder", "no >>xx<< target-language tags")
     ok(tfm("prepare", "--train", str(corpus), "--src-lang", "aa", "--tgt-lang", "bb",
            "--tokenizer", str(tokenizer), "-o", str(data)))
-    for option in (["--language-loss", "0.3"], ["--back-translation-from", "10"],
+    for option in (["--language-loss", "0.3"], ["--online-bt-from", "10"],
                    ["--drop-residual-layer", "1"]):
         refused(tfm("train", "--data", str(data), "-o", str(tmp_path / "m"), "--max-steps", "2",
                     "--d-model", "32", "--n-heads", "2", *option), 2, option[0],

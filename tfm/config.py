@@ -106,8 +106,8 @@ class ModelConfig:
     # self-attention, so that the encoder's output carries less of the source's positions and
     # language (a zero-shot lever for multilingual models; docs/multi30k.md).
     drop_residual_layer: int = option(
-        0, "Multilingual: the encoder layer (1 = the first) whose self-attention has no "
-        "residual connection; 0: none.", panel="Multilingual", min=0)
+        0, "No residual connection around encoder layer n's self-attention (1: the first; "
+        "0: none).", panel="Multilingual", min=0)
     norm_first: bool = _arch(False, "LayerNorm before each sub-layer, or after the residual "
                              "add (the paper's).", flag=("--pre-norm", "--post-norm"),
                              panel="Model")
@@ -208,11 +208,11 @@ class TrainConfig:
         1.0, "Each epoch draws direction i in proportion to its pairs ** (1/T); higher: "
         "closer to uniform.", panel="Multilingual")
     language_loss: float = option(
-        0.0, "Add this weight x a loss that predicts the target language at each target "
-        "position (0: none).", min=0, panel="Multilingual")
-    back_translation_from: int = option(
-        0, "From this step on, also train on sources the model translates on the fly into "
-        "another language (0: never).", min=0, panel="Multilingual")
+        0.0, "Add w x a loss that predicts the target language at each target position "
+        "(0: none).", min=0, panel="Multilingual")
+    online_bt_from: int = option(
+        0, "After step k, also train on sources the model translates on the fly into a "
+        "third language (0: never).", min=0, panel="Multilingual")
     valid_every: int = option(1000, "Validate every N steps, and once more at the end.", min=1,
                               panel="Checkpoints and logs")
     valid_bleu: bool = _cli(True, None)  # greedy BLEU on the validation set at each validation

@@ -18,9 +18,11 @@ RUN = "Data and output"  # --help's panel of the run's own options (the others: 
 
 @app.command()
 @with_config()
-@derive(model=Fields(ModelConfig, given_only=True, metavars=dict.fromkeys(
-            ("dropout", "attention_dropout", "activation_dropout"), "<p>")),
-        options=Fields(TrainConfig, given_only=True, metavars={"sampling_temperature": "<T>"}))
+@derive(model=Fields(ModelConfig, given_only=True, metavars={
+            **dict.fromkeys(("dropout", "attention_dropout", "activation_dropout"), "<p>"),
+            "drop_residual_layer": "<n>"}),
+        options=Fields(TrainConfig, given_only=True, metavars={
+            "sampling_temperature": "<T>", "language_loss": "<w>", "online_bt_from": "<k>"}))
 def train(
     data: Annotated[Path, typer.Option(
         "--data", "-d", help="Prepared dataset directory from `tfm prepare`.",

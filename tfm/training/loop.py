@@ -315,7 +315,7 @@ class _Trainer:
             if c.language_loss else None
         self.back_translator = BackTranslator(self.directions, token_id, self.marking,
                                               self.starts, c.seed) \
-            if c.back_translation_from else None
+            if c.online_bt_from else None
         if self.model_config.drop_residual_layer and len(
                 {d.split("-")[-1] for d in self.directions}) < 2:
             raise UsageError("--drop-residual-layer needs several target languages (a "
@@ -481,7 +481,7 @@ class _Trainer:
         width = BATCH_WIDTH_MULTIPLE if self.bf16 is not None else 1
         group = [collate(self.train_split, b, width, self.starts).to(self.device)
                  for b in updates[run.batch_in_epoch]]
-        if self.back_translator is not None and run.step >= config.back_translation_from:
+        if self.back_translator is not None and run.step >= config.online_bt_from:
             group += self._back_translated(updates[run.batch_in_epoch], width)
         # The schedule's progress through the budget, from the time all processes agreed on.
         progress = budget_progress(config, run.step,
@@ -546,7 +546,7 @@ class _Trainer:
         return stopped
 
     def _back_translated(self, batches: list[np.ndarray], width: int) -> list[Batch]:
-        """The back-translated pairs of an update's batches (--back-translation-from), made
+        """The back-translated pairs of an update's batches (--online-bt-from), made
         by the weights being trained (the fp32 masters, as validation decodes)."""
         made = [self.back_translator.batch(self.models.master, self.train_split, b,
                                            self.run.step, self.device, width)
