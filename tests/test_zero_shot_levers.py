@@ -56,7 +56,7 @@ def trained(toy: Path) -> Path:
     """A model of the four directions that translates them well enough to back-translate."""
     model = ModelConfig(d_model=64, n_heads=4, encoder_layers=1, decoder_layers=2, d_ff=128,
                         dropout=0.0)
-    config = replace(SHORT, max_steps=400, lr=3e-3, warmup_steps=50, lr_schedule="linear")
+    config = replace(SHORT, max_steps=250, lr=3e-3, warmup_steps=50, lr_schedule="linear")
     train(toy / "data", toy / "trained", model, config)
     return toy / "trained"
 
@@ -222,6 +222,8 @@ def test_back_translation_needs_a_third_language_and_tags() -> None:
 @pytest.mark.parametrize("where", ["decoder", "both"])
 def test_a_decoder_side_language_token_is_prepared_trained_and_decoded(
         toy: Path, tmp_path: Path, where: str) -> None:
+    """Prepared, batched, trained and decoded through the command line; the forced start's
+    search itself is tests/test_forced_start.py's."""
     config = run_config(toy)
     data = tmp_path / "data"
     ok(tfm("prepare", "--config", str(config), "-o", str(data), "--language-token", where))
@@ -240,7 +242,7 @@ def test_a_decoder_side_language_token_is_prepared_trained_and_decoded(
     assert (batch.tgt_out[:, 0] == 0).all()  # the tag is fed, never a label
     out = tmp_path / "model"
     ok(tfm("train", "--config", str(config), "--data", str(data), "-o", str(out),
-           "--max-steps", "400"))
+           "--max-steps", "300", "--valid-every", "300", "--save-every", "300"))
     info = json.loads((out / "config.json").read_text())
     assert info["language_marking"] == {"where": marking}
     assert info["format_version"] == (4 if where == "both" else 2)
