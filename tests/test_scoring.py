@@ -202,7 +202,7 @@ def test_eval_lc_tok_prints_both_scores(files: tuple[Path, Path]) -> None:
 def test_eval_lc_tok_of_hypothesis_files_needs_their_language(files: tuple[Path, Path]) -> None:
     hyp, ref = files
     line = one_error_line(tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--lc-tok"))
-    assert "--tgt-lang" in line
+    assert "--target-lang" in line
     line = one_error_line(tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--tgt-lang", "de"))
     assert "--lc-tok" in line and "--off-target" in line
 
@@ -238,7 +238,7 @@ def test_eval_lc_tok_takes_the_target_language_from_the_model(
         tmp_path: Path, tokenizer: Tokenizer, files: tuple[Path, Path]) -> None:
     record, line = eval_record_and_refusal(tmp_path, tokenizer, files[1], "--lc-tok")
     assert record["metric"] == LC_TOK_METRIC and "tok:moses-norm-de" in record["signature"]
-    assert "--tgt-lang" in line
+    assert "--target-lang" in line
 
 
 # --- tfm eval --off-target -----------------------------------------------------------------------
@@ -285,10 +285,11 @@ def test_eval_off_target_of_hypothesis_files_needs_their_language(
         mixed: tuple[Path, Path]) -> None:
     hyp, ref = mixed
     line = one_error_line(tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--off-target"))
-    assert "--off-target with --hyp needs --tgt-lang" in line
-    line = one_error_line(tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--off-target",
-                              "--target-lang", "de"))
-    assert "--target-lang" in line and "--tgt-lang" in line
+    assert "--off-target with --hyp needs --target-lang" in line
+    # --target-lang and --tgt-lang are one option: the translations' language.
+    spelled = [tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--off-target", option, "de")
+               for option in ("--target-lang", "--tgt-lang")]
+    assert spelled[0].returncode == 0 and spelled[0].stdout == spelled[1].stdout
     line = one_error_line(tfm("eval", "--hyp", str(hyp), "--ref", str(ref), "--off-target",
                               "--tgt-lang", "xx"))
     assert "language xx: py3langid does not know it" in line
@@ -309,4 +310,19 @@ def test_eval_off_target_takes_the_target_language_from_the_model(
         tmp_path: Path, tokenizer: Tokenizer, files: tuple[Path, Path]) -> None:
     record, line = eval_record_and_refusal(tmp_path, tokenizer, files[1], "--off-target")
     assert record["metric"] == "off_target" and "|lang:de|" in record["signature"]
-    assert "--tgt-lang" in line
+    assert "--target-lang" in line
+
+
+def test_eval_target_lang_of_a_bilingual_model_names_its_language_or_is_refused(
+        tmp_path: Path, tokenizer: Tokenizer, files: tuple[Path, Path]) -> None:
+    src = tmp_path / "src.en"
+    src.write_text("A man says hello.\nTwo dogs play.\nA woman reads.\n", encoding="utf-8")
+    unknown = tiny_model_dir(tmp_path / "model", tokenizer, None)
+    german = tiny_model_dir(tmp_path / "de-model", tokenizer, "de")
+    common = ("--src", str(src), "--ref", str(files[1]), "--beam", "1", "--max-len-b", "4",
+              "--off-target", "--json", "--device", "cpu")
+    result = tfm("eval", "-m", str(unknown), *common, "--target-lang", "de")
+    assert result.returncode == 0, result.stderr  # the model records none: --target-lang tells
+    assert "|lang:de|" in json.loads(result.stdout)[-1]["signature"]
+    line = one_error_line(tfm("eval", "-m", str(german), *common, "--tgt-lang", "fr"))
+    assert "--target-lang fr: this model translates into de only" in line

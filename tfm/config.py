@@ -384,9 +384,9 @@ class ScoreOptions:
                           "Moses-tokenized (needs tfm\\[moses]).", panel="Scores")
     off_target: bool = option(False, "Also report the share of translations in another "
                               "language (needs tfm\\[langid]).", panel="Scores")
-    tgt_lang: str | None = option(None, "The translations' language, for --lc-tok and "
-                                  "--off-target.", shown_default="--target-lang, else the model's",
-                                  panel="Languages")
+    # The translations' language, for --lc-tok and --off-target: eval's --target-lang (for
+    # --hyp, the only way to know it), else the model's.
+    tgt_lang: str | None = option(None, "", option=None)
 
 
 def _from_dict(cls: type[T], data: dict[str, Any]) -> T:

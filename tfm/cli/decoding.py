@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional, TextIO
 
@@ -388,8 +388,11 @@ def eval_cmd(
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print the scores as JSON.", rich_help_panel=IO)] = False,
     target_lang: Annotated[Optional[str], typer.Option(
-        "--target-lang", help="A multilingual model: the language to translate --src into.",
-        show_default=False, rich_help_panel=LANGUAGES)] = None,
+        "--target-lang", help="The translations' language: --src's (a multilingual model "
+        "translates into it), or --hyp's.", show_default=False,
+        rich_help_panel=LANGUAGES)] = None,
+    tgt_lang: Annotated[Optional[str], typer.Option(
+        "--tgt-lang", hidden=True, help="--target-lang's earlier spelling.")] = None,
     source_lang: Annotated[Optional[str], typer.Option(
         "--source-lang", help="NLLB-200 and M2M100 models: the language of --src, by the "
         "model's code (e.g. eng_Latn).", show_default=False, rich_help_panel=LANGUAGES)] = None,
@@ -405,6 +408,12 @@ def eval_cmd(
     target. Options in detail: docs/CLI.md#tfm-eval."""
     from tfm.decoding.scoring import Score, bleu_lc_tok, score
 
+    if tgt_lang is not None:
+        if target_lang not in (None, tgt_lang):
+            raise UsageError("--tgt-lang is --target-lang spelled as before: give one")
+        target_lang = tgt_lang
+    if hyp is not None:  # --target-lang names the language of translations made before
+        report = replace(report, tgt_lang=target_lang)
     bleu_flag, chrf, ter, lc_tok = report.bleu, report.chrf, report.ter, report.lc_tok
     tgt_lang = report.tgt_lang
     metrics = [m for m, on in (("bleu", bleu_flag), ("chrf", chrf), ("ter", ter)) if on]
@@ -413,7 +422,7 @@ def eval_cmd(
                                               ("--off-target", report.off_target)) if on)
 
     _check_eval_options(src, ref, hyp, save_hyp, engine, report, metrics, needs_lang,
-                        target_lang or source_lang)
+                        source_lang)
     assert ref is not None
     references = _read_lines(ref)
     if hyp is not None:
@@ -446,27 +455,26 @@ def eval_cmd(
 
 def _check_eval_options(src: Path | None, ref: Path | None, hyp: Path | None,
                         save_hyp: Path | None, engine: EngineOptions, report: ScoreOptions,
-                        metrics: list[str], needs_lang: str, direction: str | None) -> None:
+                        metrics: list[str], needs_lang: str, source_lang: str | None) -> None:
     """``tfm eval``'s options that contradict each other, refused before anything is read
-    (``direction``: --target-lang or --source-lang, which translate --src)."""
+    (``source_lang``: --source-lang, which translates --src)."""
     if ref is None:
         raise UsageError("missing --ref: the reference translations to score against")
     if (src is None) == (hyp is None):
         raise UsageError("give --src (to translate with --model) or --hyp (to score), not both")
-    if (engine.ensemble or engine.reverse_model or direction) and hyp is not None:
-        raise UsageError("--ensemble, --reverse-model, --target-lang and --source-lang "
-                         "translate --src; --hyp is scored as it is (--tgt-lang gives its "
-                         "language)")
+    if (engine.ensemble or engine.reverse_model or source_lang) and hyp is not None:
+        raise UsageError("--ensemble, --reverse-model and --source-lang translate --src; "
+                         "--hyp is scored as it is (--target-lang gives its language)")
     if not metrics and not needs_lang:
         raise UsageError("nothing to report: give --bleu, --chrf, --ter, --lc-tok or "
                          "--off-target")
-    if report.tgt_lang is not None and not needs_lang:
-        raise UsageError("--tgt-lang is only used by --lc-tok and --off-target")
+    if hyp is not None and report.tgt_lang is not None and not needs_lang:
+        raise UsageError("--target-lang with --hyp is only used by --lc-tok and --off-target")
     _require_scorers(report)
     check_output_file(save_hyp, "--save-hyp")
     if hyp is not None and needs_lang and report.tgt_lang is None:
-        raise UsageError(f"{needs_lang} with --hyp needs --tgt-lang (the language of the "
-                         "translations, e.g. de)")
+        raise UsageError(f"{needs_lang} with --hyp needs --target-lang (the language of "
+                         "the translations, e.g. de)")
 
 
 def _eval_translations(sources: list[str], engine: EngineOptions, search: dict[str, Any],
@@ -474,14 +482,17 @@ def _eval_translations(sources: list[str], engine: EngineOptions, search: dict[s
                        source_lang: str | None = None
                        ) -> tuple[list[str], str | None, TargetLanguageCheck | None]:
     """``tfm eval``'s translations of --src, through the request path as ``translate``'s;
-    with the language they are scored in (--tgt-lang's, else --target-lang's or the model's
-    where --lc-tok or --off-target needs one) and --off-target's check of it, made (and an
-    unknown language refused) before anything is translated."""
+    with the language they are scored in (--target-lang's, else the model's where --lc-tok
+    or --off-target needs one) and --off-target's check of it, made (and an unknown language
+    refused) before anything is translated. A model of one target language takes
+    --target-lang as that language's name, refused where it records another."""
     from tfm.data.tokenizer import lowercases
     from tfm.decoding.requests import prepare_request
 
-    tgt_lang = report.tgt_lang
     translator, options = _load_decoder(engine, search)
+    tgt_lang = None
+    if target_lang is not None and not translator.target_languages:
+        tgt_lang, target_lang = _only_language(translator, target_lang), None
     language = _language(translator, target_lang)
     source = _source_language(translator, source_lang)
     if needs_lang and tgt_lang is None:
@@ -496,6 +507,17 @@ def _eval_translations(sources: list[str], engine: EngineOptions, search: dict[s
     with _translating(len(prepared), _search_name(options, engine)) as progress:
         hypotheses = [t.text for t in translator.translate_prepared(prepared, options, progress)]
     return hypotheses, tgt_lang, language_check
+
+
+def _only_language(translator, target_lang: str) -> str:
+    """--target-lang for a model of one target language: its name, refused in one line where
+    the model records another."""
+    from tfm.decoding.language_id import language_code
+
+    own = translator.info.tgt_lang
+    if own and language_code(own) != language_code(target_lang):
+        raise UsageError(f"--target-lang {target_lang}: this model translates into {own} only")
+    return language_code(target_lang)
 
 
 def _require_scorers(report: ScoreOptions) -> None:
@@ -520,7 +542,7 @@ def _target_language(translator, language: str | None, needs: str,
         return language_code(language)
     if not translator.info.tgt_lang:
         raise UsageError(f"{needs}: the model in {engine.model} does not record its target "
-                         "language: give --tgt-lang")
+                         "language: give --target-lang")
     return translator.info.tgt_lang
 
 
