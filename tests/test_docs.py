@@ -71,3 +71,10 @@ def test_every_relative_link_and_anchor_in_the_readme_and_docs_resolves() -> Non
                 if anchor not in cache[file]:
                     broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_the_readme_stays_a_front_door_of_300_lines_at_most() -> None:
+    """The details belong in docs/: a README that grows past a screenful of sections is one
+    a newcomer no longer reads through."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines; move details to docs/"
