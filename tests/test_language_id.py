@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfm.decoding.language_id import TargetLanguageCheck, language_code, off_target_rate
+from tfm.decoding.language_id import TargetLanguageCheck, language_code
 from tfm.errors import UsageError
 
 GERMAN = [
@@ -33,14 +33,14 @@ ENGLISH = [
 @pytest.mark.parametrize("lang, sentences", [("de", GERMAN), ("fr", FRENCH), ("en", ENGLISH)])
 def test_sentences_of_each_language_are_identified_as_that_language(
         lang: str, sentences: list[str]) -> None:
-    result = off_target_rate(sentences, lang)
+    result = TargetLanguageCheck(lang)(sentences)
     assert result.found == {lang: len(sentences)}
     assert (result.off_target, result.rate) == (0, 0.0)
 
 
 def test_the_rate_is_the_share_of_identified_translations_in_another_language() -> None:
     hypotheses = [*GERMAN, ENGLISH[0], "", "   ", FRENCH[1]]
-    result = off_target_rate(hypotheses, "de")
+    result = TargetLanguageCheck("de")(hypotheses)
     assert (result.total, result.empty, result.identified, result.off_target) == (8, 2, 6, 2)
     assert result.found == {"de": 4, "en": 1, "fr": 1}
     assert result.rate == pytest.approx(100 * 2 / 6)
@@ -50,12 +50,12 @@ def test_the_rate_is_the_share_of_identified_translations_in_another_language() 
 
 
 def test_text_that_is_in_no_language_is_counted_apart() -> None:
-    result = off_target_rate(["12:30", "!!!", "OK", "https://example.com/a/b", GERMAN[0]], "de")
+    result = TargetLanguageCheck("de")(["12:30", "!!!", "OK", "https://example.com/a/b", GERMAN[0]])
     assert (result.unidentifiable, result.identified, result.off_target) == (4, 1, 0)
 
 
 def test_nothing_to_identify_is_a_rate_of_zero() -> None:
-    result = off_target_rate(["", "42"], "de")
+    result = TargetLanguageCheck("de")(["", "42"])
     assert (result.identified, result.rate) == (0, 0.0)
 
 
@@ -83,12 +83,12 @@ def test_a_language_is_taken_with_brackets_region_script_or_three_letters(
 
 def test_a_language_py3langid_does_not_know_is_refused_in_one_line() -> None:
     with pytest.raises(UsageError, match="language xx: py3langid does not know it") as e:
-        off_target_rate(GERMAN, "xx")
+        TargetLanguageCheck("xx")(GERMAN)
     assert "\n" not in str(e.value)
 
 
 def test_without_py3langid_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "py3langid", None)  # makes `import py3langid` fail
     with pytest.raises(UsageError, match=r'pip install "tfm\[langid\]"') as e:
-        off_target_rate(GERMAN, "de")
+        TargetLanguageCheck("de")(GERMAN)
     assert "\n" not in str(e.value)

@@ -151,10 +151,3 @@ class TargetLanguageCheck:
         off = sum(n for lang, n in found.items() if lang != self.lang)
         return OffTarget(self.lang, len(hypotheses), empty, unidentifiable, off,
                          dict(found.most_common()), self.languages, self._version)
-
-
-def off_target_rate(hypotheses: list[str], lang: str,
-                    languages: list[str] | None = None) -> OffTarget:
-    """How many of ``hypotheses`` are not identified as language ``lang`` (e.g. ``de``), each
-    chosen among ``languages`` (default: all py3langid knows; see TargetLanguageCheck)."""
-    return TargetLanguageCheck(lang, languages)(hypotheses)
