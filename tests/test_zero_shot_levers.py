@@ -256,6 +256,17 @@ def test_a_decoder_side_language_token_is_prepared_trained_and_decoded(
         assert not any(">>" in h for h in hyps)  # the forced tag is never output
     refused(tfm("translate", "--model", str(out), "--beam", "1", "paku titu"), 2,
             "--target-lang is needed")
+    if where == "decoder":  # a CTranslate2 export feeds the tag as its target prefix
+        pytest.importorskip("ctranslate2")
+        ok(tfm("export", str(out), "--to", "ctranslate2", "-o", str(tmp_path / "ct2")))
+        for engine in (out, tmp_path / "ct2"):
+            hyps = ok(tfm("translate", "--model", str(engine), "--target-lang", "cc", "--beam",
+                          "2", "--input", str(toy / "corpus" / "test.aa")))
+            if engine == out:
+                ours = hyps
+        assert hyps == ours
+        refused(tfm("export", str(out), "--to", "marian", "-o", str(tmp_path / "hf")), 2,
+                "decoder's first token")
 
 
 def test_the_levers_refuse_a_bilingual_run_in_one_line(toy: Path, tmp_path: Path) -> None:
