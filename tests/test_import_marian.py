@@ -677,7 +677,7 @@ def test_eval_target_lang_translates_as_translate_does_and_checks_that_language(
                      "1", "--target-lang", "fr", "--save-hyp", str(hyp), "--off-target",
                      "--json")
     if not VARIANTS[variant["name"]][2]:
-        assert_one_line_error(result, "no target-language tokens")
+        assert_one_line_error(result, "--target-lang fr: this model translates into de only")
         return
     assert result.returncode == 0, result.stderr
     translated = tfm_cli("translate", "--model", model, "--beam", "1", "--target-lang", "fr",

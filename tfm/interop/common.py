@@ -26,6 +26,16 @@ def check_new_output(source: Path, output: Path, what: str) -> None:
         raise UsageError(f"{output} is (or contains) {what}; choose another -o")
 
 
+def load_source(model_dir: Path, output: Path, what: str) -> tuple[Any, Any, Any]:
+    """The model, vocabularies and ModelInfo of the tfm model directory an export, a trim or
+    an added language reads, after refusing an ``output`` that would replace it (``what``:
+    check_new_output's)."""
+    from tfm.checkpoint import load_model_dir
+
+    check_new_output(model_dir, output, what)
+    return load_model_dir(model_dir)
+
+
 @contextmanager
 def staged_output(output: Path, overwrite: bool) -> Iterator[Path]:
     """A temporary directory beside ``output`` to write an export into; on success it is

@@ -52,13 +52,13 @@ LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which tfm's layers use
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
                  "float16", "bfloat16", "float32")
 # The ModelConfig fields this export writes into the spec. A field added to ModelConfig later
-# (another activation, learned positions, drop_residual_layer, ...) is refused where it is not
-# its default until the export learns it, rather than written into a model that would silently
-# compute something else.
+# (another activation, learned positions, ...) is refused until the export learns it, rather
+# than written into a model that would silently compute something else.
 _EXPORTED_FIELDS = {
     "src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "encoder_layers",
     "decoder_layers", "d_ff", "max_positions", "norm_first", "share_embeddings", "tie_output",
     "activation", "output_bias", "positions",
+    "drop_residual_layer",  # its default only: 0, every residual (check_supported)
     # training-only: no effect on inference
     "dropout", "attention_dropout", "activation_dropout",
 }
@@ -124,9 +124,9 @@ def check_supported(config: ModelConfig, model_dir: Path) -> None:
     """Refuse a model whose architecture the export cannot write faithfully."""
     from dataclasses import asdict
 
-    default = asdict(ModelConfig())
-    unknown = sorted(k for k, v in asdict(config).items()
-                     if k not in _EXPORTED_FIELDS and v != default.get(k))
+    unknown = sorted(set(asdict(config)) - _EXPORTED_FIELDS)
+    if config.drop_residual_layer:  # CTranslate2's encoder layers all have their residuals
+        unknown.append("drop_residual_layer")
     if unknown:
         raise ModelError(f"{model_dir}: the CTranslate2 export does not support this "
                          f"architecture (model options {', '.join(unknown)})")

@@ -36,10 +36,10 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
-from tfm.checkpoint import ModelInfo, load_model_dir
+from tfm.checkpoint import ModelInfo
 from tfm.data.tokenizer import Vocabularies, segmenter_of
 from tfm.errors import UsageError
-from tfm.interop.common import check_new_output, staged_output, write_export_info
+from tfm.interop.common import load_source, staged_output, write_export_info
 from tfm.interop.m2m100_import import FAIRSEQ_ORDER, FAIRSEQ_SPECIALS, M2M100_CODES
 from tfm.layout import WEIGHTS_FILE
 from tfm.model import Transformer
@@ -48,12 +48,11 @@ FORMAT = "m2m100"
 
 
 def export_m2m100(model_dir: Path, output: Path, overwrite: bool = False) -> Path:
-    """Write the model directory ``model_dir`` as a Hugging Face M2M100 directory at
-    ``output`` (see the module docstring); returns ``output``. Nothing is written unless the
-    whole export succeeds; an existing ``output`` is replaced only with ``overwrite``."""
+    """``model_dir`` (a model of language codes) as the M2M100 directory ``output`` that
+    transformers loads (the module docstring says what it holds), written whole or not at all,
+    over an existing one only with ``overwrite``. Returns ``output``."""
     model_dir, output = Path(model_dir), Path(output)
-    check_new_output(model_dir, output, "the model directory being exported")
-    model, vocabs, info = load_model_dir(model_dir)
+    model, vocabs, info = load_source(model_dir, output, "the model directory being exported")
     check_exportable(info, vocabs)
     with staged_output(output, overwrite) as stage:
         save_file(m2m100_state_dict(model), str(stage / WEIGHTS_FILE),

@@ -50,13 +50,18 @@ from tokenizers import AddedToken, Tokenizer, models
 from torch import Tensor
 
 from tfm.checkpoint import ModelInfo, save_model_dir
-from tfm.config import ACTIVATION_NAMES, ModelConfig
+from tfm.config import ModelConfig
 from tfm.data.language_marks import LanguageMarking
 from tfm.data.sentencepiece import vocabulary_decoder
 from tfm.data.tokenizer import Vocabularies, attach_segmenter, tokenizer_from_json
 from tfm.errors import ModelError, UsageError
 from tfm.interop.common import check_new_output, read_json, staged_output
-from tfm.interop.marian_import import generation_defaults, read_weights
+from tfm.interop.marian_import import (
+    ACTIVATIONS,
+    check_layers,
+    generation_defaults,
+    read_weights,
+)
 from tfm.model import Transformer
 from tfm.special_tokens import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 
@@ -66,7 +71,6 @@ FAIRSEQ_SPECIALS = (BOS, PAD, EOS, UNK)
 # fairseq's 1, <unk> 1 is 3, <s> 2 is 0, </s> 3 is 2. Every other id is the same in both.
 FAIRSEQ_ORDER = tuple(FAIRSEQ_SPECIALS.index(t) for t in SPECIAL_TOKENS)
 # transformers' names of tfm's activations
-ACTIVATIONS = {**{name: name for name in ACTIVATION_NAMES}, "silu": "swish"}
 # M2M100's language codes, in the order of their ids after vocab.json's entries, by the name
 # tokenizer_config.json gives the list ("language_codes"): fairseq's, as M2M100Tokenizer has
 # them.
@@ -136,18 +140,7 @@ def read_m2m100_config(directory: Path) -> dict[str, Any]:
     if kind != "m2m_100":
         raise ModelError(f"{directory}: not an NLLB-200 or M2M100 checkpoint (no config.json "
                          "with model_type \"m2m_100\")")
-    if config.get("scale_embedding", False) is not True:
-        raise ModelError(f"{directory}: scale_embedding is not true; tfm scales embeddings by "
-                         "sqrt(d_model), as NLLB-200 and M2M100 do, so this model is refused")
-    activation = config.get("activation_function", "relu")
-    if activation not in ACTIVATIONS:
-        raise ModelError(f"{directory}: activation {activation!r} is not one tfm has "
-                         f"({', '.join(ACTIVATIONS)})")
-    for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
-                 ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if config.get(a) != config.get(b):
-            raise ModelError(f"{directory}: {a} ({config.get(a)}) differs from {b} "
-                             f"({config.get(b)}); tfm's encoder and decoder have one size")
+    check_layers(config, directory, "relu", "every NLLB-200 and M2M100 model")
     ids = (config.get("bos_token_id", 0), config.get("pad_token_id", 1),
            config.get("eos_token_id", 2), config.get("decoder_start_token_id", 2))
     if ids != (0, 1, 2, 2):

@@ -69,12 +69,12 @@ from safetensors.torch import save_file
 from tokenizers import Regex, Tokenizer, decoders, normalizers, processors
 from torch import Tensor
 
-from tfm.checkpoint import ModelInfo, load_model_dir
+from tfm.checkpoint import ModelInfo
 from tfm.config import ModelConfig
 from tfm.data.text import has_invisible, normalize_text
 from tfm.data.tokenizer import Vocabularies, segmenter_of
 from tfm.errors import UsageError
-from tfm.interop.common import check_new_output, staged_output, write_export_info
+from tfm.interop.common import load_source, staged_output, write_export_info
 from tfm.interop.marian_layout import layer_names, permuted, residual_permutation
 from tfm.model import Transformer
 from tfm.model.layers import sinusoidal_positions
@@ -98,8 +98,7 @@ def export_marian(model_dir: Path, output: Path, overwrite: bool = False) -> Pat
     ``output`` (see the module docstring); returns ``output``. Nothing is written unless the
     whole export succeeds; an existing ``output`` is replaced only with ``overwrite``."""
     model_dir, output = Path(model_dir), Path(output)
-    check_new_output(model_dir, output, "the model directory being exported")
-    model, vocabs, info = load_model_dir(model_dir)
+    model, vocabs, info = load_source(model_dir, output, "the model directory being exported")
     check_exportable(info.model, vocabs)
     if info.language_marking is not None and info.language_marking.in_decoder:
         raise UsageError("cannot export a model whose target-language token is the decoder's "

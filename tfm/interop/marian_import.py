@@ -72,6 +72,27 @@ PAD_LOGIT_BIAS = -1e4
 ACTIVATIONS = {**{name: name for name in ACTIVATION_NAMES}, "silu": "swish"}
 
 
+def check_layers(config: dict[str, Any], directory: Path, default_activation: str,
+                 family: str) -> str:
+    """The tfm activation of a transformers config's FFN (``default_activation`` where it
+    names none: the model type's), refused in one line where its embeddings are not scaled
+    (as tfm's and ``family``'s are), where tfm has no such activation, or where its encoder
+    and decoder differ in heads or FFN width (tfm's have one size)."""
+    if config.get("scale_embedding", False) is not True:
+        raise ModelError(f"{directory}: scale_embedding is not true; tfm scales embeddings "
+                         f"by sqrt(d_model), as {family} does, so this model is refused")
+    activation = config.get("activation_function", default_activation)
+    if activation not in ACTIVATIONS:
+        raise ModelError(f"{directory}: activation {activation!r} is not one tfm has "
+                         f"({', '.join(ACTIVATIONS)})")
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
+                 ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if config.get(a) != config.get(b):
+            raise ModelError(f"{directory}: {a} ({config.get(a)}) differs from {b} "
+                             f"({config.get(b)}); tfm's encoder and decoder have one size")
+    return ACTIVATIONS[activation]
+
+
 def import_marian(marian_dir: Path, output: Path, overwrite: bool = False) -> Path:
     """Write the MarianMT directory ``marian_dir`` as a tfm model directory ``output`` (see
     the module docstring); it appears whole or not at all. Returns ``output``."""
@@ -111,21 +132,10 @@ def read_marian_config(marian_dir: Path) -> dict[str, Any]:
         if config.get(key):
             raise ModelError(f"{marian_dir}: {key} is set ({what}); tfm holds MarianMT's "
                              "post-norm layers only, so this model is refused")
-    if config.get("scale_embedding", False) is not True:
-        raise ModelError(f"{marian_dir}: scale_embedding is not true; tfm scales embeddings "
-                         "by sqrt(d_model), as every OPUS-MT model does, so this one is refused")
     if config.get("static_position_embeddings", True) is not True:
         raise ModelError(f"{marian_dir}: learned position embeddings are not supported "
                          "(tfm's are MarianMT's static sinusoids)")
-    activation = config.get("activation_function", "gelu")
-    if activation not in ACTIVATIONS:
-        raise ModelError(f"{marian_dir}: activation {activation!r} is not one tfm has "
-                         f"({', '.join(ACTIVATIONS)})")
-    for a, b in (("encoder_attention_heads", "decoder_attention_heads"),
-                 ("encoder_ffn_dim", "decoder_ffn_dim")):
-        if config.get(a) != config.get(b):
-            raise ModelError(f"{marian_dir}: {a} ({config.get(a)}) differs from {b} "
-                             f"({config.get(b)}); tfm's encoder and decoder have one size")
+    check_layers(config, marian_dir, "gelu", "every OPUS-MT model")
     return config
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from tokenizers import AddedToken, Tokenizer, models
 
-from tfm.checkpoint import ModelInfo, load_model_dir, save_model_dir
+from tfm.checkpoint import ModelInfo, save_model_dir
 from tfm.data.language_marks import LanguageMarking
 from tfm.data.sentencepiece import vocabulary_decoder
 from tfm.data.tokenizer import (
@@ -47,7 +47,7 @@ from tfm.data.tokenizer import (
     tokenizer_from_json,
 )
 from tfm.errors import DataError, UsageError
-from tfm.interop.common import check_new_output, staged_output
+from tfm.interop.common import load_source, staged_output
 from tfm.model import Transformer
 from tfm.special_tokens import SPECIAL_TOKENS, UNK
 
@@ -59,13 +59,9 @@ def trim(model_dir: Path, output: Path, corpora: Sequence[Path], languages: Sequ
     """Write ``model_dir`` trimmed to ``corpora`` and ``languages`` (codes; with those the
     corpora's file names give) as the model directory ``output``; returns the rows before
     and after."""
-    model_dir, output = Path(model_dir), Path(output)
-    check_new_output(model_dir, output, "the model being trimmed")
-    model, vocabs, info = load_model_dir(model_dir)
-    marking = info.language_marking
-    if marking is None or marking.where != "language_codes":
-        raise UsageError(f"{model_dir}: tfm trim cuts the vocabulary of NLLB-200 and M2M100 "
-                         "models (imported with `tfm import`); this model has no language codes")
+    model, vocabs, info, marking = _coded_model(
+        Path(model_dir), Path(output), "the model being trimmed",
+        "tfm trim cuts the vocabulary of NLLB-200 and M2M100 models")
     chosen = _languages(marking, corpora, languages)
     tok = vocabs.src
     used = {i for ids in encode_batch(tok, list(_texts(tok, corpora))) for i in ids}
@@ -185,13 +181,9 @@ def add_language(model_dir: Path, output: Path, code: str, like: str,
     entry, its embedding (and output row) a copy of the code ``like``'s, as the model
     directory ``output``: fine-tuning on the new language then goes through the usual path
     (tfm prepare, tfm train --init-from). Returns the new code's id."""
-    model_dir, output = Path(model_dir), Path(output)
-    check_new_output(model_dir, output, "the model it adds to")
-    model, vocabs, info = load_model_dir(model_dir)
-    marking = info.language_marking
-    if marking is None or marking.where != "language_codes":
-        raise UsageError(f"{model_dir}: tfm add-language adds a code to an NLLB-200 or M2M100 "
-                         "model (imported with `tfm import`); this model has no language codes")
+    model, vocabs, info, marking = _coded_model(
+        Path(model_dir), Path(output), "the model it adds to",
+        "tfm add-language adds a code to an NLLB-200 or M2M100 model")
     if code in marking.codes:
         raise UsageError(f"{code}: the model has this language code already")
     if not code or not all(c.isalnum() or c == "_" for c in code) or len(code) > 16:
@@ -233,3 +225,15 @@ def _grown_model(model: Transformer, source: int) -> Transformer:
         state[name] = table
     grown.load_state_dict(state, strict=True)
     return grown.eval()
+
+
+def _coded_model(model_dir: Path, output: Path, what: str, purpose: str
+                 ) -> tuple[Transformer, Vocabularies, ModelInfo, LanguageMarking]:
+    """The model of language codes that trim and add-language read, and its marking; refused
+    in one line (saying the command's ``purpose``) for a model without codes."""
+    model, vocabs, info = load_source(model_dir, output, what)
+    marking = info.language_marking
+    if marking is None or marking.where != "language_codes":
+        raise UsageError(f"{model_dir}: {purpose} (imported with `tfm import`); this model has "
+                         "no language codes")
+    return model, vocabs, info, marking
