@@ -272,6 +272,23 @@ def test_a_decoder_side_language_token_is_prepared_trained_and_decoded(
     assert hyps == ours
     refused(tfm("export", str(out), "--to", "marian", "-o", str(tmp_path / "hf")), 2,
             "decoder's first token")
+    # The server: the same request path, the language a field of the request.
+    pytest.importorskip("fastapi")
+    import httpx
+    from test_serve import post, serving
+
+    from tfm.decoding.engines import load_translator
+    from tfm.serve.app import create_app
+    from tfm.serve.config import ServeConfig
+
+    sentences = (toy / "corpus" / "test.aa").read_text().splitlines()
+    with serving(create_app(load_translator(out, "cpu"), ServeConfig(max_wait_ms=0))) as url:
+        assert httpx.get(f"{url}/v1/info").json()["target_languages"] == ["aa", "bb", "cc"]
+        answer = post(url, {"text": sentences, "beam": 2, "target_lang": "cc"}, key=None)
+        assert answer.status_code == 200, answer.text
+        assert [t["text"] for t in answer.json()["translations"]] == ours.splitlines()
+        missing = post(url, {"text": sentences[0]}, key=None)
+        assert missing.status_code == 422 and "target_lang is needed" in missing.text
 
 
 def test_the_levers_refuse_a_bilingual_run_in_one_line(toy: Path, tmp_path: Path) -> None:
