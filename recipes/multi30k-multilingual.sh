@@ -22,7 +22,7 @@
 # the target-language tag is the decoder's forced first token (LANGUAGE_TOKEN=decoder, the
 # default since the levers' sweep; source: the tag before the source, as before), and
 # ONLINE_BT_FROM=STEP adds random online back-translation after that step (0, the default:
-# none; each step of it costs about 3.4 times a plain one on a CPU).
+# none; what each of its steps costs: the same section).
 set -euo pipefail
 data=${1:?usage: multi30k-multilingual.sh DATA_DIR [OUT_DIR] [train options...]}
 out=${2:-runs/multi30k-multilingual}

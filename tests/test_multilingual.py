@@ -53,15 +53,22 @@ def ok(result) -> str:
     return result.stdout
 
 
-@pytest.fixture(scope="module")
-def toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("multilingual")
+def prepared_toy(root: Path) -> Path:
+    """The toy corpus under ``root``, its tokenizer (with the tags) and its prepared data, as
+    a user makes them from the run config; returns the config."""
     write_corpus(root / "corpus", "train", 1500, seed=1)
     write_corpus(root / "corpus", "valid", 40, seed=2)
     write_corpus(root / "corpus", "test", 60, seed=3)
     config = run_config(root)
     ok(tfm("train-tokenizer", "--config", str(config)))
     ok(tfm("prepare", "--config", str(config)))
+    return config
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("multilingual")
+    config = prepared_toy(root)
     result = tfm("train", "--config", str(config))
     ok(result)
     assert "Directions (by temperature 1): aa-bb 25.0% of 1,500 pairs" in result.stderr

@@ -15,8 +15,8 @@ import torch
 from conftest import tfm
 from safetensors.torch import load_file
 from test_bad_inputs import refused
-from test_multilingual import DIRECTIONS, ok, run_config
-from toy_languages import lexicon, write_corpus
+from test_multilingual import DIRECTIONS, ok, prepared_toy, run_config
+from toy_languages import lexicon
 
 from tfm.checkpoint import load_model_dir
 from tfm.config import ModelConfig, TrainConfig
@@ -43,12 +43,7 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The toy corpus, its tokenizer (with >>aa<< >>bb<< >>cc<<) and the data prepared with
     the tag before the source (the default), as tests/test_multilingual.py has them."""
     root = tmp_path_factory.mktemp("levers")
-    write_corpus(root / "corpus", "train", 1500, seed=1)
-    write_corpus(root / "corpus", "valid", 40, seed=2)
-    write_corpus(root / "corpus", "test", 60, seed=3)
-    config = run_config(root)
-    ok(tfm("train-tokenizer", "--config", str(config)))
-    ok(tfm("prepare", "--config", str(config)))
+    prepared_toy(root)
     return root
 
 

@@ -479,10 +479,7 @@ class _Trainer:
         run, config = self.run, self.config
         # bf16 on a CPU pads batches to a few widths: a few compiled kernels (tfm.training.bf16).
         width = BATCH_WIDTH_MULTIPLE if self.bf16 is not None else 1
-        group = [collate(self.train_split, b, width, self.starts).to(self.device)
-                 for b in updates[run.batch_in_epoch]]
-        if self.back_translator is not None and run.step >= config.online_bt_from:
-            group += self._back_translated(updates[run.batch_in_epoch], width)
+        group = self._update_batches(updates[run.batch_in_epoch], width)
         # The schedule's progress through the budget, from the time all processes agreed on.
         progress = budget_progress(config, run.step,
                                    run.epoch + run.batch_in_epoch / len(updates),
@@ -545,13 +542,18 @@ class _Trainer:
             self.save()
         return stopped
 
-    def _back_translated(self, batches: list[np.ndarray], width: int) -> list[Batch]:
-        """The back-translated pairs of an update's batches (--online-bt-from), made
-        by the weights being trained (the fp32 masters, as validation decodes)."""
-        made = [self.back_translator.batch(self.models.master, self.train_split, b,
-                                           self.run.step, self.device, width)
-                for b in batches]  # type: ignore[union-attr]
-        return [b for b in made if b is not None]
+    def _update_batches(self, batches: list[np.ndarray], width: int) -> list[Batch]:
+        """An update's batches on the device; in the phase of --online-bt-from, followed by
+        their back-translated pairs, made by the weights being trained (the fp32 masters, as
+        validation decodes)."""
+        group = [collate(self.train_split, b, width, self.starts).to(self.device)
+                 for b in batches]
+        bt = self.back_translator
+        if bt is None or self.run.step < self.config.online_bt_from:
+            return group
+        made = [bt.batch(self.models.master, self.train_split, b, self.run.step, self.device,
+                         width) for b in batches]
+        return group + [b for b in made if b is not None]
 
     def record(self, metrics: dict[str, Any]) -> None:
         """Append one line to metrics.jsonl (rank 0)."""
@@ -760,15 +762,10 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
     if bf16 is not None:
         bf16.zero_grad()
     total_loss = total_nll = 0.0
-    device = group[0].src.device
     for i, batch in enumerate(group):
         # Accumulate locally; gradients are all-reduced once, in the update's last backward.
         with no_sync() if i < len(group) - 1 else nullcontext():
-            with autocast(device, amp_dtype):
-                logits = model(batch.src, batch.tgt_in, batch.tgt_mask)  # (N, V), real positions
-            loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
-                                            config.label_smoothing)
-            objective = loss if language_loss is None else loss + language_loss(logits, batch)
+            objective, loss, nll = _batch_loss(model, batch, config, amp_dtype, language_loss)
             scaler.scale(objective * dist.world_size / total_tokens).backward()
         total_loss += loss.item()
         total_nll += nll.item()
@@ -790,3 +787,14 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
     return total_loss, total_nll, n_tokens
 
 
+def _batch_loss(model: torch.nn.Module, batch: Batch, config: TrainConfig,
+                amp_dtype: torch.dtype | None, language_loss: LanguageLoss | None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One batch's objective (the translation loss, plus --language-loss's term), its summed
+    label-smoothed loss and its summed NLL."""
+    with autocast(batch.src.device, amp_dtype):
+        logits = model(batch.src, batch.tgt_in, batch.tgt_mask)  # (N, V), real positions
+    loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
+                                    config.label_smoothing)
+    objective = loss if language_loss is None else loss + language_loss(logits, batch)
+    return objective, loss, nll

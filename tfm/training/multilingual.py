@@ -71,10 +71,12 @@ class LanguageLoss:
         language."""
         if batch.directions is None:
             raise ValueError("a batch without its rows' directions")
-        device = logits.device
-        labels = self.label_of.to(device)[batch.directions]  # (B,)
+        if self.tag_ids.device != logits.device:  # moved once, not at every batch
+            self.tag_ids, self.label_of = (t.to(logits.device) for t in (self.tag_ids,
+                                                                         self.label_of))
+        labels = self.label_of[batch.directions]  # (B,)
         labels = labels[:, None].expand_as(batch.tgt_mask)[batch.tgt_mask]  # (N,)
-        tags = logits.index_select(1, self.tag_ids.to(device)).float()  # (N, L)
+        tags = logits.index_select(1, self.tag_ids).float()  # (N, L)
         return self.weight * F.cross_entropy(tags, labels, reduction="sum")
 
 
@@ -141,7 +143,7 @@ class BackTranslator:
                            for k in ks]
                 padded = pad_pairs(sources, [[]] * len(ks)).src.to(device)
                 start = torch.tensor([self._start(via)] * len(ks), device=device)
-                hyps = self._search(model, padded, start)
+                hyps = greedy_search(model, padded, self.GREEDY, start=start)
                 for k, h in zip(ks, hyps):
                     translations[k] = list(h[0].tokens)
         finally:
@@ -170,6 +172,3 @@ class BackTranslator:
         replaced by that language's (a model of source tags), else as stored."""
         source = [int(t) for t in source]
         return [via_tag] + source[1:] if self.in_source else source
-
-    def _search(self, model, src: Tensor, start: Tensor):
-        return greedy_search(model, src, self.GREEDY, start=start)
