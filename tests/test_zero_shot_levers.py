@@ -203,6 +203,29 @@ def test_a_run_resumed_across_the_back_translation_phase_is_bit_exact(
     assert not all(torch.equal(a[k], c[k]) for k in a)  # the phase trained on something
 
 
+def test_a_run_trained_without_the_phase_takes_it_on_resume_as_if_asked_from_the_start(
+        toy: Path, tmp_path: Path) -> None:
+    config = replace(SHORT, online_bt_from=12)
+    straight = train(toy / "data", tmp_path / "straight", TINY, config)
+    train(toy / "data", tmp_path / "added", TINY, replace(SHORT, max_steps=8))  # no phase
+    resume(toy / "data", tmp_path / "added", Overrides.of(config, "max_steps", "online_bt_from"))
+    assert straight.step == 24
+    a = load_file(tmp_path / "straight" / "last.safetensors")
+    b = load_file(tmp_path / "added" / "last.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    saved = json.loads((tmp_path / "added" / "train_config.json").read_text())
+    assert saved["online_bt_from"] == 12  # recorded: a later resume keeps the phase
+    # Once the phase has begun it stays; and it cannot begin in steps already trained.
+    with pytest.raises(UsageError, match="its phase began at step 12"):
+        resume(toy / "data", tmp_path / "added",
+               Overrides.of(replace(config, max_steps=30, online_bt_from=20), "max_steps",
+                            "online_bt_from"))
+    train(toy / "data", tmp_path / "late", TINY, replace(SHORT, max_steps=8))
+    with pytest.raises(UsageError, match="the run being resumed is at step 8"):
+        resume(toy / "data", tmp_path / "late",
+               Overrides.of(replace(config, online_bt_from=4), "max_steps", "online_bt_from"))
+
+
 def test_back_translation_needs_a_third_language_and_tags() -> None:
     ids = {">>aa<<": 5, ">>bb<<": 6, ">>cc<<": 7}.get
     with pytest.raises(UsageError, match="no direction's source language is also translated"):

@@ -266,6 +266,8 @@ class _Trainer:
         self.info = self._describe(prep, init_from)
         if not self.resumed and dist.is_main:
             self._start_files(run_config)
+        elif dist.is_main:
+            self._record_config()
         self._open_books()
 
     def _pick_precision(self) -> _Precision:
@@ -403,6 +405,14 @@ class _Trainer:
         if run_config is not None:
             atomic_write_bytes(self.files.run_config, run_config.encode())
         save_model_dir(self.output, self.models.master, self.vocabs, self.info)
+
+    def _record_config(self) -> None:
+        """A resumed run's settings in train_config.json where the resume changed them (a
+        longer budget, a back-translation phase added): the next resume starts from them."""
+        text = json.dumps(asdict(self.config), indent=2) + "\n"
+        path = self.files.train_config
+        if not path.exists() or path.read_text() != text:
+            atomic_write_bytes(path, text.encode())
 
     def _open_books(self) -> None:
         """The parameter count, metrics.jsonl (rank 0) and the clocks."""
@@ -544,14 +554,15 @@ class _Trainer:
 
     def _update_batches(self, batches: list[np.ndarray], width: int) -> list[Batch]:
         """An update's batches on the device; in the phase of --online-bt-from, followed by
-        their back-translated pairs, made by the weights being trained (the fp32 masters, as
-        validation decodes)."""
+        their back-translated pairs, made by the weights being trained as the steps compute
+        with them: the bf16 copy in a bf16 run on a CPU (rounded from the masters after every
+        update), else the fp32 masters."""
         group = [collate(self.train_split, b, width, self.starts).to(self.device)
                  for b in batches]
         bt = self.back_translator
         if bt is None or self.run.step < self.config.online_bt_from:
             return group
-        made = [bt.batch(self.models.master, self.train_split, b, self.run.step, self.device,
+        made = [bt.batch(self.models.compute, self.train_split, b, self.run.step, self.device,
                          width) for b in batches]
         return group + [b for b in made if b is not None]
 

@@ -137,7 +137,7 @@ def start_resumed(output: Path, model_config: ModelConfig | None, overrides: Ove
     if saved is None:
         config, restarted_model = _restart(output, model_config, overrides, say)
         return _startable(output, RunStart(config, _required(restarted_model)))
-    config = _resumed_config(output, overrides.train)
+    config = _resumed_config(output, overrides.train, saved["run"]["step"])
     model_config = ModelConfig(**saved["model_config"])
     _check_resumed_model(output, model_config, overrides.preset, dict(overrides.model))
     return _startable(output, RunStart(config, model_config, RunState(**saved["run"]), saved))
@@ -230,7 +230,7 @@ def _restart(output: Path, model_config: ModelConfig | None, given: Overrides,
     files = ModelDir(output)
     config = TrainConfig(**given.train)
     if files.train_config.exists():
-        config = _resumed_config(output, given.train)
+        config = _resumed_config(output, given.train, 0)
         if files.config.exists():
             model_config = read_model_info(output).model
             _check_resumed_model(output, model_config, given.preset, dict(given.model))
@@ -318,9 +318,10 @@ def _asked_otherwise(model: ModelConfig, preset: str | None, given: dict[str, An
     return None
 
 
-def _resumed_config(output: Path, given: Mapping[str, Any]) -> TrainConfig:
-    """The saved run's TrainConfig with the fields given now; refuses changes other than how
-    long the run goes on, and where and how it computes."""
+def _resumed_config(output: Path, given: Mapping[str, Any], step: int) -> TrainConfig:
+    """The saved run's TrainConfig, at optimizer step ``step``, with the fields given now;
+    refuses changes other than how long the run goes on, where and how it computes, and an
+    online back-translation phase that has not begun (_check_phase_change)."""
     path = ModelDir(output).train_config
     try:
         saved = train_config_from_dict(json.loads(path.read_text()))
@@ -329,13 +330,30 @@ def _resumed_config(output: Path, given: Mapping[str, Any]) -> TrainConfig:
     values = asdict(saved)
     for name in sorted(given):
         new = given[name]
-        if name not in RESUMABLE_CHANGES and new != values[name]:
+        if name == "online_bt_from" and new != values[name]:
+            _check_phase_change(values[name], new, step)
+        elif name not in RESUMABLE_CHANGES and new != values[name]:
             option = option_name(name) or f"TrainConfig.{name}"  # as the user spelled it
             raise UsageError(
                 f"{option} {new} contradicts the run being resumed ({values[name]}); resume "
                 "with the same options or start a new --output")
         values[name] = new
     return TrainConfig(**values)
+
+
+def _check_phase_change(saved: int, new: int, step: int) -> None:
+    """A resumed run may add, move or drop its --online-bt-from phase (0: none) while the
+    phase has not begun: its steps before it are those of a run without it, since the
+    phase draws nothing from the run's random state. Refused once it has begun, or to begin
+    at a step already trained."""
+    if saved and saved <= step:
+        raise UsageError(f"--online-bt-from {new} contradicts the run being resumed: its phase "
+                         f"began at step {saved} and the run is at step {step}; resume with "
+                         f"--online-bt-from {saved}")
+    if new and new < step:
+        raise UsageError(f"--online-bt-from {new}: the run being resumed is at step {step}; "
+                         f"the phase can begin at step {step} or later, not in the steps "
+                         "already trained")
 
 
 def remove_run(output: Path) -> None:
