@@ -40,6 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tfm.checkpoint import ModelInfo, save_model_dir
 from tfm.config import GenerationDefaults, ModelConfig, SearchOptions
+from tfm.data.language_marks import LanguageMarking
 from tfm.data.tokenizer import train_tokenizer
 from tfm.decoding.search import Hypothesis
 from tfm.decoding.translator import Source, Translation, Translator
@@ -57,10 +58,12 @@ LONG = " ".join(["the dog runs through the snow"] * 20)  # over the model's 64 p
 
 # --- the model and the servers --------------------------------------------------------------
 
-def write_tiny_model(directory: Path, tags: tuple[str, ...] = ()) -> Path:
+def write_tiny_model(directory: Path, tags: tuple[str, ...] = (),
+                     marking: str | None = None) -> Path:
     """A model directory with fixed random weights (d_model 32, one layer each side, at most
     64 positions), a BPE trained on the test pairs, beam 4 by default and short outputs;
-    ``tags``: target-language tags (``>>fr<<``) of a multilingual model."""
+    ``tags``: target-language tags (``>>fr<<``) of a multilingual model, placed as
+    ``marking`` says (tfm.data.language_marks.WHERE; None: before the source, inferred)."""
     tokenizer = train_tokenizer((t for pair in PAIRS for t in pair), vocab_size=300, tags=tags)
     vocab = tokenizer.get_vocab_size()
     torch.manual_seed(0)
@@ -68,7 +71,8 @@ def write_tiny_model(directory: Path, tags: tuple[str, ...] = ()) -> Path:
                          encoder_layers=1, decoder_layers=1, d_ff=64, max_positions=64,
                          dropout=0.0)
     info = ModelInfo(config, "en", "de", GenerationDefaults(beam=4, max_len_a=1.0, max_len_b=5),
-                     provenance={"note": "random weights for tests"})
+                     provenance={"note": "random weights for tests"},
+                     language_marking=None if marking is None else LanguageMarking(marking))
     save_model_dir(directory, Transformer(config).eval(), tokenizer, info)
     return directory
 

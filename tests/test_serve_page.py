@@ -35,12 +35,14 @@ def translator(tmp_path_factory: pytest.TempPathFactory) -> Translator:
     return load_translator(write_tiny_model(tmp_path_factory.mktemp("page") / "model"), "cpu")
 
 
-@pytest.fixture(scope="module")
-def multilingual(tmp_path_factory: pytest.TempPathFactory) -> Translator:
+@pytest.fixture(scope="module", params=[None, "decoder_token"])
+def multilingual(request, tmp_path_factory: pytest.TempPathFactory) -> Translator:
+    """A multilingual model of the tags before the source, or as the decoder's first token
+    (`tfm prepare --language-token decoder`): the page is the same for both."""
     from tfm.decoding.engines import load_translator
 
-    return load_translator(write_tiny_model(tmp_path_factory.mktemp("page") / "model", TAGS),
-                           "cpu")
+    return load_translator(write_tiny_model(tmp_path_factory.mktemp("page") / "model", TAGS,
+                                            request.param), "cpu")
 
 
 @pytest.fixture(scope="module")
