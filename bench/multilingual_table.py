@@ -4,6 +4,7 @@ multilingual run (`recipes/multi30k-multilingual.sh ... > multi.log`).
 
     python bench/multilingual_table.py --bilingual runs/ml/bi-{en-de,de-en,en-fr,fr-en}.log \
         --multilingual runs/ml/multi.log
+    python bench/multilingual_table.py --runs runs/ml/dec8k.log runs/ml/decbt.log
 
 Reads the scores `tfm eval` printed after each `== NAME` line of a recipe: cased BLEU, then
 lc-tok BLEU (where the recipe had sacremoses), chrF and the off-target rate (where it had
@@ -16,6 +17,7 @@ import argparse
 import re
 from pathlib import Path
 
+SUPERVISED = ("en-de", "de-en", "en-fr", "fr-en")
 _SCORE = re.compile(r"^(BLEU-lc-tok|BLEU|chrF2\+*|off-target) =? ?([0-9.]+)")
 
 
@@ -56,11 +58,49 @@ def cell(scores: dict[str, float] | None) -> str:
     return text
 
 
+def runs_table(logs: list[Path]) -> None:
+    """Several multilingual runs side by side (``--runs``): each direction and split, then
+    the zero-shot rows, one column per log; each run's mean BLEU over the trained
+    directions per split."""
+    scores = [read_scores(log) for log in logs]
+    names = [log.stem for log in logs]
+    print("| direction | split | " + " | ".join(f"{n}: BLEU / lc-tok (chrF)" for n in names)
+          + " |")
+    print("|---|---|" + "---|" * len(names))
+    means: dict[str, list[list[float]]] = {}
+    for split in ("val", "test_2016_flickr"):
+        for direction in SUPERVISED:
+            row = [s.get(f"{split} {direction}") for s in scores]
+            print(f"| {direction} | {split} | " + " | ".join(cell(r) for r in row) + " |")
+            means.setdefault(split, []).append([r["bleu"] if r else float("nan") for r in row])
+    for split, rows in means.items():
+        print(f"| mean | {split} | " + " | ".join(
+            f"{sum(col) / len(col):.2f}" for col in zip(*rows)) + " |")
+    zero = [name for name in scores[0] if "zero-shot" in name]
+    print("\n| zero-shot | " + " | ".join(f"{n}: BLEU / lc-tok (chrF), off-target"
+                                         for n in names) + " |")
+    print("|---|" + "---|" * len(names))
+    for name in zero:
+        cells = []
+        for s in scores:
+            r = s.get(name)
+            off = f", {r['off_target']:.1f}%" if r and "off_target" in r else ""
+            cells.append(cell(r) + off)
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bilingual", type=Path, nargs="+", required=True)
-    parser.add_argument("--multilingual", type=Path, required=True)
+    parser.add_argument("--bilingual", type=Path, nargs="+")
+    parser.add_argument("--multilingual", type=Path)
+    parser.add_argument("--runs", type=Path, nargs="+",
+                        help="multilingual runs' logs to print side by side instead")
     args = parser.parse_args()
+    if args.runs:
+        runs_table(args.runs)
+        return
+    if not (args.bilingual and args.multilingual):
+        parser.error("give --bilingual and --multilingual, or --runs")
     multi = read_scores(args.multilingual)
     print("| direction | split | bilingual: BLEU / lc-tok (chrF) | multilingual: BLEU / lc-tok "
           "(chrF) | off-target | difference (BLEU) |")

@@ -226,6 +226,21 @@ def test_a_run_trained_without_the_phase_takes_it_on_resume_as_if_asked_from_the
                Overrides.of(replace(config, online_bt_from=4), "max_steps", "online_bt_from"))
 
 
+def test_a_share_of_the_budget_places_the_phase_as_its_step_would(
+        toy: Path, tmp_path: Path) -> None:
+    by_step = train(toy / "data", tmp_path / "step", TINY, replace(SHORT, online_bt_from=12))
+    by_share = train(toy / "data", tmp_path / "share", TINY, replace(SHORT, online_bt_share=0.5))
+    assert by_step.step == by_share.step == 24
+    a = load_file(tmp_path / "step" / "last.safetensors")
+    b = load_file(tmp_path / "share" / "last.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)  # the last half of 24 steps: from 12
+    for wrong, why in ((dict(online_bt_from=12, online_bt_share=0.5), "give one"),
+                       (dict(online_bt_share=1.5), "from 0 to 1"),
+                       (dict(online_bt_share=0.5, max_steps=0, patience=3), "give --max-steps")):
+        with pytest.raises(UsageError, match=why):
+            train(toy / "data", tmp_path / "wrong", TINY, replace(SHORT, **wrong))
+
+
 def test_back_translation_needs_a_third_language_and_tags() -> None:
     ids = {">>aa<<": 5, ">>bb<<": 6, ">>cc<<": 7}.get
     with pytest.raises(UsageError, match="no direction's source language is also translated"):
@@ -320,7 +335,7 @@ def test_the_levers_refuse_a_bilingual_run_in_one_line(toy: Path, tmp_path: Path
     ok(tfm("prepare", "--train", str(corpus), "--src-lang", "aa", "--tgt-lang", "bb",
            "--tokenizer", str(tokenizer), "-o", str(data)))
     for option in (["--language-loss", "0.3"], ["--online-bt-from", "10"],
-                   ["--drop-residual-layer", "1"]):
+                   ["--online-bt-share", "0.5"], ["--drop-residual-layer", "1"]):
         refused(tfm("train", "--data", str(data), "-o", str(tmp_path / "m"), "--max-steps", "2",
                     "--d-model", "32", "--n-heads", "2", *option), 2, option[0],
                 "several target languages")

@@ -213,6 +213,9 @@ class TrainConfig:
     online_bt_from: int = option(
         0, "After step k, also train on sources the model translates on the fly into a "
         "third language (0: never).", min=0, panel="Multilingual")
+    online_bt_share: float = option(
+        0.0, "Make the last F of the budget (steps, epochs or minutes) that phase instead "
+        "(0: none).", min=0, panel="Multilingual")
     valid_every: int = option(1000, "Validate every N steps, and once more at the end.", min=1,
                               panel="Checkpoints and logs")
     valid_bleu: bool = _cli(True, None)  # greedy BLEU on the validation set at each validation

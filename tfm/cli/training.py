@@ -22,7 +22,8 @@ RUN = "Data and output"  # --help's panel of the run's own options (the others: 
             **dict.fromkeys(("dropout", "attention_dropout", "activation_dropout"), "<p>"),
             "drop_residual_layer": "<n>"}),
         options=Fields(TrainConfig, given_only=True, metavars={
-            "sampling_temperature": "<T>", "language_loss": "<w>", "online_bt_from": "<k>"}))
+            "sampling_temperature": "<T>", "language_loss": "<w>", "online_bt_from": "<k>",
+            "online_bt_share": "<F>"}))
 def train(
     data: Annotated[Path, typer.Option(
         "--data", "-d", help="Prepared dataset directory from `tfm prepare`.",

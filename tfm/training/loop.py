@@ -315,9 +315,11 @@ class _Trainer:
         c, token_id = self.config, self.vocabs.tgt.token_to_id
         self.language_loss = LanguageLoss(c.language_loss, self.directions, token_id) \
             if c.language_loss else None
-        self.back_translator = BackTranslator(self.directions, token_id, self.marking,
-                                              self.starts, c.seed) \
-            if c.online_bt_from else None
+        self.back_translator = BackTranslator(
+            self.directions, token_id, self.marking, self.starts, c.seed,
+            "--online-bt-from" if c.online_bt_from else "--online-bt-share") \
+            if _back_translation_asked(c) else None
+        self.back_translating = False  # in the phase of online back-translation
         if self.model_config.drop_residual_layer and len(
                 {d.split("-")[-1] for d in self.directions}) < 2:
             raise UsageError("--drop-residual-layer needs several target languages (a "
@@ -489,11 +491,11 @@ class _Trainer:
         run, config = self.run, self.config
         # bf16 on a CPU pads batches to a few widths: a few compiled kernels (tfm.training.bf16).
         width = BATCH_WIDTH_MULTIPLE if self.bf16 is not None else 1
-        group = self._update_batches(updates[run.batch_in_epoch], width)
         # The schedule's progress through the budget, from the time all processes agreed on.
         progress = budget_progress(config, run.step,
                                    run.epoch + run.batch_in_epoch / len(updates),
                                    self.agreed_seconds)
+        group = self._update_batches(updates[run.batch_in_epoch], width, progress)
         try:
             loss, nll, n_tokens = _update(
                 self.models.step, self.optimizer, group, config, self.precision.amp_dtype,
@@ -552,19 +554,34 @@ class _Trainer:
             self.save()
         return stopped
 
-    def _update_batches(self, batches: list[np.ndarray], width: int) -> list[Batch]:
-        """An update's batches on the device; in the phase of --online-bt-from, followed by
-        their back-translated pairs, made by the weights being trained as the steps compute
-        with them: the bf16 copy in a bf16 run on a CPU (rounded from the masters after every
-        update), else the fp32 masters."""
+    def _update_batches(self, batches: list[np.ndarray], width: int,
+                        progress: float) -> list[Batch]:
+        """An update's batches on the device; in the phase of online back-translation
+        (_in_phase), followed by their back-translated pairs, made by the weights being
+        trained as the steps compute with them: the bf16 copy in a bf16 run on a CPU (rounded
+        from the masters after every update), else the fp32 masters."""
         group = [collate(self.train_split, b, width, self.starts).to(self.device)
                  for b in batches]
         bt = self.back_translator
-        if bt is None or self.run.step < self.config.online_bt_from:
+        if bt is None or not self._in_phase(progress):
             return group
         made = [bt.batch(self.models.compute, self.train_split, b, self.run.step, self.device,
                          width) for b in batches]
         return group + [b for b in made if b is not None]
+
+    def _in_phase(self, progress: float) -> bool:
+        """Whether the next update is in the phase of online back-translation: from step
+        --online-bt-from, or once ``progress`` through the budget leaves --online-bt-share of
+        it; said once, when it begins (or resumes within it)."""
+        c = self.config
+        inside = self.run.step >= c.online_bt_from if c.online_bt_from else \
+            progress >= 1.0 - c.online_bt_share
+        if inside and not self.back_translating:
+            self.back_translating = True
+            self.reporter.message(f"step {self.run.step + 1}: online back-translation "
+                                  "(each batch's pairs also back-translated into a third "
+                                  "language)")
+        return inside
 
     def record(self, metrics: dict[str, Any]) -> None:
         """Append one line to metrics.jsonl (rank 0)."""
@@ -713,6 +730,22 @@ def _sampling(prep: dict[str, Any], directions: list[str], split: TokenizedSplit
                "probabilities": [round(float(x), 6) for x in p],
                "by": "weights" if weights is not None else
                f"temperature {config.sampling_temperature:g}"}
+
+
+def _back_translation_asked(config: TrainConfig) -> bool:
+    """Whether the run has a phase of online back-translation; refuses both spellings of it
+    at once, and a share of a budget it does not have."""
+    if config.online_bt_from and config.online_bt_share:
+        raise UsageError("--online-bt-from and --online-bt-share both say where the phase "
+                         "begins; give one")
+    if config.online_bt_share > 1:
+        raise UsageError(f"--online-bt-share {config.online_bt_share:g}: a share of the "
+                         "budget, from 0 to 1")
+    if config.online_bt_share and not (config.max_steps or config.max_epochs
+                                       or config.max_time):
+        raise UsageError("--online-bt-share is a share of the budget: give --max-steps, "
+                         "--max-epochs or --max-time")
+    return bool(config.online_bt_from or config.online_bt_share)
 
 
 def _draw_learning_curve(files: ModelDir, reporter: TrainReporter) -> None:

@@ -5,8 +5,9 @@
   2021) with no parameter of its own: at every target position the decoder's output is scored
   against the rows of the output layer that belong to the ``>>xx<<`` tags, and the target's
   tag is the label; W times that cross-entropy is added to the loss.
-- ``BackTranslator`` (``--online-bt-from STEP``): random online back-translation
-  (Zhang et al., ACL 2020). From STEP on, each batch's pairs whose source language the model
+- ``BackTranslator`` (``--online-bt-from STEP``, or ``--online-bt-share F``: the last F of
+  the budget): random online back-translation (Zhang et al., ACL 2020). From STEP on, each
+  batch's pairs whose source language the model
   also translates into a third language (en->de, where en->fr is trained too) have their
   source translated on the fly by the model (greedy) into such a language, chosen at random,
   and the pair made of that translation and the original target (fr->de) is trained on too:
@@ -90,13 +91,14 @@ class _Route:
 
 
 class BackTranslator:
-    """Random online back-translation, for ``--online-bt-from``."""
+    """Random online back-translation, for ``--online-bt-from`` and ``--online-bt-share``
+    (``option``, the one a refusal names)."""
 
     GREEDY = SearchOptions(beam=1)
 
     def __init__(self, directions: Sequence[str], token_id, marking: LanguageMarking | None,
-                 starts: Sequence[Sequence[int]] | None, seed: int) -> None:
-        option = "--online-bt-from"
+                 starts: Sequence[Sequence[int]] | None, seed: int,
+                 option: str = "--online-bt-from") -> None:
         targets = _targets(directions, option)
         if marking is not None and marking.where == "language_codes":
             raise UsageError(f"{option}: for models of >>xx<< tags; an NLLB-200 or M2M100 "
