@@ -20,9 +20,11 @@
 #
 # Against zero-shot output in the wrong language (docs/multi30k.md#zero-shot-the-levers):
 # the target-language tag is the decoder's forced first token (LANGUAGE_TOKEN=decoder, the
-# default since the levers' sweep; source: the tag before the source, as before), and
-# ONLINE_BT_FROM=STEP adds random online back-translation after that step (0, the default:
-# none; what each of its steps costs: the same section).
+# default since the levers' sweep; source: the tag before the source, as before), and the
+# last quarter of the budget is a phase of random online back-translation
+# (ONLINE_BT_SHARE=0.25, the default since the full-budget runs; 0: none, the best trained
+# directions; ONLINE_BT_FROM=STEP starts it at a step instead; what it costs: the same
+# section).
 set -euo pipefail
 data=${1:?usage: multi30k-multilingual.sh DATA_DIR [OUT_DIR] [train options...]}
 out=${2:-runs/multi30k-multilingual}
@@ -31,6 +33,8 @@ shift $(( $# < 2 ? $# : 2 ))
 source "$(dirname "$0")/lib.sh"
 language_token=${LANGUAGE_TOKEN:-decoder}
 online_bt_from=${ONLINE_BT_FROM:-0}
+online_bt_share=${ONLINE_BT_SHARE:-0.25}
+if [ "$online_bt_from" != 0 ]; then online_bt_share=0; fi
 
 lock_out "$out"
 data=$(cd "$data" && pwd)
@@ -60,6 +64,7 @@ train:
   save_every: 500
   keep_last: 40
   online_bt_from: $online_bt_from
+  online_bt_share: $online_bt_share
 YAML
 if [ -e "$out/tokenizer.json" ]; then
     echo "tokenizer: $out/tokenizer.json (written before)"
