@@ -7,11 +7,10 @@
   tag is the label; W times that cross-entropy is added to the loss.
 - ``BackTranslator`` (``--online-bt-from STEP``, or ``--online-bt-share F``: the last F of
   the budget): random online back-translation (Zhang et al., ACL 2020). From STEP on, each
-  batch's pairs whose source language the model
-  also translates into a third language (en->de, where en->fr is trained too) have their
-  source translated on the fly by the model (greedy) into such a language, chosen at random,
-  and the pair made of that translation and the original target (fr->de) is trained on too:
-  pairs of the directions the data lacks.
+  batch's pairs whose source language the model also translates into a third language
+  (en->de, where en->fr is trained too) have their source translated on the fly by the model
+  (greedy) into such a language, chosen at random, and the pair made of that translation and
+  the original target (fr->de) is trained on too: pairs of the directions the data lacks.
 
 (``--drop-residual-layer``, the third lever, is part of the model: tfm.config.ModelConfig.)
 """
