@@ -24,6 +24,7 @@ SOCK_SEQPACKET); elsewhere ``popen`` and ``run`` start ``python -m tfm`` as usua
 from __future__ import annotations
 
 import functools
+import io
 import json
 import os
 import select
@@ -42,7 +43,8 @@ import threading
 # dependency: preloaded where it is installed), which compiles its patterns.
 PRELOAD = ("torch", "numpy", "datasets", "tokenizers", "safetensors.torch", "sacrebleu", "typer",
            "rich", "tfm.cli", "tfm.data.prepare", "tfm.training.loop", "tfm.decoding.torch_engine",
-           "torch._dynamo", "matplotlib.figure", "matplotlib.backends.backend_agg")
+           "tfm.decoding.engines", "typer.rich_utils", "torch._dynamo", "matplotlib.figure",
+           "matplotlib.backends.backend_agg")
 OPTIONAL_PRELOAD = ("sacremoses",)
 # The environment variable that tells tests/bin/tfm where the preloader listens.
 ADDRESS = "TFM_TEST_PRELOADER"
@@ -226,6 +228,7 @@ def _serve(fd: int, owner: int) -> None:
             __import__(name)
         except ImportError:
             pass
+    _warm_commands()
     # SIGCHLD wakes the loop to reap a child and pass its status on.
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_read, False)
@@ -265,6 +268,28 @@ def _serve(fd: int, owner: int) -> None:
                 os.close(stream)
             statuses[pid] = fds[3]
             client.send(str(pid).encode())
+
+
+def _warm_commands() -> None:
+    """Make what every command would make again before running: the click command of tfm's
+    app (tfm.cli.help_layout.App.click_command) and each option's converter, which typer builds
+    from the option's type with pydantic on first use (about a tenth of a second a command)."""
+    from tfm.cli.app import app
+
+    def warm(command) -> None:
+        for param in command.params:
+            if hasattr(param, "get_runtime_param"):  # typer's own options and arguments
+                param.get_runtime_param()
+        for sub in getattr(command, "commands", {}).values():
+            warm(sub)
+
+    warm(app.click_command)
+    # The first picture a process draws loads its fonts: `tfm train` draws its learning curve.
+    from tfm.plotting import learning_curve_figure
+
+    records = [{"kind": "train", "step": 1, "loss": 2.0}, {"kind": "valid", "step": 1,
+                                                            "loss": 2.0, "bleu": 1.0}]
+    learning_curve_figure(records, "warm").savefig(io.BytesIO(), format="png")
 
 
 def _die_with(pid: int) -> None:

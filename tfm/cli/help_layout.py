@@ -14,6 +14,7 @@ changed: the options parse as declared.
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import re
 from typing import Any
@@ -47,10 +48,21 @@ class HelpCommand(TyperCommand):
 
 
 class App(typer.Typer):
-    """A Typer app whose commands are HelpCommands unless they say otherwise."""
+    """A Typer app whose commands are HelpCommands unless they say otherwise, run from the click
+    command it builds once."""
 
     def command(self, *args: Any, cls: type | None = None, **kwargs: Any) -> Any:
         return super().command(*args, cls=cls or HelpCommand, **kwargs)
+
+    @functools.cached_property
+    def click_command(self) -> Any:
+        """The click command typer makes of this app (every command and option; the options'
+        converters are made on first use). Typer makes it anew at each call; a process that
+        runs several commands (the tests' preloader, tests/forked.py) makes it once."""
+        return typer.main.get_command(self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.click_command(*args, **kwargs)
 
 
 def shown(param: Any, ctx: Any, rest: str | None = None) -> Any:
