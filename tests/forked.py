@@ -48,6 +48,9 @@ PRELOAD = ("torch", "numpy", "datasets", "tokenizers", "safetensors.torch", "sac
 OPTIONAL_PRELOAD = ("sacremoses",)
 # The environment variable that tells tests/bin/tfm where the preloader listens.
 ADDRESS = "TFM_TEST_PRELOADER"
+# An environment variable of a command: Python code its child runs before the command (a test
+# that stops a run at a given step patches tfm's training loop with it: tests/test_faults.py).
+PRELUDE = "TFM_TEST_PRELUDE"
 BIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin")
 PRELOADING = sys.platform.startswith("linux")
 
@@ -326,6 +329,9 @@ def _child(command: dict, fds: list[int]) -> None:
         os.environ.update(command["env"])
         sys.argv = list(command["argv"])
         atexit._clear()  # the preloader's exit handlers are not this program's
+        prelude = command["env"].get(PRELUDE)
+        if prelude:  # a test's patch of tfm, made in this process before the command runs
+            exec(prelude, {"__name__": "tfm_test_prelude"})
         try:
             runpy.run_module("tfm", run_name="__main__", alter_sys=True)
             code = 0

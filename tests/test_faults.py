@@ -16,11 +16,11 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import forked
 import pytest
 import torch
 from conftest import tfm as run_tfm
@@ -67,11 +67,12 @@ def train_command(dataset: Path, output: Path, *options: str) -> list[str]:
             "--threads", "1", *options]
 
 
-# `python -c HOOK ARGS...` runs `tfm ARGS...` in a process that stops itself at a given step
-# of training: TFM_TEST_KILL_AT=N: SIGKILL right after step N (and its save, if it had one);
-# TFM_TEST_PAUSE_AT=N: after step N, create $TFM_TEST_FLAG.paused and wait for $TFM_TEST_FLAG.go.
+# HOOK, run in a `tfm` command's process before the command (forked.PRELUDE), makes it stop
+# itself at a given step of training: TFM_TEST_KILL_AT=N: SIGKILL right after step N (and its
+# save, if it had one); TFM_TEST_PAUSE_AT=N: after step N, create $TFM_TEST_FLAG.paused and wait
+# for $TFM_TEST_FLAG.go.
 HOOK = """
-import os, signal, sys, time
+import os, signal, time
 from pathlib import Path
 from tfm.training import loop
 
@@ -92,21 +93,23 @@ def stopping_step(self, *args):
     return stopped
 
 loop._Trainer.step = stopping_step
-from tfm.cli import run
-sys.argv = ["tfm", *sys.argv[1:]]
-run()
 """
 
 
 @pytest.fixture
 def processes() -> Iterator[Callable[..., subprocess.Popen]]:
-    """Start processes, each in a process group of its own, all killed when the test ends."""
+    """Start processes, each in a process group of its own, all killed when the test ends: a
+    command line, or ``hooked(tfm ARGS)``."""
     started: list[subprocess.Popen] = []
 
-    def start(args: list[str], **env: str) -> subprocess.Popen:
-        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, start_new_session=True,
-                                   env={**os.environ, **env})
+    def start(args: list[str] | Hooked, **env: str) -> subprocess.Popen:
+        options = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       env={**os.environ, **env})
+        if isinstance(args, Hooked):
+            options["env"][forked.PRELUDE] = HOOK
+            process = forked.popen(list(args), **options)
+        else:
+            process = subprocess.Popen(args, start_new_session=True, **options)
         started.append(process)
         return process
 
@@ -121,8 +124,12 @@ def tfm(*args: str, timeout: float = HANG, **env: str) -> subprocess.CompletedPr
     return run_tfm(*args, timeout=timeout, env=env)
 
 
-def hooked(*args: str) -> list[str]:
-    return [sys.executable, "-c", HOOK, *args]
+class Hooked(tuple):
+    """The arguments of a `tfm` command to run with HOOK."""
+
+
+def hooked(*args: str) -> Hooked:
+    return Hooked(args)
 
 
 def wait_for(path: Path, process: subprocess.Popen) -> None:
