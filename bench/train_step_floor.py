@@ -65,13 +65,13 @@ def main() -> None:
     parser.add_argument("--onednn", action="store_true")
     args = parser.parse_args()
 
+    from machine import cpu_name  # bench/machine.py
+
     from tfm.allocator import keep_freed_memory
     from tfm.checkpoint import load_model_dir
     from tfm.data.batching import collate, make_batches
     from tfm.data.dataset import load_split, read_prepare_info
     from tfm.training.objective import label_smoothed_loss
-
-    from machine import cpu_name  # bench/machine.py
 
     keep_freed_memory()
     torch.set_num_threads(args.threads)
