@@ -376,3 +376,12 @@ def test_translate_and_eval_decode_in_int8_on_a_cpu(demo_model: Path, tmp_path: 
     assert scored.returncode == 0, scored.stderr
     assert "BLEU" in scored.stdout + scored.stderr
     assert (tmp_path / "hyp").read_text(encoding="utf-8").splitlines() == [t.text for t in int8]
+
+
+def test_version_is_printed_without_a_command() -> None:
+    from tfm import __version__
+
+    for args in (["--version"], ["--debug", "--version"]):
+        result = tfm(*args)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"tfm {__version__}\n"

@@ -46,18 +46,23 @@ def log_width() -> int | None:
     return None if sys.stderr.isatty() or "COLUMNS" in os.environ else 160
 
 
+def _print_version(asked: bool) -> None:
+    """--version: handled as soon as it is read (eager), so that it needs no command."""
+    if asked:
+        out.print(f"tfm {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
     debug: Annotated[bool, typer.Option(
         "--debug", help="Show full tracebacks on errors.")] = False,
     version: Annotated[bool, typer.Option(
-        "--version", help="Print the version and exit.")] = False,
+        "--version", help="Print the version and exit.", callback=_print_version,
+        is_eager=True)] = False,
 ) -> None:
     """Train and use Transformer translation models."""
-    if version:
-        out.print(f"tfm {__version__}")
-        raise typer.Exit()
     ctx.obj = {"debug": debug}
 
 
