@@ -55,33 +55,18 @@ def _onednn_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return nn.functional.linear(x, self.weight, self.bias)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--data", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--onednn", action="store_true")
-    args = parser.parse_args()
-
-    from machine import cpu_name  # bench/machine.py
-
-    from tfm.allocator import keep_freed_memory
+def training_step(model_dir: Path, data: Path, max_tokens: int):
+    """tfm's fp32 training step on the model and dataset given, and the dataset's batches:
+    ``step(indices)`` makes one update and returns its non-padding source + target tokens."""
     from tfm.checkpoint import load_model_dir
     from tfm.data.batching import collate, make_batches
     from tfm.data.dataset import load_split, read_prepare_info
     from tfm.training.objective import label_smoothed_loss
 
-    keep_freed_memory()
-    torch.set_num_threads(args.threads)
-    if args.onednn:
-        nn.Linear.forward = _onednn_forward
-    model = load_model_dir(args.model)[0].train()
-    split = load_split(args.data, "train")
-    starts = read_prepare_info(args.data).get("decoder_starts")
+    model = load_model_dir(model_dir)[0].train()
+    split = load_split(data, "train")
+    starts = read_prepare_info(data).get("decoder_starts")
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-5)
-    batches = make_batches(split.src_lengths, split.tgt_lengths, args.max_tokens, 1, 0)
 
     def step(indices) -> int:
         b = collate(split, indices, starts=starts)
@@ -93,25 +78,47 @@ def main() -> None:
         optimizer.step()
         return int(b.n_src_tokens + b.n_tgt_tokens)
 
-    for indices in batches[:3]:  # warm-up
-        step(indices)
-    timed = batches[3:3 + args.steps]
+    return step, make_batches(split.src_lengths, split.tgt_lengths, max_tokens, 1, 0)
+
+
+def run_steps(step, batches) -> tuple[int, float]:
+    """The tokens and seconds of one step on each of ``batches``."""
     start = time.perf_counter()
-    tokens = sum(step(indices) for indices in timed)
-    seconds = time.perf_counter() - start
-    print(f"{cpu_name()}, {args.threads} threads, torch {torch.__version__}, "
-          f"{'oneDNN' if args.onednn else 'torch'} linear products")
-    print(f"timed: {args.steps} steps, {tokens:,} tokens in {seconds:.2f} s: "
-          f"{tokens / seconds:,.0f} tokens/s")
-    profiled = batches[3 + args.steps:3 + 2 * args.steps]
+    tokens = sum(step(indices) for indices in batches)
+    return tokens, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--onednn", action="store_true")
+    args = parser.parse_args()
+
+    from machine import cpu_name  # bench/machine.py
     from torch.profiler import ProfilerActivity, profile
 
+    from tfm.allocator import keep_freed_memory
+
+    keep_freed_memory()
+    torch.set_num_threads(args.threads)
+    if args.onednn:
+        nn.Linear.forward = _onednn_forward
+    step, batches = training_step(args.model, args.data, args.max_tokens)
+    run_steps(step, batches[:3])  # warm-up
+    n = args.steps
+    print(f"{cpu_name()}, {args.threads} threads, torch {torch.__version__}, "
+          f"{'oneDNN' if args.onednn else 'torch'} linear products")
+    tokens, seconds = run_steps(step, batches[3:3 + n])
+    print(f"timed: {n} steps, {tokens:,} tokens in {seconds:.2f} s: "
+          f"{tokens / seconds:,.0f} tokens/s")
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        start = time.perf_counter()
-        tokens = sum(step(indices) for indices in profiled)
-        seconds = time.perf_counter() - start
+        tokens, seconds = run_steps(step, batches[3 + n:3 + 2 * n])
     products = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in PRODUCTS) / 1e6
-    print(f"profiled: {args.steps} steps, {tokens:,} tokens in {seconds:.2f} s "
+    print(f"profiled: {n} steps, {tokens:,} tokens in {seconds:.2f} s "
           f"({tokens / seconds:,.0f} tokens/s); matrix products {products:.2f} s "
           f"({products / seconds:.0%}); with nothing else: {tokens / products:,.0f} tokens/s")
 

@@ -276,7 +276,7 @@ def _serve(fd: int, owner: int) -> None:
 def _warm_commands() -> None:
     """Make what every command would make again before running: the click command of tfm's
     app (tfm.cli.help_layout.App.click_command) and each option's converter, which typer builds
-    from the option's type with pydantic on first use (about a tenth of a second a command)."""
+    from the option's type with pydantic on first use (docs/BENCHMARKS.md, the test suite)."""
     from tfm.cli.app import app
 
     def warm(command) -> None:

@@ -60,8 +60,8 @@ def learning_curve_figure(records: list[dict[str, Any]], title: str,
 
     height = 6.5 if bleu else 4
     # Margins fixed in inches (ticks, axis labels, the title): the panels' labels are short
-    # and alike in every run, and working the layout out each time ("constrained") took half
-    # of the drawing, which every training run does at its end.
+    # and alike in every run, and working the layout out each time ("constrained") was a large
+    # share of the drawing, which every training run does at its end (docs/BENCHMARKS.md).
     figure = _figure(figsize=(7, height), layout=None)
     figure.subplots_adjust(left=0.8 / 7, right=1 - 0.2 / 7, bottom=0.55 / height,
                            top=1 - 0.5 / height, hspace=0.5 / height)
