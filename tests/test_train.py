@@ -602,6 +602,22 @@ def test_the_loss_scale_is_saved_with_the_training_state_and_restored_on_resume(
     assert torch.load(state_path, weights_only=True)["scaler"]["scale"] == 2048.0
 
 
+def test_adam_is_the_fused_kernel_and_a_resumed_unfused_run_stays_unfused(
+        dataset: Path, tmp_path: Path) -> None:
+    from tfm.checkpoint import save_recorded, train_state_bytes
+
+    state_path = ModelDir(tmp_path / "m").train_state
+    train(dataset, tmp_path / "m", TINY, config(max_steps=2))
+    state = torch.load(state_path, weights_only=True)
+    assert [g["fused"] for g in state["optimizer"]["param_groups"]] == [True]
+    # A checkpoint of the unfused Adam (tfm before it fused) resumes with its own updates.
+    state["optimizer"]["param_groups"][0].update(fused=None)
+    save_recorded(tmp_path / "m", {state_path: train_state_bytes(state)})
+    resume(dataset, tmp_path / "m", Overrides.of(config(max_steps=3), "max_steps"))
+    state = torch.load(state_path, weights_only=True)
+    assert [g["fused"] for g in state["optimizer"]["param_groups"]] == [None]
+
+
 def test_fp32_training_keeps_no_loss_scale(dataset: Path, tmp_path: Path) -> None:
     train(dataset, tmp_path / "m", TINY, config(max_steps=2))
     assert "loss_scale" not in records(tmp_path / "m", "train")[0]

@@ -84,6 +84,8 @@ class TrainingDiverged(TfmError):
 
 # Below this fp16 loss scale every update overflows: the run has diverged (fairseq's limit).
 MIN_LOSS_SCALE = 1e-4
+# Where training's Adam is torch's fused kernel (_build_optimizer); elsewhere its default.
+FUSED_ADAM_DEVICES = ("cpu", "cuda")
 
 
 @dataclass
@@ -338,10 +340,16 @@ class _Trainer:
         return model
 
     def _build_optimizer(self, master: Transformer) -> None:
-        """Adam over the master weights, and the loss scaler (enabled in fp16 only)."""
+        """Adam over the master weights, and the loss scaler (enabled in fp16 only).
+
+        Adam is torch's fused kernel on a CPU and on CUDA: one pass over each tensor in place
+        of a dozen small ops per parameter, the same update to rounding (docs/BENCHMARKS.md,
+        "Fused Adam"). A run resumed from a checkpoint of the unfused Adam goes on unfused:
+        the saved parameter groups say how their updates were made."""
         c = self.config
         self.optimizer = torch.optim.Adam(master.parameters(), lr=c.lr, betas=c.adam_betas,
-                                          eps=c.adam_eps, weight_decay=c.weight_decay)
+                                          eps=c.adam_eps, weight_decay=c.weight_decay,
+                                          fused=self.device.type in FUSED_ADAM_DEVICES or None)
         # Loss scaling for fp16; disabled (a no-op) in fp32 and bf16, which need none.
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.precision.amp_dtype == torch.float16)
