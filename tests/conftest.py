@@ -128,7 +128,7 @@ def fit_to_pairs(directory: Path, tok: Tokenizer, steps: int = 120) -> Path:
     src = padded([x + [EOS_ID] for x in encode_batch(tok, [s for s, _ in PAIRS])])
     tgt = encode_batch(tok, [t for _, t in PAIRS])
     t_in, t_out = padded([[BOS_ID, *y] for y in tgt]), padded([[*y, EOS_ID] for y in tgt])
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3, fused=True)
     for _ in range(steps):
         loss = torch.nn.functional.cross_entropy(model(src, t_in).view(-1, vocab),
                                                  t_out.view(-1), ignore_index=PAD_ID)

@@ -65,7 +65,7 @@ def train_tiny_model(directory: Path, joint: bool, norm_first: bool, steps: int 
     targets = encode_batch(tgt_tok, [t for _, t in PAIRS])
     tgt_in = pad([[BOS_ID] + ids for ids in targets])
     tgt_out = pad([ids + [EOS_ID] for ids in targets])
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2, fused=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a model this small trains fastest on one thread
     try:
