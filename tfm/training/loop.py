@@ -347,9 +347,10 @@ class _Trainer:
         "Fused Adam"). A run resumed from a checkpoint of the unfused Adam goes on unfused:
         the saved parameter groups say how their updates were made."""
         c = self.config
+        fused = True if self.device.type in FUSED_ADAM_DEVICES else None  # None: torch's choice
         self.optimizer = torch.optim.Adam(master.parameters(), lr=c.lr, betas=c.adam_betas,
                                           eps=c.adam_eps, weight_decay=c.weight_decay,
-                                          fused=self.device.type in FUSED_ADAM_DEVICES or None)
+                                          fused=fused)
         # Loss scaling for fp16; disabled (a no-op) in fp32 and bf16, which need none.
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.precision.amp_dtype == torch.float16)
