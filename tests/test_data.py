@@ -566,6 +566,46 @@ def test_rows_are_views_of_memory_mapped_files(
     assert not split.src_values.flags.owndata  # a view of the Arrow buffer, not a copy
 
 
+def test_a_split_reads_as_datasets_reads_it_also_from_several_shards(
+    tmp_path: Path, train: CorpusSpec, tokenizer_path: Path, sentence_pairs: Pairs,
+) -> None:
+    import datasets
+
+    out = tmp_path / "data"
+    prepare(train, tokenizer_path, out)
+    whole = datasets.load_from_disk(str(out))["train"]
+    # A large split is saved in several Arrow files (save_to_disk's max_shard_size): saved
+    # here again in three, with datasets' own writer, its metadata kept.
+    shards = tmp_path / "shards"
+    shutil.copytree(out, shards)
+    shutil.rmtree(shards / "train")
+    datasets.DatasetDict({"train": whole}).save_to_disk(str(shards), num_shards={"train": 3})
+    assert len(list((shards / "train").glob("*.arrow"))) == 3
+    for directory in (out, shards):
+        split = load_split(directory, "train")
+        assert len(split) == len(sentence_pairs)
+        for i, row in enumerate(whole):
+            assert split.src(i).tolist() == row["src_ids"]
+            assert split.tgt(i).tolist() == row["tgt_ids"]
+        assert split.directions.tolist() == whole["direction"]
+
+
+def test_reading_a_split_imports_neither_datasets_nor_pandas(
+    tmp_path: Path, train: CorpusSpec, tokenizer_path: Path,
+) -> None:
+    import subprocess
+    import sys
+
+    # Most of a second of every `tfm train`'s start went to importing them.
+    prepare(train, tokenizer_path, tmp_path / "data")
+    code = ("import sys; from tfm.data.dataset import load_split; "
+            f"split = load_split({str(tmp_path / 'data')!r}, 'train'); "
+            "print(len(split), sorted({'datasets', 'pandas'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["40", "[]"]
+
+
 def test_control_and_zero_width_characters_are_removed_and_counted(tmp_path, tokenizer_path):
     src = ["A\x00 dog\u200b runs.", "The cat\x07 sleeps.", "Plain text.", "Emoji 👨\u200d👩 ok."]
     tgt = ["Ein Hund läuft.", "Die Katze\ufeff schläft.", "Klartext.", "Emoji 👨\u200d👩 ok."]

@@ -74,24 +74,34 @@ class TokenizedSplit:
 
 
 def load_split(directory: Path, split: str) -> TokenizedSplit:
-    """A split of a prepared dataset directory."""
-    import datasets
+    """A split of a prepared dataset directory.
+
+    ``tfm prepare`` saves the splits with ``datasets``' ``save_to_disk`` (a directory per split:
+    its ``state.json`` names the Arrow stream files, read here memory-mapped, as
+    ``datasets.load_from_disk`` reads them). Read with pyarrow alone: importing ``datasets``
+    took most of a second of every ``tfm train``'s start (docs/BENCHMARKS.md).
+    """
+    import pyarrow as pa
 
     read_prepare_info(directory)
+    folder = Path(directory)
     try:
-        dataset = datasets.load_from_disk(str(directory))[split]
-    except KeyError as e:
-        raise DataError(f"{directory}: the prepared dataset has no {split!r} split") from e
-    except (FileNotFoundError, ValueError) as e:
+        splits = json.loads((folder / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
+        if split not in splits:
+            raise DataError(f"{directory}: the prepared dataset has no {split!r} split")
+        state = json.loads((folder / split / "state.json").read_text(encoding="utf-8"))
+        tables = [pa.ipc.open_stream(pa.memory_map(str(folder / split / entry["filename"])))
+                  .read_all() for entry in state["_data_files"]]
+        table = pa.concat_tables(tables) if len(tables) != 1 else tables[0]
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:
         raise DataError(f"{directory}: unreadable prepared dataset ({e}); "
                         "run `tfm prepare` again") from e
-    table = dataset.data.table
 
     def flat(column: str) -> tuple[np.ndarray, np.ndarray]:
         array = table.column(column).combine_chunks()
-        offsets = array.offsets.to_numpy().astype(np.int64)
+        offsets = _numpy(array.offsets).astype(np.int64)
         # Offsets index into the whole child array, also for a sliced list array.
-        return array.values.to_numpy(), offsets
+        return _numpy(array.values), offsets
 
     src_values, src_offsets = flat("src_ids")
     tgt_values, tgt_offsets = flat("tgt_ids")
@@ -101,9 +111,19 @@ def load_split(directory: Path, split: str) -> TokenizedSplit:
             texts[column] = table.column(column).to_pylist()
     direction = None
     if "direction" in table.column_names:  # (datasets prepared before directions have none)
-        direction = table.column("direction").to_numpy()
+        direction = _numpy(table.column("direction").combine_chunks())
     return TokenizedSplit(src_values, src_offsets, tgt_values, tgt_offsets,
                           texts.get("src_text"), texts.get("tgt_text"), direction)
+
+
+def _numpy(array: Any) -> np.ndarray:
+    """An Arrow array of integers without nulls as a read-only numpy view of its data buffer,
+    as ``Array.to_numpy`` gives it without importing pandas (which that method does first)."""
+    if array.null_count:
+        raise DataError(f"unreadable prepared dataset: {array.null_count} missing values")
+    dtype = np.dtype(str(array.type))
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array),
+                         offset=array.offset * dtype.itemsize)
 
 
 def dataset_directions(info: dict[str, Any]) -> list[str]:
