@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import distributed_ranks as ranks
 import forked
 import numpy as np
 import pytest
@@ -20,13 +21,13 @@ import torch
 from conftest import tfm
 from safetensors.torch import load_file
 
-from tfm.config import ModelConfig, TrainConfig, model_config_from_preset
-from tfm.data.batching import Batch, make_batches, shard
+from tfm.config import TrainConfig, model_config_from_preset
+from tfm.data.batching import make_batches, shard
 from tfm.data.dataset import load_split
 from tfm.layout import ModelDir
 from tfm.model import Transformer
 from tfm.training import distributed
-from tfm.training.loop import _update, train
+from tfm.training.loop import train
 
 MAX_TOKENS = 512
 SEED = 3
@@ -119,51 +120,15 @@ def test_two_processes_update_like_one_process_accumulating_all_their_batches(
         load_file(tmp_path / "one" / "last.safetensors").keys()
 
 
-def _batch(rows: int, length: int, seed: int) -> Batch:
-    g = torch.Generator().manual_seed(seed)
-    tgt = torch.randint(4, 60, (rows, length + 1), generator=g)
-    tgt[1:, length // 2:] = 0  # padding: the processes hold different numbers of tokens
-    return Batch(torch.randint(4, 60, (rows, length), generator=g), tgt[:, :-1], tgt[:, 1:])
-
-
-GRAD_BATCHES = [[_batch(3, 7, 0), _batch(2, 9, 1)], [_batch(5, 4, 2), _batch(1, 12, 3)]]
-GRAD_CONFIG = TrainConfig(lr=0.0, clip_norm=0.0, label_smoothing=0.1, update_freq=2)
-GRAD_MODEL = ModelConfig(src_vocab_size=60, tgt_vocab_size=60, d_model=16, n_heads=2,
-                         encoder_layers=1, decoder_layers=1, d_ff=32, dropout=0.0)
-
-
-def _gradients(model: torch.nn.Module, dist: distributed.Distributed,
-               group: list[Batch]) -> dict[str, torch.Tensor]:
-    """The gradient of one update (lr 0: the weights stay as they are)."""
-    wrapped = distributed.wrap_model(model, dist)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    _update(wrapped, optimizer, group, GRAD_CONFIG, None, 1, dist,
-            torch.amp.GradScaler("cpu", enabled=False), no_sync=distributed.no_sync(wrapped))
-    return {n: p.grad.clone() for n, p in model.named_parameters()}
-
-
-def _rank_gradients(rank: int, port: int, out: str) -> None:
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                                         rank=rank, world_size=2)
-    try:
-        torch.manual_seed(0)
-        grads = _gradients(Transformer(GRAD_MODEL), distributed.Distributed(rank, rank, 2, "gloo"),
-                           GRAD_BATCHES[rank])
-        torch.save(grads, f"{out}/rank{rank}.pt")
-    finally:
-        torch.distributed.destroy_process_group()
-
-
 def test_the_gradient_of_two_processes_is_that_of_one_process_over_all_their_tokens(
         tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    torch.multiprocessing.spawn(_rank_gradients, args=(port, str(tmp_path)), nprocs=2)
+    torch.multiprocessing.spawn(ranks.rank_gradients, args=(port, str(tmp_path)), nprocs=2)
     torch.manual_seed(0)
-    one = _gradients(Transformer(GRAD_MODEL), distributed.Distributed(),
-                     GRAD_BATCHES[0] + GRAD_BATCHES[1])
+    one = ranks.gradients(Transformer(ranks.GRAD_MODEL), distributed.Distributed(),
+                          ranks.GRAD_BATCHES[0] + ranks.GRAD_BATCHES[1])
     for rank in (0, 1):
         two = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         for name in one:
