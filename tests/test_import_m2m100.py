@@ -719,7 +719,8 @@ def test_the_server_takes_both_languages_and_lists_them(variant: dict) -> None:
     """``tfm serve``: /v1/info lists the model's codes as source_languages and
     target_languages; a request names both (source_lang, target_lang) and is translated as
     tfm translate does; one without source_lang, or with an unknown code, is a 422 naming it."""
-    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("httpx")
+    import local_http
     from test_serve import serving
 
     from tfm.serve.app import create_app
@@ -731,20 +732,20 @@ def test_the_server_takes_both_languages_and_lists_them(variant: dict) -> None:
     app = create_app(variant["translator"], ServeConfig(max_wait_ms=0))
     lines = [text("en", c) for c in generated(3, 11)]
     with serving(app) as url:
-        info = httpx.get(f"{url}/v1/info").json()
+        info = local_http.get(f"{url}/v1/info").json()
         assert info["source_languages"] == info["target_languages"] == sorted(
             variant["info"].language_marking.codes)
-        answer = httpx.post(f"{url}/v1/translate", json={
+        answer = local_http.post(f"{url}/v1/translate", json={
             "text": lines, "source_lang": codes["en"], "target_lang": codes["de"],
             "beam": 1, "split": False})
         assert answer.status_code == 200, answer.text
         expected = variant["translator"].translate(
             lines, SearchOptions(beam=1), target_lang=codes["de"], source_lang=codes["en"])
         assert [t["text"] for t in answer.json()["translations"]] == [t.text for t in expected]
-        missing = httpx.post(f"{url}/v1/translate", json={"text": "a man",
+        missing = local_http.post(f"{url}/v1/translate", json={"text": "a man",
                                                           "target_lang": codes["de"]})
         assert missing.status_code == 422 and "source_lang is needed" in missing.text
-        unknown = httpx.post(f"{url}/v1/translate", json={
+        unknown = local_http.post(f"{url}/v1/translate", json={
             "text": "a man", "source_lang": "xx", "target_lang": codes["de"]})
         assert unknown.status_code == 422 and "source_lang xx" in unknown.text
 

@@ -689,7 +689,7 @@ def test_eval_target_lang_translates_as_translate_does_and_checks_that_language(
 
 def test_serve_lists_the_language_tokens_and_takes_target_lang(variant: dict) -> None:
     pytest.importorskip("fastapi")
-    import httpx
+    import local_http
     from test_serve import post, serving
 
     from tfm.decoding.engines import load_translator
@@ -699,7 +699,7 @@ def test_serve_lists_the_language_tokens_and_takes_target_lang(variant: dict) ->
     languages = VARIANTS[variant["name"]][2]
     translator = load_translator(variant["tfm"], "cpu")
     with serving(create_app(translator, ServeConfig(max_wait_ms=0))) as url:
-        assert httpx.get(f"{url}/v1/info").json()["language_tokens"] == languages
+        assert local_http.get(f"{url}/v1/info").json()["language_tokens"] == languages
         answer = post(url, {"text": "A man is walking .", "beam": 1, "target_lang": "fr"},
                       key=None)
         if not languages:

@@ -259,7 +259,7 @@ def test_the_server_names_the_directions_and_translates_as_the_command_line(toy:
     """One request path: a request's target language reaches the model as --target-lang
     does, and is refused alike where it is missing."""
     pytest.importorskip("fastapi")
-    import httpx
+    import local_http
     from test_serve import post, serving
 
     from tfm.decoding.engines import load_translator
@@ -271,7 +271,7 @@ def test_the_server_names_the_directions_and_translates_as_the_command_line(toy:
                  "2", *sentences)).splitlines()
     translator = load_translator(toy / "model", "cpu")
     with serving(create_app(translator, ServeConfig(max_wait_ms=0))) as url:
-        info = httpx.get(f"{url}/v1/info").json()
+        info = local_http.get(f"{url}/v1/info").json()
         assert info["directions"] == DIRECTIONS
         assert info["language_tokens"] == [">>aa<<", ">>bb<<", ">>cc<<"]
         answer = post(url, {"text": sentences, "beam": 2, "target_lang": "cc"}, key=None)

@@ -31,6 +31,7 @@ from typing import Any
 
 import forked
 import httpx
+import local_http
 import pytest
 import torch
 from conftest import PAIRS, tfm
@@ -127,7 +128,7 @@ def tfm_serve(model: Path, *args: str, env: dict[str, str] | None = None
             if " on http://" in line:
                 url = line.split(" on ")[1].split()[0]
         assert url is not None, f"tfm serve did not start:\n{''.join(log)}"
-        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200)
+        wait_until(lambda: local_http.get(f"{url}/health").status_code == 200)
         yield Server(process, url, log, reader)
     finally:
         if process.poll() is None:
@@ -210,7 +211,7 @@ def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], f
 def post(url: str, body: Any, key: str | None = API_KEY,
          headers: dict[str, str] | None = None) -> httpx.Response:
     headers = {**({"Authorization": f"Bearer {key}"} if key else {}), **(headers or {})}
-    return httpx.post(f"{url}/v1/translate", json=body, headers=headers, timeout=60)
+    return local_http.post(f"{url}/v1/translate", json=body, headers=headers, timeout=60)
 
 
 # --- reference translations by `tfm translate` ----------------------------------------------
@@ -616,10 +617,10 @@ def send_concurrently(url: str, sentences: list[str], expected: dict[str, Any],
 def test_concurrent_requests_are_batched_together_with_unchanged_translations(
         server, reference):
     expected = reference(1)
-    before = metric_samples(httpx.get(f"{server.url}/metrics", headers=auth()).text)
+    before = metric_samples(local_http.get(f"{server.url}/metrics", headers=auth()).text)
 
     responses = send_concurrently(server.url, SENTENCES * 2, expected, auth())
-    after = metric_samples(httpx.get(f"{server.url}/metrics", headers=auth()).text)
+    after = metric_samples(local_http.get(f"{server.url}/metrics", headers=auth()).text)
 
     def batches_of_one_request_or_more(samples: dict) -> tuple[float, float]:
         total = samples[("tfm_serve_batch_requests_count", ())]
@@ -636,7 +637,7 @@ def test_concurrent_requests_are_batched_together_with_unchanged_translations(
 def test_two_workers_translate_concurrent_requests_as_tfm_translate_does(model_dir, reference):
     expected = reference(1)
     with tfm_serve(model_dir, "--workers", "2") as running:
-        assert httpx.get(f"{running.url}/v1/info").json()["limits"]["workers"] == 2
+        assert local_http.get(f"{running.url}/v1/info").json()["limits"]["workers"] == 2
         send_concurrently(running.url, SENTENCES * 3, expected)
 
 
@@ -670,11 +671,11 @@ def test_bad_requests_get_a_json_error_naming_the_problem(server, body, status, 
 
 def test_malformed_json_wrong_content_type_and_unknown_paths_get_json_errors(server):
     headers = {**auth(), "Content-Type": "application/json"}
-    malformed = httpx.post(f"{server.url}/v1/translate", content=b'{"text": ', headers=headers)
+    malformed = local_http.post(f"{server.url}/v1/translate", content=b'{"text": ', headers=headers)
     assert malformed.status_code == 422 and "not valid JSON" in malformed.json()["error"]
-    form = httpx.post(f"{server.url}/v1/translate", data={"text": "a"}, headers=auth())
+    form = local_http.post(f"{server.url}/v1/translate", data={"text": "a"}, headers=auth())
     assert form.status_code == 415 and "application/json" in form.json()["error"]
-    missing = httpx.get(f"{server.url}/v2/nothing", headers=auth())
+    missing = local_http.get(f"{server.url}/v2/nothing", headers=auth())
     assert missing.status_code == 404 and missing.json()["status"] == 404
 
 
@@ -684,16 +685,16 @@ def test_malformed_json_wrong_content_type_and_unknown_paths_get_json_errors(ser
 ])
 def test_bodies_no_json_parser_should_read_get_422_not_400_or_500(server, body, says):
     headers = {**auth(), "Content-Type": "application/json"}
-    response = httpx.post(f"{server.url}/v1/translate", content=body, headers=headers)
+    response = local_http.post(f"{server.url}/v1/translate", content=body, headers=headers)
     assert response.status_code == 422, response.text
     assert "not valid JSON" in response.json()["error"] and says in response.json()["error"]
-    assert httpx.get(f"{server.url}/health").status_code == 200
+    assert local_http.get(f"{server.url}/health").status_code == 200
 
 
 def test_a_lone_surrogate_escape_is_translated_as_the_replacement_character(server):
     body = b'{"text": ["A dog \\ud800 runs.", "\\udfff"], "scores": true}'
     headers = {**auth(), "Content-Type": "application/json"}
-    response = httpx.post(f"{server.url}/v1/translate", content=body, headers=headers,
+    response = local_http.post(f"{server.url}/v1/translate", content=body, headers=headers,
                           timeout=60)
     assert response.status_code == 200, response.text
     sources = [t["sentences"][0]["source"] for t in response.json()["translations"]]
@@ -707,7 +708,7 @@ def test_a_body_without_length_over_the_limit_is_refused_as_it_streams(server):
             yield b"x" * 500
         yield b'"}'
 
-    response = httpx.post(f"{server.url}/v1/translate", content=chunks(),
+    response = local_http.post(f"{server.url}/v1/translate", content=chunks(),
                           headers={**auth(), "Content-Type": "application/json"})
     assert response.status_code == 413
     assert response.json()["limit"] == "max_request_bytes"
@@ -764,7 +765,7 @@ def test_a_client_that_sends_a_body_over_the_limit_whole_reads_the_413(server, s
         assert status == 413, error
         assert error["limit"] == "max_request_bytes" and "4000 bytes" in error["error"]
     assert (peak_rss_kib(pid) - before) * 1024 < size // 8 + (1 << 20)
-    assert httpx.get(f"{server.url}/health").status_code == 200
+    assert local_http.get(f"{server.url}/health").status_code == 200
 
 
 def sends_until_cut(conn: socket.socket, pause: float, within: float) -> bool:
@@ -801,14 +802,14 @@ def test_what_a_client_sends_after_its_413_is_read_for_a_bounded_time_and_size(
                 assert answer.startswith(b"HTTP/1.1 413 ")
                 assert b"connection: close" in answer.lower()
                 assert sends_until_cut(conn, pause, within=20)
-            assert httpx.get(f"{url}/health").status_code == 200
+            assert local_http.get(f"{url}/health").status_code == 200
 
 
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"},
                                      {"X-API-Key": "wrong"}, {"Authorization": API_KEY}])
 def test_without_the_api_key_the_api_and_metrics_answer_401(server, headers):
     for method, path in [("POST", "/v1/translate"), ("GET", "/v1/info"), ("GET", "/metrics")]:
-        response = httpx.request(method, f"{server.url}{path}", json={"text": "a"},
+        response = local_http.request(method, f"{server.url}{path}", json={"text": "a"},
                                  headers=headers)
         assert response.status_code == 401, path
         assert "API key" in response.json()["error"]
@@ -818,12 +819,12 @@ def test_without_the_api_key_the_api_and_metrics_answer_401(server, headers):
 def test_the_key_opens_the_api_in_either_header_and_health_and_page_need_none(server):
     assert post(server.url, {"text": "a"}, key=None,
                 headers={"X-API-Key": API_KEY}).status_code == 200
-    assert httpx.get(f"{server.url}/health").json() == {"status": "ready"}
-    assert httpx.get(f"{server.url}/").status_code == 200
+    assert local_http.get(f"{server.url}/health").json() == {"status": "ready"}
+    assert local_http.get(f"{server.url}/").status_code == 200
 
 
 def test_info_tells_languages_model_provenance_version_and_defaults(server):
-    info = httpx.get(f"{server.url}/v1/info", headers=auth()).json()
+    info = local_http.get(f"{server.url}/v1/info", headers=auth()).json()
     assert (info["src_lang"], info["tgt_lang"]) == ("en", "de")
     assert info["target_languages"] == info["language_tokens"] == []  # one: none to choose
     assert info["model"]["d_model"] == 32
@@ -843,7 +844,7 @@ def test_info_tells_languages_model_provenance_version_and_defaults(server):
 def test_metrics_are_prometheus_text_with_requests_latency_batches_queue_and_work(server):
     post(server.url, {"text": SENTENCES[:2], "beam": 1})
     post(server.url, {"text": []})
-    response = httpx.get(f"{server.url}/metrics", headers=auth())
+    response = local_http.get(f"{server.url}/metrics", headers=auth())
     assert response.headers["content-type"].startswith("text/plain")
     samples = metric_samples(response.text)
     names = {name for name, _ in samples}
@@ -861,7 +862,7 @@ def test_metrics_are_prometheus_text_with_requests_latency_batches_queue_and_wor
 
 
 def test_the_page_is_self_contained_and_shows_the_languages(server):
-    response = httpx.get(f"{server.url}/")
+    response = local_http.get(f"{server.url}/")
     page = response.text
     assert response.headers["content-type"].startswith("text/html")
     assert "default-src 'none'" in response.headers["content-security-policy"]
@@ -870,7 +871,7 @@ def test_the_page_is_self_contained_and_shows_the_languages(server):
 
 
 def test_the_openapi_page_describes_the_translate_endpoint(server):
-    schema = httpx.get(f"{server.url}/openapi.json").json()
+    schema = local_http.get(f"{server.url}/openapi.json").json()
     assert "/v1/translate" in schema["paths"]
     assert "TranslateRequest" in schema["components"]["schemas"]
 
@@ -884,7 +885,7 @@ def test_sigterm_lets_the_request_in_flight_finish_then_the_server_exits(model_d
         sender.start()
 
         def in_flight() -> bool:  # the translate request, besides this metrics request
-            text = httpx.get(f"{running.url}/metrics").text
+            text = local_http.get(f"{running.url}/metrics").text
             return metric_samples(text)[("tfm_serve_requests_in_flight", ())] >= 2
 
         wait_until(in_flight)
@@ -946,7 +947,7 @@ def test_a_full_queue_answers_503_with_retry_after_and_the_server_recovers(gated
         assert refused.status_code == 503
         assert int(refused.headers["Retry-After"]) >= 1
         assert refused.json()["limit"] == "max_queue"
-        assert httpx.get(f"{url}/health").status_code == 200  # still answering
+        assert local_http.get(f"{url}/health").status_code == 200  # still answering
         gated.gate.set()
         assert first().status_code == 200 and second().status_code == 200
         assert post(url, {"text": SENTENCES[2], "beam": 1}, key=None).status_code == 200
@@ -964,7 +965,7 @@ def test_requests_waiting_together_are_decoded_as_one_batch(gated, reference):
         gated.gate.set()
         answers = [w().json()["translations"][0]["text"] for w in waiting]
         assert first().status_code == 200
-        metrics = metric_samples(httpx.get(f"{url}/metrics").text)
+        metrics = metric_samples(local_http.get(f"{url}/metrics").text)
     assert sorted(gated.calls[1]) == sorted(SENTENCES)  # one batch held them all
     assert answers == [reference(1)[s]["translation"] for s in SENTENCES]
     assert metrics[("tfm_serve_batch_requests_bucket", (("le", "8.0"),))] == 1  # the first
@@ -1020,7 +1021,7 @@ def test_headers_over_the_limit_get_431_and_a_large_body_does_not_count_as_heade
         big = {"text": "A dog runs . " + "x" * (3 * MAX_HEADER_BYTES), "split": False}
         response = post(url, big, key=None)
         assert response.status_code == 200, response.text
-        assert httpx.get(f"{url}/health").status_code == 200
+        assert local_http.get(f"{url}/health").status_code == 200
 
 
 class HugeAnswers(GatedTranslator):
@@ -1050,7 +1051,7 @@ def test_a_client_that_stops_reading_its_answer_is_disconnected(translator):
                 for chunk in iter(lambda: conn.recv(1 << 20), b""):
                     received += len(chunk)
         assert received < 64_000_000  # cut off: the answer was never all sent
-        assert httpx.get(f"{url}/health").status_code == 200
+        assert local_http.get(f"{url}/health").status_code == 200
 
 
 def test_the_request_timeout_never_cuts_a_request_being_answered(gated):
@@ -1093,13 +1094,13 @@ def test_when_every_connection_is_being_answered_a_new_one_gets_503(gated):
     with serving(app, max_connections=1) as url:
         answer = _send_in_thread(url, {"text": SENTENCES[0], "beam": 1})
         assert gated.entered.wait(30)  # the one connection has a request being decoded
-        refused = httpx.get(f"{url}/health")
+        refused = local_http.get(f"{url}/health")
         assert refused.status_code == 503
         assert refused.headers["Retry-After"] == "1"
         assert refused.json()["limit"] == "max_connections"
         gated.gate.set()
         assert answer().status_code == 200
-        assert httpx.get(f"{url}/health").status_code == 200  # the answered one made room
+        assert local_http.get(f"{url}/health").status_code == 200  # the answered one made room
 
 
 def test_max_connections_must_be_at_least_one():
@@ -1128,7 +1129,7 @@ def test_a_client_that_leaves_before_its_batch_costs_no_decoding(gated):
         gated.gate.set()
         assert first().status_code == 200
         assert post(url, {"text": "last", "beam": 1}, key=None).status_code == 200
-        statuses = metric_samples(httpx.get(f"{url}/metrics").text)
+        statuses = metric_samples(local_http.get(f"{url}/metrics").text)
     assert gated.calls == [["first"], ["last"]]
     assert statuses[("tfm_serve_requests_total",
                      (("endpoint", "/v1/translate"), ("status", "499")))] == 1
@@ -1144,13 +1145,13 @@ def test_health_answers_503_until_the_model_is_loaded(translator):
         return translator
 
     with serving(create_app(load, ServeConfig())) as url:
-        health = httpx.get(f"{url}/health")
+        health = local_http.get(f"{url}/health")
         assert health.status_code == 503 and health.json()["status"] == "loading"
         early = post(url, {"text": "a"}, key=None)
         assert early.status_code == 503 and "loading" in early.json()["error"]
         assert "Retry-After" in early.headers
         loaded.set()
-        wait_until(lambda: httpx.get(f"{url}/health").status_code == 200)
+        wait_until(lambda: local_http.get(f"{url}/health").status_code == 200)
         assert post(url, {"text": "a"}, key=None).status_code == 200
 
 
@@ -1177,7 +1178,7 @@ def test_a_ctranslate2_export_is_served_too(model_dir, tmp_path):
     export = load_translator(export_ctranslate2(model_dir, tmp_path / "ct2"), "cpu")
     assert export.engine == "ctranslate2"
     with serving(create_app(export, ServeConfig())) as url:
-        info = httpx.get(f"{url}/v1/info").json()
+        info = local_http.get(f"{url}/v1/info").json()
         answer = post(url, {"text": SENTENCES[:4], "beam": 2}, key=None)
     assert info["engine"]["engine"] == "ctranslate2" and info["src_lang"] == "en"
     alone = [export.translate([s], export.default_options(beam=2))[0].text
@@ -1203,7 +1204,7 @@ def test_a_failing_batch_answers_500_in_json_and_the_server_goes_on(translator):
         assert failed.status_code == 500
         assert "the engine broke" in failed.json()["error"]
         assert post(url, {"text": SENTENCES[0]}, key=None).status_code == 200
-        assert httpx.get(f"{url}/health").status_code == 200
+        assert local_http.get(f"{url}/health").status_code == 200
 
 
 def test_the_connection_limit_is_the_given_one_or_what_the_open_file_limit_leaves():

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import local_http
 import pytest
 from test_serve import PAIRS, serving, write_tiny_model
 
@@ -135,7 +135,7 @@ def test_with_an_api_key_the_page_asks_for_it(browser, translator: Translator):
 
 def answer(url: str, text: str, lang: str) -> str:
     """What POST /v1/translate answers for ``text`` into ``lang``."""
-    response = httpx.post(f"{url}/v1/translate", json={"text": text, "target_lang": lang})
+    response = local_http.post(f"{url}/v1/translate", json={"text": text, "target_lang": lang})
     assert response.status_code == 200, response.text
     return response.json()["translations"][0]["text"]
 
@@ -155,7 +155,7 @@ def test_a_multilingual_models_page_translates_into_the_language_chosen(
     from tfm.serve.app import create_app
 
     with serving(create_app(multilingual, ServeConfig())) as url:
-        info = httpx.get(f"{url}/v1/info").json()
+        info = local_http.get(f"{url}/v1/info").json()
         assert info["target_languages"] == ["de", "fr", "it"]  # language_tokens' codes
         assert info["language_tokens"] == list(TAGS)
         sentence, into = unalike(url)

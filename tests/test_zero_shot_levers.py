@@ -308,7 +308,7 @@ def test_a_decoder_side_language_token_is_prepared_trained_and_decoded(
             "decoder's first token")
     # The server: the same request path, the language a field of the request.
     pytest.importorskip("fastapi")
-    import httpx
+    import local_http
     from test_serve import post, serving
 
     from tfm.decoding.engines import load_translator
@@ -317,7 +317,7 @@ def test_a_decoder_side_language_token_is_prepared_trained_and_decoded(
 
     sentences = (toy / "corpus" / "test.aa").read_text().splitlines()
     with serving(create_app(load_translator(out, "cpu"), ServeConfig(max_wait_ms=0))) as url:
-        assert httpx.get(f"{url}/v1/info").json()["target_languages"] == ["aa", "bb", "cc"]
+        assert local_http.get(f"{url}/v1/info").json()["target_languages"] == ["aa", "bb", "cc"]
         answer = post(url, {"text": sentences, "beam": 2, "target_lang": "cc"}, key=None)
         assert answer.status_code == 200, answer.text
         assert [t["text"] for t in answer.json()["translations"]] == ours.splitlines()
