@@ -9,6 +9,7 @@ translation is right exactly when it is the reference.
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 
@@ -17,7 +18,8 @@ CONCEPTS = 16
 _LETTERS = {"aa": ("ptk", "aiu"), "bb": ("mnl", "eo"), "cc": ("sfz", "ay")}
 
 
-def lexicon(lang: str, seed: int = 0) -> list[str]:
+@functools.cache  # drawn once: sentence() asks for it word by word
+def lexicon(lang: str, seed: int = 0) -> tuple[str, ...]:
     """The language's word for each concept: two syllables of its own letters, all distinct."""
     consonants, vowels = _LETTERS[lang]
     rng = random.Random(f"{lang}-{seed}")
@@ -26,7 +28,7 @@ def lexicon(lang: str, seed: int = 0) -> list[str]:
         word = "".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(2))
         if word not in words:
             words.append(word)
-    return words
+    return tuple(words)
 
 
 def sentence(lang: str, concepts: list[int]) -> str:
