@@ -67,6 +67,18 @@ def test_candidate_languages_restrict_the_choice_and_always_hold_the_target() ->
     assert result.signature.endswith("|lang:de|candidates:de,en,fr")
 
 
+def test_checks_restricted_to_other_languages_keep_their_own_choice() -> None:
+    # (Each check copies the model read once a process: a restriction stays with its check.)
+    dutch = "Dit is een Nederlandse zin over honden die in het park spelen."
+    narrow = TargetLanguageCheck("de", ["en"])
+    wide = TargetLanguageCheck("de")
+    narrower = TargetLanguageCheck("de", ["fr"])
+    assert set(narrow([dutch]).found) <= {"de", "en"}
+    assert wide([dutch]).found == {"nl": 1}
+    assert set(narrower([dutch]).found) <= {"de", "fr"}
+    assert set(narrow([dutch]).found) <= {"de", "en"}
+
+
 def test_one_identifier_serves_several_calls() -> None:
     check = TargetLanguageCheck("fr")
     assert check(FRENCH).off_target == 0
