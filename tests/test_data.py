@@ -164,6 +164,17 @@ def test_whitespace_runs_become_one_space() -> None:
     assert normalize_text(" \t\u00a0 ") == ""
 
 
+def test_the_removed_and_spaced_characters_are_those_normalize_text_removes_and_spaces() -> None:
+    from tfm.data.text import has_invisible, removed_and_spaced_characters
+
+    removed, spaced = removed_and_spaced_characters()
+    plane = range(0x10000)  # every whitespace and control character is in the first plane
+    assert [c for c in plane if has_invisible(chr(c))] == [c for c in removed if c in plane]
+    assert [c for c in plane if normalize_text(f"x{chr(c)}x") == "x x"] == \
+        [c for c in spaced if c in plane]
+    assert {0x0, 0x200B, 0xFEFF} <= set(removed) and {0x9, 0x20, 0xA0, 0x3000} <= set(spaced)
+
+
 def test_empty_pairs_are_dropped_and_counted(
     tmp_path: Path, tokenizer_path: Path, tokenizer: Tokenizer, sentence_pairs: Pairs,
 ) -> None:

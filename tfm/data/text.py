@@ -6,6 +6,7 @@ its own as MarianTokenizer leaves it to (tfm.data.tokenizer.text_normalizer)."""
 from __future__ import annotations
 
 import re
+import sys
 
 _WHITESPACE = re.compile(r"\s+")
 # Invisible characters that carry no text: C0/C1 control characters (NUL among them) that are
@@ -32,3 +33,15 @@ def replace_surrogates(text: str) -> str:
 def has_invisible(text: str) -> bool:
     """Whether ``normalize_text`` removes invisible characters from ``text``."""
     return _INVISIBLE.search(text) is not None
+
+
+def removed_and_spaced_characters() -> tuple[list[int], list[int]]:
+    """The code points ``normalize_text`` removes (the invisible ones) and those it turns into
+    a space (whitespace), in order: what ``normalize_text(f"x{c}x")`` gives ``"xx"`` and
+    ``"x x"`` for, found by its own patterns run once over every code point."""
+    everything = "".join(map(chr, range(sys.maxunicode + 1)))
+    removed = [m.start() for m in _INVISIBLE.finditer(everything)]
+    gone = set(removed)
+    spaced = [code for m in _WHITESPACE.finditer(everything)
+              for code in range(m.start(), m.end()) if code not in gone]
+    return removed, spaced

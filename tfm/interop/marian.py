@@ -59,7 +59,6 @@ the encoder or decoded from the decoder, not both).
 from __future__ import annotations
 
 import json
-import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -71,7 +70,7 @@ from torch import Tensor
 
 from tfm.checkpoint import ModelInfo
 from tfm.config import ModelConfig
-from tfm.data.text import has_invisible, normalize_text
+from tfm.data.text import removed_and_spaced_characters
 from tfm.data.tokenizer import Vocabularies, segmenter_of
 from tfm.errors import UsageError
 from tfm.interop.common import load_source, staged_output, write_export_info
@@ -308,14 +307,8 @@ def marian_tokenizer(tok: Tokenizer) -> Tokenizer:
 def _character_classes() -> tuple[str, str]:
     """Regex character classes (Oniguruma syntax, as the tokenizers library reads them) of the
     characters tfm's normalize_text removes and of those it treats as whitespace, read off
-    normalize_text itself so that the exported tokenizer follows it exactly."""
-    invisible, whitespace = [], []
-    for code in range(sys.maxunicode + 1):
-        char = chr(code)
-        if has_invisible(char):
-            invisible.append(code)
-        elif normalize_text(f"x{char}x") == "x x":
-            whitespace.append(code)
+    normalize_text's own patterns so that the exported tokenizer follows it exactly."""
+    invisible, whitespace = removed_and_spaced_characters()
     return _char_class(invisible), _char_class(whitespace)
 
 
