@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import distributed_ranks as ranks
@@ -18,7 +19,7 @@ import forked
 import numpy as np
 import pytest
 import torch
-from conftest import tfm
+from conftest import HANG, kill_session, tfm
 from safetensors.torch import load_file
 
 from tfm.config import TrainConfig, model_config_from_preset
@@ -61,22 +62,64 @@ def train_records(model: Path) -> list[dict]:
     return [r for r in map(json.loads, lines) if r["kind"] == "train"]
 
 
+def _pid_of_rank(rank: int, marker: str) -> int | None:
+    """The process of our torchrun job (its environment holds ``marker``) with RANK=rank."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in environ and f"RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+@dataclass
+class StoppedRun:
+    model: Path
+    stderr: str
+    steps: int  # the steps it trained
+
+
 @pytest.fixture(scope="module")
-def two_process_run(dataset: Path, tmp_path_factory: pytest.TempPathFactory
-                    ) -> tuple[Path, subprocess.CompletedProcess]:
-    model = tmp_path_factory.mktemp("ddp") / "model"
-    result = subprocess.run(torchrun(*train_args(dataset, model, "--max-steps", "4",
-                                                 "--update-freq", "2")),
-                            capture_output=True, text=True, timeout=300, env=torchrun_env())
-    assert result.returncode == 0, result.stderr
-    return model, result
+def two_process_run(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> StoppedRun:
+    """A run of two processes (--update-freq 2) that would train for long, stopped by a SIGINT
+    to rank 1 once it has logged steps; rank 0 never sees a signal: it must learn from rank 1.
+    (One torchrun job for every test of it: each of its three processes imports torch.)"""
+    if not Path("/proc/self/environ").exists():
+        pytest.skip("needs Linux /proc")
+    root = tmp_path_factory.mktemp("ddp")
+    model = root / "model"
+    marker = f"TFM_TEST_JOB={root}"
+    process = subprocess.Popen(
+        torchrun(*train_args(dataset, model, "--max-steps", "100000", "--update-freq", "2")),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=torchrun_env(TFM_TEST_JOB=str(root)))
+    try:
+        # The bounds only catch a hang: how soon it starts is the machine's.
+        deadline = time.monotonic() + HANG
+        metrics = model / "metrics.jsonl"
+        while time.monotonic() < deadline and process.poll() is None:
+            whole_lines = metrics.read_text().split("\n")[:-1] if metrics.exists() else []
+            if sum('"kind": "train"' in line for line in whole_lines) >= 2:
+                break
+            time.sleep(0.2)
+        rank1 = _pid_of_rank(1, marker)
+        assert rank1 is not None, "no rank 1 process found"
+        os.kill(rank1, signal.SIGINT)
+        _, stderr = process.communicate(timeout=HANG)
+    finally:
+        kill_session(process)
+    return StoppedRun(model, stderr, len(train_records(model)))
 
 
 def test_two_processes_train_on_different_shards_and_the_model_translates(
-        dataset: Path, two_process_run: tuple[Path, subprocess.CompletedProcess]) -> None:
-    model, result = two_process_run
-    assert "2 processes (gloo)" in result.stderr
-    assert result.stderr.count("Done") == 1  # rank 0 alone reports
+        dataset: Path, two_process_run: StoppedRun) -> None:
+    model, stderr = two_process_run.model, two_process_run.stderr
+    assert "2 processes (gloo)" in stderr
+    assert stderr.count("Stopped: interrupted by SIGINT") == 1  # rank 0 alone reports
     # Step k of rank r is batches 2k and 2k+1 of its shard (--update-freq 2); the logged
     # target tokens are summed over the processes, so they tell which batches each trained on.
     split = load_split(dataset, "train")
@@ -86,10 +129,11 @@ def test_two_processes_train_on_different_shards_and_the_model_translates(
         mine = shard(batches, rank, 2)
         return sum(int(np.sum(split.tgt_lengths[i] + 1)) for i in mine[2 * step:2 * step + 2])
 
+    steps = range(two_process_run.steps)
     logged = [r["tgt_tokens"] for r in train_records(model)]
-    assert logged == [tokens(0, k) + tokens(1, k) for k in range(4)]
-    assert logged != [2 * tokens(0, k) for k in range(4)]  # the ranks' batches differ
-    assert logged != [2 * tokens(1, k) for k in range(4)]
+    assert logged == [tokens(0, k) + tokens(1, k) for k in steps]
+    assert logged != [2 * tokens(0, k) for k in steps]  # the ranks' batches differ
+    assert logged != [2 * tokens(1, k) for k in steps]
 
     translated = tfm("translate", "-m", str(model), "--beam", "1", "--min-len", "2",
                      "The dog sleeps in the garden.")
@@ -99,25 +143,37 @@ def test_two_processes_train_on_different_shards_and_the_model_translates(
 
 
 def test_two_processes_update_like_one_process_accumulating_all_their_batches(
-        dataset: Path, two_process_run: tuple[Path, subprocess.CompletedProcess],
-        tmp_path: Path) -> None:
-    model, _ = two_process_run
+        dataset: Path, two_process_run: StoppedRun, tmp_path: Path) -> None:
+    model, steps = two_process_run.model, two_process_run.steps
     # Two processes with --update-freq 2 take batches 4k, 4k+2 (rank 0) and 4k+1, 4k+3
-    # (rank 1) at step k; one process with --update-freq 4 takes the same four.
+    # (rank 1) at step k; one process with --update-freq 4 takes the same four. (The
+    # learning rate does not depend on --max-steps: the schedule is inverse-sqrt.)
     config = TrainConfig(max_tokens=MAX_TOKENS, update_freq=4, lr=1e-3, warmup_steps=4,
-                         max_steps=4, log_every=1, valid_every=100000, save_every=100000,
+                         max_steps=steps, log_every=1, valid_every=100000, save_every=100000,
                          seed=SEED, precision="fp32", num_threads=1, device="cpu")
     train(dataset, tmp_path / "one", model_config_from_preset("tiny", dropout=0.0), config)
     # The loss of step k is that of the weights after k-1 updates: equal but for the order of
     # float sums (the weights themselves are compared less well: Adam magnifies rounding in
     # parameters of near-zero gradient, such as the key biases, to the size of an update).
     two, one = train_records(model), train_records(tmp_path / "one")
-    assert len(two) == len(one) == 4
+    assert len(two) == len(one) == steps >= 2
     for a, b in zip(two, one):
         assert a["tgt_tokens"] == b["tgt_tokens"]
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
     assert load_file(model / "last.safetensors").keys() == \
         load_file(tmp_path / "one" / "last.safetensors").keys()
+
+
+def test_a_signal_to_one_process_stops_all_at_the_same_step_and_rank_0_saves(
+        two_process_run: StoppedRun) -> None:
+    model, stderr = two_process_run.model, two_process_run.stderr
+    assert "Stopped: interrupted by SIGINT" in stderr, stderr
+    assert "--resume" in stderr
+    state = torch.load(ModelDir(model).train_state, weights_only=True)
+    step = state["run"]["step"]
+    assert step == train_records(model)[-1]["step"] == two_process_run.steps >= 2
+    assert state["run"]["world_size"] == 2
+    assert (model / "learning_curve.png").exists()
 
 
 def test_the_gradient_of_two_processes_is_that_of_one_process_over_all_their_tokens(
@@ -133,48 +189,6 @@ def test_the_gradient_of_two_processes_is_that_of_one_process_over_all_their_tok
         two = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
         for name in one:
             torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-7, msg=name)
-
-
-def _pid_of_rank(rank: int, marker: str) -> int | None:
-    """The process of our torchrun job (its environment holds ``marker``) with RANK=rank."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker.encode() in environ and f"RANK={rank}".encode() in environ:
-            return int(entry.name)
-    return None
-
-
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
-def test_a_signal_to_one_process_stops_all_at_the_same_step_and_rank_0_saves(
-        dataset: Path, tmp_path: Path, spawn) -> None:
-    model = tmp_path / "model"
-    marker = f"TFM_TEST_JOB={tmp_path}"
-    env = torchrun_env(TFM_TEST_JOB=str(tmp_path))
-    # torchrun and its two training processes end with the test, passed or failed (spawn).
-    process = spawn(torchrun(*train_args(dataset, model, "--max-steps", "100000")),
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 600  # only catches a hang: how soon it starts is the machine's
-    while time.monotonic() < deadline and process.poll() is None:
-        metrics = model / "metrics.jsonl"
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
-            break
-        time.sleep(0.2)
-    rank1 = _pid_of_rank(1, marker)
-    assert rank1 is not None, "no rank 1 process found"
-    os.kill(rank1, signal.SIGINT)  # rank 0 never sees a signal: it must learn from rank 1
-    _, stderr = process.communicate(timeout=600)
-    assert "Stopped: interrupted by SIGINT" in stderr, stderr
-    assert "--resume" in stderr
-    state = torch.load(ModelDir(model).train_state, weights_only=True)
-    step = state["run"]["step"]
-    assert step == train_records(model)[-1]["step"] >= 2
-    assert state["run"]["world_size"] == 2
-    assert (model / "learning_curve.png").exists()
 
 
 # --- the pieces -------------------------------------------------------------------------------
