@@ -150,10 +150,11 @@ def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
 
 
 @contextmanager
-def serving(app: Any, request_timeout_s: float = 30.0, max_connections: int | None = None
-            ) -> Iterator[str]:
+def serving(app: Any, request_timeout_s: float = 30.0, max_connections: int | None = None,
+            protocol: type | None = None) -> Iterator[str]:
     """Uvicorn serving ``app`` in a thread on a free loopback port, with the HTTP protocol
-    ``tfm serve`` uses; its base URL."""
+    ``tfm serve`` uses (or ``protocol``, made by ``http_protocol``, whose open connections a
+    test may watch); its base URL."""
     import uvicorn
 
     from tfm.serve.protocol import http_protocol
@@ -161,9 +162,8 @@ def serving(app: Any, request_timeout_s: float = 30.0, max_connections: int | No
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                           http=http_protocol(request_timeout_s,
-                                                              max_connections),
+    http = protocol or http_protocol(request_timeout_s, max_connections)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", http=http,
                                            timeout_graceful_shutdown=5))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -1035,16 +1035,21 @@ class HugeAnswers(GatedTranslator):
 
 def test_a_client_that_stops_reading_its_answer_is_disconnected(translator):
     from tfm.serve.app import create_app
+    from tfm.serve.protocol import http_protocol
 
     app = create_app(HugeAnswers(translator), ServeConfig(max_wait_ms=0))
-    with serving(app, request_timeout_s=0.5) as url:
+    protocol = http_protocol(0.5)
+    with serving(app, protocol=protocol) as url:
         address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
         with socket.create_connection(address) as conn:
             body = json.dumps({"text": "A dog ."}).encode()
             conn.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: "
                          b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
                          + body)
-            time.sleep(3)  # reading nothing: the answer fills the buffers, the deadline passes
+            # Reading nothing: the answer fills the buffers, the deadline passes, the server
+            # closes the connection (once it has taken it).
+            wait_until(lambda: protocol.open_connections)
+            wait_until(lambda: not protocol.open_connections)
             conn.settimeout(10)
             received = 0
             with contextlib.suppress(ConnectionResetError):
