@@ -1,7 +1,7 @@
 """httpx's ``get``, ``post`` and ``request`` for the plain-HTTP servers the tests start.
 
 httpx's own functions make a client for every request, and every client loads the certificate
-bundle for TLS (45 ms of CPU on the 2-core machines), which a request to an ``http://`` address
+bundle for TLS (docs/BENCHMARKS.md, the test suite), which a request to an ``http://`` address
 never uses; these skip it (``verify=False``). Each request still opens a connection of its own.
 """
 

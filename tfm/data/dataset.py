@@ -79,7 +79,7 @@ def load_split(directory: Path, split: str) -> TokenizedSplit:
     ``tfm prepare`` saves the splits with ``datasets``' ``save_to_disk`` (a directory per split:
     its ``state.json`` names the Arrow stream files, read here memory-mapped, as
     ``datasets.load_from_disk`` reads them). Read with pyarrow alone: importing ``datasets``
-    took most of a second of every ``tfm train``'s start (docs/BENCHMARKS.md).
+    was a large share of every ``tfm train``'s start (docs/BENCHMARKS.md, the test suite).
     """
     import pyarrow as pa
 
@@ -103,15 +103,19 @@ def load_split(directory: Path, split: str) -> TokenizedSplit:
         # Offsets index into the whole child array, also for a sliced list array.
         return _numpy(array.values), offsets
 
-    src_values, src_offsets = flat("src_ids")
-    tgt_values, tgt_offsets = flat("tgt_ids")
+    try:
+        src_values, src_offsets = flat("src_ids")
+        tgt_values, tgt_offsets = flat("tgt_ids")
+        direction = None
+        if "direction" in table.column_names:  # (datasets prepared before directions have none)
+            direction = _numpy(table.column("direction").combine_chunks())
+    except (KeyError, ValueError) as e:
+        raise DataError(f"{directory}: unreadable prepared dataset ({e}); "
+                        "run `tfm prepare` again") from e
     texts = {}
     for column in ("src_text", "tgt_text"):
         if column in table.column_names:
             texts[column] = table.column(column).to_pylist()
-    direction = None
-    if "direction" in table.column_names:  # (datasets prepared before directions have none)
-        direction = _numpy(table.column("direction").combine_chunks())
     return TokenizedSplit(src_values, src_offsets, tgt_values, tgt_offsets,
                           texts.get("src_text"), texts.get("tgt_text"), direction)
 
@@ -120,7 +124,7 @@ def _numpy(array: Any) -> np.ndarray:
     """An Arrow array of integers without nulls as a read-only numpy view of its data buffer,
     as ``Array.to_numpy`` gives it without importing pandas (which that method does first)."""
     if array.null_count:
-        raise DataError(f"unreadable prepared dataset: {array.null_count} missing values")
+        raise ValueError(f"{array.null_count} missing values")
     dtype = np.dtype(str(array.type))
     return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array),
                          offset=array.offset * dtype.itemsize)

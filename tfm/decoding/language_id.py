@@ -23,8 +23,8 @@ def _py3langid():
 @functools.cache
 def _bundled_identifier(package):
     """py3langid's identifier of the model it ships, read once a process: reading it
-    decompresses the model, 0.4 s each time. Each check uses a copy of it (``set_languages``
-    gives the copy arrays of its own and leaves this one whole)."""
+    decompresses the whole model (docs/BENCHMARKS.md, the test suite). Each check uses a copy
+    of it (``set_languages`` gives the copy arrays of its own and leaves this one whole)."""
     return package.langid.LanguageIdentifier.from_model_file(package.langid.MODEL_FILE)
 
 
