@@ -84,32 +84,14 @@ def load_split(directory: Path, split: str) -> TokenizedSplit:
     import pyarrow as pa
 
     read_prepare_info(directory)
-    folder = Path(directory)
     try:
-        splits = json.loads((folder / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
-        if split not in splits:
-            raise DataError(f"{directory}: the prepared dataset has no {split!r} split")
-        state = json.loads((folder / split / "state.json").read_text(encoding="utf-8"))
-        tables = [pa.ipc.open_stream(pa.memory_map(str(folder / split / entry["filename"])))
-                  .read_all() for entry in state["_data_files"]]
-        table = pa.concat_tables(tables) if len(tables) != 1 else tables[0]
-    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:
-        raise DataError(f"{directory}: unreadable prepared dataset ({e}); "
-                        "run `tfm prepare` again") from e
-
-    def flat(column: str) -> tuple[np.ndarray, np.ndarray]:
-        array = table.column(column).combine_chunks()
-        offsets = _numpy(array.offsets).astype(np.int64)
-        # Offsets index into the whole child array, also for a sliced list array.
-        return _numpy(array.values), offsets
-
-    try:
-        src_values, src_offsets = flat("src_ids")
-        tgt_values, tgt_offsets = flat("tgt_ids")
+        table = _read_table(Path(directory), split)
+        src_values, src_offsets = _flat(table, "src_ids")
+        tgt_values, tgt_offsets = _flat(table, "tgt_ids")
         direction = None
         if "direction" in table.column_names:  # (datasets prepared before directions have none)
             direction = _numpy(table.column("direction").combine_chunks())
-    except (KeyError, ValueError) as e:
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:
         raise DataError(f"{directory}: unreadable prepared dataset ({e}); "
                         "run `tfm prepare` again") from e
     texts = {}
@@ -118,6 +100,26 @@ def load_split(directory: Path, split: str) -> TokenizedSplit:
             texts[column] = table.column(column).to_pylist()
     return TokenizedSplit(src_values, src_offsets, tgt_values, tgt_offsets,
                           texts.get("src_text"), texts.get("tgt_text"), direction)
+
+
+def _read_table(folder: Path, split: str) -> Any:
+    """The split's Arrow table, its stream files memory-mapped (DataError: no such split)."""
+    import pyarrow as pa
+
+    splits = json.loads((folder / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
+    if split not in splits:
+        raise DataError(f"{folder}: the prepared dataset has no {split!r} split")
+    state = json.loads((folder / split / "state.json").read_text(encoding="utf-8"))
+    tables = [pa.ipc.open_stream(pa.memory_map(str(folder / split / entry["filename"])))
+              .read_all() for entry in state["_data_files"]]
+    return pa.concat_tables(tables) if len(tables) != 1 else tables[0]
+
+
+def _flat(table: Any, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """A list column as its flat values and int64 offsets (row i: values[offsets[i]:
+    offsets[i+1]]); the offsets index into the whole child array, also for a sliced one."""
+    array = table.column(column).combine_chunks()
+    return _numpy(array.values), _numpy(array.offsets).astype(np.int64)
 
 
 def _numpy(array: Any) -> np.ndarray:
