@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "tfm"
 # Floors, lowest first: a module may import its own floor and those below, never one above.
 FLOORS = [
     {"tfm", "tfm.errors", "tfm.special_tokens", "tfm.layout", "tfm.atomic", "tfm.config",
-     "tfm.device", "tfm.plotting", "tfm.extras", "tfm.allocator", "tfm.integrity", "tfm.lock"},
+     "tfm.device", "tfm.plotting", "tfm.extras", "tfm.allocator", "tfm.collector", "tfm.integrity",
+     "tfm.lock"},
     {"tfm.data"},
     {"tfm.model"},
     {"tfm.checkpoint", "tfm.model_info"},

@@ -18,6 +18,7 @@ from rich.markup import escape
 from tfm import __version__
 from tfm.allocator import keep_freed_memory
 from tfm.cli.help_layout import App
+from tfm.collector import keep_imports_out_of_collections
 from tfm.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -106,6 +107,7 @@ def run() -> None:
     """Entry point: user errors become one line on stderr and an exit code."""
     debug = "--debug" in sys.argv[1:]
     keep_freed_memory()
+    keep_imports_out_of_collections()
     err.width = log_width()  # decided when the command runs, not when this module was imported
     try:
         code = app(standalone_mode=False)
