@@ -60,9 +60,8 @@ def build(work: Path) -> dict[str, list[str]]:
             "eval", "-m", str(work / "model"), "--src", str(DEMO / "valid.en"),
             "--ref", str(DEMO / "valid.de")],
         "train, 20 steps of the tiny preset": train,
-        "prepare": ["prepare", "--train", str(DEMO / "train"), "-s", "en", "-t", "de",
-                    "--tokenizer", str(work / "tok.json"), "-o", str(work / "data2"),
-                    "--overwrite"],
+        "train-tokenizer": ["train-tokenizer", "--train", str(DEMO / "train"), "-s", "en",
+                            "-t", "de", "--vocab-size", "600", "-o", str(work / "tok2.json")],
     }
 
 
