@@ -1,7 +1,7 @@
 """Full collections skip what was imported, and still collect what the work leaves (tfm.collector).
 
 Each check runs in a child process: the collector's setting is process-wide and must not leak
-into the test run (whose worker forks tfm commands from a frozen preloader)."""
+into the test run."""
 
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ def build(directory: Path, spm_model: bytes, variant: str):
 
 
 def train_briefly(model, tok, family: str) -> None:
-    """150 steps on 96 generated pairs of four directions, the sources tokenized by the
+    """100 steps on 96 generated pairs of four directions, the sources tokenized by the
     checkpoint's tokenizer and the labels ``[tgt_code] X </s>``, as fairseq trained NLLB-200
     and M2M100 (a legacy_behaviour tokenizer would write target labels ``X </s> [tgt_code]``,
     which no NLLB model was trained on): a random model gives every sentence the same output;
@@ -169,7 +169,7 @@ def train_briefly(model, tok, family: str) -> None:
     labels = batch([t for _, t in pairs], -100)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3, fused=True)
-    for _ in range(150):
+    for _ in range(100):
         loss = model(input_ids=src, attention_mask=src != 1, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
