@@ -99,7 +99,7 @@ def test_training_from_a_trained_model_keeps_its_architecture(demo_model: Path,
     data = demo_model.parent / "data"
     result = tfm("train", "--data", str(data), "--output", str(tmp_path / "tuned"),
                  "--init-from", str(demo_model), "--dropout", "0.2", "--max-steps", "2",
-                 "--valid-every", "2", "--precision", "fp32")
+                 "--valid-every", "2", "--precision", "fp32", "--max-tokens", "512")
     assert result.returncode == 0, result.stderr
     theirs = json.loads((demo_model / "config.json").read_text())["model"]
     mine = json.loads((tmp_path / "tuned" / "config.json").read_text())["model"]
@@ -108,7 +108,7 @@ def test_training_from_a_trained_model_keeps_its_architecture(demo_model: Path,
     same = tfm("train", "--data", str(data), "--output", str(tmp_path / "same"),
                "--init-from", str(demo_model), "--preset", "tiny", "--d-model",
                str(theirs["d_model"]), "--max-steps", "1", "--valid-every", "1",
-               "--precision", "fp32")
+               "--precision", "fp32", "--max-tokens", "512")
     assert same.returncode == 0, same.stderr
     refused = tfm("train", "--data", str(data), "--output", str(tmp_path / "other"),
                   "--init-from", str(demo_model), "--d-model", "64", "--max-steps", "2")
