@@ -6,6 +6,7 @@ Skipped where torch sees no CUDA device, as in CI; on a GPU machine run
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -210,6 +211,20 @@ def test_constrained_beam_search_on_a_gpu_meets_the_phrases_as_on_the_cpu(
         assert result.text.startswith(spec.prefix or "")
 
 
+def fine_tuned_on_a_gpu(data: Path, imported: Path, out: Path) -> list[str]:
+    """``imported`` fine-tuned on ``data`` into ``out`` by 30 steps on the GPU in the
+    precision auto picks; the names of the weights that changed (the saved ones fp32)."""
+    from tfm.training.state import initial_model_config
+
+    result = train(data, out, initial_model_config(imported),
+                   config(max_steps=30, precision="auto", lr=1e-4), init_from=imported)
+    assert result.step == 30
+    weights = load_file(out / "model.safetensors")
+    base = load_file(imported / "model.safetensors")
+    assert all(t.dtype == torch.float32 and t.isfinite().all() for t in weights.values())
+    return [name for name in base if not torch.equal(weights[name], base[name])]
+
+
 def test_an_imported_marian_model_translates_and_fine_tunes_on_a_gpu(tmp_path: Path) -> None:
     # What tfm import adds to the model (the activation, the fixed output bias) runs on the GPU
     # as on the CPU, and train --init-from fine-tunes the import there, in the precision auto
@@ -219,7 +234,6 @@ def test_an_imported_marian_model_translates_and_fine_tunes_on_a_gpu(tmp_path: P
     from tfm.data.corpus import CorpusSpec
     from tfm.data.prepare import prepare
     from tfm.interop.marian_import import import_marian
-    from tfm.training.state import initial_model_config
 
     marian = build_marian(tmp_path / "marian", train_spm_models(), "swish-shared-languages")
     imported = import_marian(marian, tmp_path / "imported")
@@ -236,13 +250,118 @@ def test_an_imported_marian_model_translates_and_fine_tunes_on_a_gpu(tmp_path: P
     (corpus / "train.de").write_text("\n".join(generated_lines(DE, 200, 12)) + "\n")
     prepare(CorpusSpec((str(corpus / "train"),), "en", "de"), imported / "tokenizer.json",
             tmp_path / "prepared")
-    result = train(tmp_path / "prepared", tmp_path / "tuned", initial_model_config(imported),
-                   config(max_steps=30, precision="auto", lr=1e-4), init_from=imported)
-    assert result.step == 30
-    weights = load_file(tmp_path / "tuned" / "model.safetensors")
-    base = load_file(imported / "model.safetensors")
-    assert all(t.dtype == torch.float32 and t.isfinite().all() for t in weights.values())
-    changed = [name for name in base if not torch.equal(weights[name], base[name])]
+    changed = fine_tuned_on_a_gpu(tmp_path / "prepared", imported, tmp_path / "tuned")
     assert changed and "output_bias" not in changed  # fine-tuned; the bias stays fixed
     tuned = load_translator(tmp_path / "tuned", "cuda")
     assert all(t.text for t in tuned.translate(lines[:5], tuned.default_options(beam=4)))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_an_imported_nllb_model_translates_into_the_language_asked_on_a_gpu_as_on_the_cpu(
+        tmp_path: Path, precision: str) -> None:
+    # The NLLB-200 layout's stand-in of tests/test_import_m2m100.py (where the CPU's outputs
+    # are transformers' generate()'s): its decoder starts from </s> and the target's code,
+    # forced, never scored nor output, on the GPU step by step and through CUDA graphs. A start
+    # that did not reach the GPU's decoder would translate into another language and leave few
+    # the same; bf16's rounding may swap near-ties of this briefly trained model.
+    from test_import_m2m100 import CODES, DIRECTIONS, build, generated, sentencepiece_model, text
+
+    from tfm.interop.m2m100_import import import_m2m100
+
+    build(tmp_path / "hf", sentencepiece_model(), "nllb")
+    imported = import_m2m100(tmp_path / "hf", tmp_path / "tfm")
+    cpu = load_translator(imported, "cpu")
+    paths = [load_translator(imported, "cuda", precision),
+             load_translator(imported, "cuda", precision, cuda_graphs=False)]
+    same = compared = 0
+    for src, tgt in DIRECTIONS:
+        codes = dict(source_lang=CODES["nllb"][src], target_lang=CODES["nllb"][tgt])
+        lines = [text(src, c) for c in generated(12, 5)]
+        for beam in (1, 4):
+            options = cpu.default_options(beam=beam)
+            expected = [t.text for t in cpu.translate(lines, options, **codes)]
+            for gpu in paths:
+                found = [t.text for t in gpu.translate(lines, options, **codes)]
+                compared += len(lines)
+                same += sum(a == b for a, b in zip(found, expected))
+    assert paths[0].graphs is not None and paths[0].graphs.graphs, "no CUDA graph searched"
+    assert same >= (0.9 if precision == "fp32" else 0.7) * compared, \
+        f"{same} of {compared} the same"
+
+
+def test_an_imported_nllb_model_fine_tunes_on_a_gpu_with_its_codes_forced(tmp_path: Path
+                                                                         ) -> None:
+    # tfm prepare with the import's tokenizer and codes, then train --init-from on the GPU in
+    # the precision auto picks: the decoder fed </s> and the target's code first (no label),
+    # the weights fp32 and changed, and the tuned model translating on the GPU as on the CPU.
+    from test_import_m2m100 import CODES, build, generated, sentencepiece_model, text
+
+    from tfm.data.corpus import CorpusSpec
+    from tfm.data.dataset import read_prepare_info
+    from tfm.data.prepare import prepare
+    from tfm.interop.m2m100_import import import_m2m100
+
+    codes = CODES["nllb"]
+    build(tmp_path / "hf", sentencepiece_model(), "nllb")
+    imported = import_m2m100(tmp_path / "hf", tmp_path / "tfm")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    concepts = generated(200, 8)
+    for lang in ("en", "de"):
+        (corpus / f"train.{codes[lang]}").write_text(
+            "".join(text(lang, c) + "\n" for c in concepts), encoding="utf-8")
+    prepare(CorpusSpec((str(corpus / "train"),), codes["en"], codes["de"]),
+            imported / "tokenizer.json", tmp_path / "prepared")
+    assert len(read_prepare_info(tmp_path / "prepared")["decoder_starts"][0]) == 2
+    assert fine_tuned_on_a_gpu(tmp_path / "prepared", imported, tmp_path / "tuned")
+    lines = [text("en", c) for c in generated(8, 9)]
+    asked = dict(source_lang=codes["en"], target_lang=codes["de"])
+    gpu, cpu = load_translator(tmp_path / "tuned", "cuda"), load_translator(tmp_path / "tuned",
+                                                                            "cpu")
+    options = gpu.default_options(beam=4)
+    assert [t.text for t in gpu.translate(lines, options, **asked)] == \
+        [t.text for t in cpu.translate(lines, options, **asked)]
+
+
+def real_tfm(*args: str) -> None:
+    """``tfm ARGS`` as a fresh ``python -m tfm``, never forked from the tests' preloader: a
+    child forked from a process that has touched CUDA cannot use it."""
+    done = subprocess.run([sys.executable, "-m", "tfm", *args], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_decoder_side_language_token_and_the_levers_train_and_translate_on_a_gpu(
+        tmp_path: Path) -> None:
+    # The toy multi-way corpus of tests/test_multilingual.py prepared with the language token
+    # in the decoder, trained on the GPU in the precision auto picks with the levers against
+    # off-target output (the language loss; online back-translation, whose greedy search runs
+    # on the GPU inside training): each direction in the language asked (exact match, as on
+    # the CPU), the forced tag never output, the GPU's translations the CPU's.
+    from test_multilingual import DIRECTIONS, run_config
+    from toy_languages import write_corpus
+
+    for split, n, seed in (("train", 1500, 1), ("valid", 40, 2), ("test", 60, 3)):
+        write_corpus(tmp_path / "corpus", split, n, seed=seed)
+    config, out = run_config(tmp_path), tmp_path / "model"
+    real_tfm("train-tokenizer", "--config", str(config))
+    real_tfm("prepare", "--config", str(config), "--language-token", "decoder")
+    real_tfm("train", "--config", str(config), "--device", "cuda", "--precision", "auto",
+             "--max-steps", "320", "--valid-every", "320", "--save-every", "320",
+             "--language-loss", "0.5", "--online-bt-from", "200")
+    saved = json.loads((out / "train_config.json").read_text())
+    assert (saved["device"], saved["language_loss"], saved["online_bt_from"]) == ("cuda", 0.5,
+                                                                                  200)
+    assert json.loads((out / "config.json").read_text())["language_marking"] == {
+        "where": "decoder_token"}
+    gpu, cpu = load_translator(out, "cuda"), load_translator(out, "cpu")
+    options = cpu.default_options(beam=1)
+    for direction in DIRECTIONS:
+        src, tgt = direction.split("-")
+        lines = (tmp_path / "corpus" / f"test.{src}").read_text().splitlines()
+        hyps = [t.text for t in gpu.translate(lines, options, target_lang=tgt)]
+        assert hyps == [t.text for t in cpu.translate(lines, options, target_lang=tgt)]
+        refs = (tmp_path / "corpus" / f"test.{tgt}").read_text().splitlines()
+        exact = sum(h == r for h, r in zip(hyps, refs)) / len(refs)
+        assert exact >= 0.5, f"{direction}: exact match {exact:.2f}"
+        assert not any(">>" in h for h in hyps)

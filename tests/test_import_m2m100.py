@@ -89,6 +89,11 @@ def demo_lines() -> list[str]:
 
 @pytest.fixture(scope="module")
 def spm_model() -> bytes:
+    return sentencepiece_model()
+
+
+def sentencepiece_model() -> bytes:
+    """A SentencePiece BPE model of 400 pieces over the three languages' generated lines."""
     lines = [text(lang, c) for c in generated(300, 1) for lang in WORDS] + demo_lines()
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(

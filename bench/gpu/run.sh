@@ -3,8 +3,10 @@
 # after bench/gpu/pack.sh has packed .gpu/ here (the device tool: command
 # `bash bench/gpu/run.sh STAGE...`, carry [".gpu"]). Stages, in the order given:
 #
-#   tests     tests/test_cuda.py (CUDA graphs on and off among them) and the CPU-side
-#             specifications of the graphs' search (tests/test_graphs.py)
+#   tests     tests/test_cuda.py (CUDA graphs on and off; forced decoder starts in every path;
+#             imported MarianMT and NLLB-200 models translated and fine-tuned; a decoder-side
+#             language token trained with the multilingual levers; fp32 and bf16) and the
+#             CPU-side specifications of the graphs' search (tests/test_graphs.py)
 #   latency   bench/latency.py on .gpu/model: one sentence at a time, greedy and beam 5, step by
 #             step against CUDA graphs, p50/p90/p99 over 200 sentences of test_2016_flickr
 #   quick     recipes/multi30k.sh en→de as on the CPU, its steps those of the reference CPU
