@@ -42,6 +42,16 @@ def sources(n: int = 20) -> list[str]:
     return (DEMO / "valid.en").read_text(encoding="utf-8").splitlines()[:n]
 
 
+def real_tfm(*args: str, stdin: str | None = None) -> str:
+    """``tfm ARGS`` run to its end as a fresh ``python -m tfm``; its stdout. Never forked from
+    the tests' preloader (conftest.tfm): a forked child cannot use CUDA where its parent had
+    initialised it, and a fresh process is safe whatever the preloader loaded."""
+    done = subprocess.run([sys.executable, "-m", "tfm", *args], input=stdin,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_a_model_trained_on_a_gpu_translates_the_same_on_the_cpu(dataset: Path,
                                                                   tmp_path: Path) -> None:
     train(dataset, tmp_path / "m", TINY, config(max_steps=40))
@@ -183,12 +193,9 @@ def test_auto_precision_trains_in_bf16_on_a_gpu_and_saves_fp32_weights(dataset: 
 
 def test_the_command_line_translates_on_a_gpu(dataset: Path, tmp_path: Path) -> None:
     train(dataset, tmp_path / "m", TINY, config(max_steps=20))
-    done = subprocess.run(
-        [sys.executable, "-m", "tfm", "translate", "-m", str(tmp_path / "m"), "--device", "cuda",
-         "--precision", "auto", "--beam", "3"], input="\n".join(sources(5)) + "\n",
-        capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert len(done.stdout.splitlines()) == 5
+    out = real_tfm("translate", "-m", str(tmp_path / "m"), "--device", "cuda", "--precision",
+                   "auto", "--beam", "3", stdin="\n".join(sources(5)) + "\n")
+    assert len(out.splitlines()) == 5
 
 
 def test_constrained_beam_search_on_a_gpu_meets_the_phrases_as_on_the_cpu(
@@ -256,20 +263,29 @@ def test_an_imported_marian_model_translates_and_fine_tunes_on_a_gpu(tmp_path: P
     assert all(t.text for t in tuned.translate(lines[:5], tuned.default_options(beam=4)))
 
 
+@pytest.fixture(scope="module")
+def nllb_import(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The NLLB-200 layout's stand-in of tests/test_import_m2m100.py, imported by tfm."""
+    from test_import_m2m100 import build, sentencepiece_model
+
+    from tfm.interop.m2m100_import import import_m2m100
+
+    root = tmp_path_factory.mktemp("nllb")
+    build(root / "hf", sentencepiece_model(), "nllb")
+    return import_m2m100(root / "hf", root / "tfm")
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_an_imported_nllb_model_translates_into_the_language_asked_on_a_gpu_as_on_the_cpu(
-        tmp_path: Path, precision: str) -> None:
+        nllb_import: Path, precision: str) -> None:
     # The NLLB-200 layout's stand-in of tests/test_import_m2m100.py (where the CPU's outputs
     # are transformers' generate()'s): its decoder starts from </s> and the target's code,
     # forced, never scored nor output, on the GPU step by step and through CUDA graphs. A start
     # that did not reach the GPU's decoder would translate into another language and leave few
     # the same; bf16's rounding may swap near-ties of this briefly trained model.
-    from test_import_m2m100 import CODES, DIRECTIONS, build, generated, sentencepiece_model, text
+    from test_import_m2m100 import CODES, DIRECTIONS, generated, text
 
-    from tfm.interop.m2m100_import import import_m2m100
-
-    build(tmp_path / "hf", sentencepiece_model(), "nllb")
-    imported = import_m2m100(tmp_path / "hf", tmp_path / "tfm")
+    imported = nllb_import
     cpu = load_translator(imported, "cpu")
     paths = [load_translator(imported, "cuda", precision),
              load_translator(imported, "cuda", precision, cuda_graphs=False)]
@@ -289,21 +305,19 @@ def test_an_imported_nllb_model_translates_into_the_language_asked_on_a_gpu_as_o
         f"{same} of {compared} the same"
 
 
-def test_an_imported_nllb_model_fine_tunes_on_a_gpu_with_its_codes_forced(tmp_path: Path
-                                                                         ) -> None:
-    # tfm prepare with the import's tokenizer and codes, then train --init-from on the GPU in
-    # the precision auto picks: the decoder fed </s> and the target's code first (no label),
-    # the weights fp32 and changed, and the tuned model translating on the GPU as on the CPU.
-    from test_import_m2m100 import CODES, build, generated, sentencepiece_model, text
+def test_an_imported_nllb_model_fine_tunes_on_a_gpu_with_its_codes_forced(
+        nllb_import: Path, tmp_path: Path) -> None:
+    # tfm prepare with the import's tokenizer and codes (each pair's decoder start two tokens:
+    # </s> and the target's code; what is fed and labelled is test_import_m2m100's), then
+    # train --init-from on the GPU in the precision auto picks: the weights fp32 and changed,
+    # and the tuned model translating on the GPU as on the CPU.
+    from test_import_m2m100 import CODES, generated, text
 
     from tfm.data.corpus import CorpusSpec
     from tfm.data.dataset import read_prepare_info
     from tfm.data.prepare import prepare
-    from tfm.interop.m2m100_import import import_m2m100
 
-    codes = CODES["nllb"]
-    build(tmp_path / "hf", sentencepiece_model(), "nllb")
-    imported = import_m2m100(tmp_path / "hf", tmp_path / "tfm")
+    codes, imported = CODES["nllb"], nllb_import
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     concepts = generated(200, 8)
@@ -321,14 +335,6 @@ def test_an_imported_nllb_model_fine_tunes_on_a_gpu_with_its_codes_forced(tmp_pa
     options = gpu.default_options(beam=4)
     assert [t.text for t in gpu.translate(lines, options, **asked)] == \
         [t.text for t in cpu.translate(lines, options, **asked)]
-
-
-def real_tfm(*args: str) -> None:
-    """``tfm ARGS`` as a fresh ``python -m tfm``, never forked from the tests' preloader: a
-    child forked from a process that has touched CUDA cannot use it."""
-    done = subprocess.run([sys.executable, "-m", "tfm", *args], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr
 
 
 def test_a_decoder_side_language_token_and_the_levers_train_and_translate_on_a_gpu(
