@@ -20,6 +20,7 @@ FLOORS = [
     {"tfm.checkpoint", "tfm.model_info"},
     {"tfm.interop"},
     {"tfm.decoding"},
+    {"tfm.documents"},
     {"tfm.training"},
     {"tfm.serve"},
     {"tfm.cli", "tfm.__main__"},

@@ -1,0 +1,60 @@
+"""Specification of the segment every document format reads into and writes back from
+(tfm/documents/segments.py): inline tags held apart from the text and walked back in order."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfm.documents.formats import format_for
+from tfm.documents.segments import Segment, Tag
+from tfm.errors import UsageError
+
+
+def markup(segment: Segment) -> str:
+    """The segment written with <N>, </N> and <N/> for its tags."""
+    out = []
+    for kind, piece in segment.pieces():
+        if kind == "text":
+            out.append(piece)
+        else:
+            out.append({"open": "<{}>", "close": "</{}>", "empty": "<{}/>"}[kind]
+                       .format(piece.ref))
+    return "".join(out)
+
+
+def test_pieces_give_back_nested_tags_in_document_order():
+    # "The <1><2/>dog</1><3/> sleeps in the <4><5>garden</5><6/></4>."
+    segment = Segment("The dog sleeps in the garden.", (
+        Tag(4, 7, 1), Tag(4, 4, 2, parent=1), Tag(7, 7, 3), Tag(22, 28, 4), Tag(22, 28, 5),
+        Tag(28, 28, 6, parent=4)))
+    segment.check()
+    assert markup(segment) == "The <1><2/>dog</1><3/> sleeps in the <4><5>garden</5><6/></4>."
+
+
+def test_an_empty_tag_inside_a_span_goes_inside_it():
+    segment = Segment("one two three", (Tag(0, 13, 1), Tag(4, 4, 2), Tag(3, 7, 3)))
+    assert markup(segment) == "<1>one<3> <2/>two</3> three</1>"
+
+
+def test_text_without_tags_is_one_piece():
+    assert list(Segment("plain").pieces()) == [("text", "plain")]
+
+
+@pytest.mark.parametrize("tags, problem", [
+    ((Tag(0, 5, 1), Tag(3, 8, 2)), "overlap"),
+    ((Tag(0, 50, 1),), "outside"),
+    ((Tag(0, 2, 1), Tag(4, 6, 1)), "share a ref"),
+    ((Tag(0, 2, 1), Tag(4, 4, 2, parent=1)), "does not hold"),
+])
+def test_check_refuses_tags_that_cannot_be_written(tags, problem):
+    with pytest.raises(ValueError, match=problem):
+        Segment("some words", tags).check()
+
+
+def test_the_format_comes_from_the_option_or_the_extension(tmp_path):
+    assert format_for(tmp_path / "page.HTML").name == "html"
+    assert format_for(tmp_path / "notes.txt", "markdown").name == "markdown"
+    with pytest.raises(UsageError, match=r"\.exe is not a document format.*html.*docx"):
+        format_for(tmp_path / "setup.exe")
+    with pytest.raises(UsageError, match="--format 'pdf'"):
+        format_for(None, "pdf")
