@@ -164,3 +164,13 @@ def test_the_tensor_ranking_is_rules_rank() -> None:
         without = [Hypothesis(h.tokens, h.score, 0.0) for h in hyps]
         assert [without[i] for i in best_first(scores)[0].tolist()] == sorted(
             without, key=rank, reverse=True)
+
+
+def test_the_two_searches_share_one_vocabulary_and_neither_imports_the_other() -> None:
+    from test_architecture import MODULES, tfm_imports
+
+    graphs = tfm_imports(MODULES["tfm.decoding.graphs"])
+    eager = tfm_imports(MODULES["tfm.decoding.search"])
+    assert "tfm.decoding.search" not in graphs and "tfm.decoding.graphs" not in eager
+    assert {"tfm.decoding.steps", "tfm.decoding.rules"} <= graphs & eager
+    assert "tfm.decoding.allocation" in eager - graphs  # phrases: the step-by-step search's
