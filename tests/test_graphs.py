@@ -15,7 +15,8 @@ from tfm.config import SearchOptions
 from tfm.decoding.constraints import TargetConstraints
 from tfm.decoding.engines import load_translator
 from tfm.decoding.graphs import MOST_ROWS, CudaGraphs, FixedSearch
-from tfm.decoding.search import max_lengths, search
+from tfm.decoding.search import search
+from tfm.decoding.steps import max_lengths
 from tfm.special_tokens import PAD_ID
 
 

@@ -14,7 +14,8 @@ import torch
 
 from tfm.config import ModelConfig, SearchOptions
 from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from tfm.decoding.search import Hypothesis, beam_search, greedy_search, max_lengths
+from tfm.decoding.search import Hypothesis, beam_search, greedy_search
+from tfm.decoding.steps import max_lengths
 from tfm.model import Transformer
 
 

@@ -132,7 +132,7 @@ def pad_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
               width_multiple: int = 1, starts: Sequence[Sequence[int]] | None = None) -> Batch:
     """Source ids (EOS included, as a split stores them) and target ids (no special tokens) ->
     a padded Batch: ``tgt_in`` is BOS + target, ``tgt_out`` target + EOS. ``starts``: each
-    pair's forced decoder tokens (tfm.decoding.search.decoder_start; None: BOS alone), fed
+    pair's forced decoder tokens (tfm.decoding.steps.decoder_start; None: BOS alone), fed
     before the target as the search feeds them, and never labels: ``tgt_in`` is start +
     target, ``tgt_out`` padding under all of them but the last, then target + EOS. With
     ``width_multiple`` > 1 each tensor is padded wider, to a multiple of it: the rows and their

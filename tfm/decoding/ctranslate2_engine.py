@@ -63,8 +63,19 @@ from typing import Any
 
 from tfm.config import SearchOptions
 from tfm.data.tokenizer import load_vocabularies
+from tfm.decoding import rules
 from tfm.decoding.constraints import TargetConstraints
-from tfm.decoding.rules import NEVER_EMITTED, Hypothesis, counted, length_limit, score
+from tfm.decoding.rules import (
+    NEVER_EMITTED,
+    Hypothesis,
+    StepRule,
+    counted,
+    hypothesis,
+    length_limit,
+    length_penalty_of,
+    rank,
+    score,
+)
 from tfm.decoding.translator import Translator
 from tfm.decoding.workers import Workers, cpu_threads
 from tfm.device import PRECISIONS, cpu_has_native_bf16
@@ -251,21 +262,13 @@ class CTranslate2Translator(Translator):
         rescored, so that the prefix counts). It stops as CTranslate2 stops: once its best
         candidate ends (patience 1), which is tfm's ``stop_early`` without a length penalty;
         with one, the hypotheses found can differ from tfm's search (``exact`` finds those)."""
-        length_penalty = 0.0 if o.beam == 1 else o.length_penalty
-        options = self._suppressing()
-        if prefixes is not None:
-            options["target_prefix"] = prefixes
-        max_len = limit - 1  # CTranslate2 counts tokens without EOS; tfm's limit counts it
-        results = self.translator.translate_batch(
-            sources, beam_size=o.beam, num_hypotheses=o.n_best, length_penalty=length_penalty,
-            end_token=EOS, return_end_token=True, max_decoding_length=max_len,
-            min_decoding_length=min(o.min_len, max_len), max_input_length=0, max_batch_size=0,
-            return_scores=True, return_attention=o.attention, **options)
+        call = _Call(o, limit, self._never_emitted, suppress=True, wanted=o.n_best)
+        results = self._translate_batch(sources, call, prefixes)
         outcomes, to_rescore = [], []
         for i, result in enumerate(results):
             outcome = _Outcome([], _Pass(), longest=_longest(result))
             for tokens, value, attn in _found(result, o):
-                hyp = self._hypothesis(tokens, value, attn, length_penalty,
+                hyp = self._hypothesis(tokens, value, attn, call.length_penalty,
                                        ended=bool(tokens) and tokens[-1] == EOS)
                 outcome.hyps.append(hyp)
                 if prefixes is not None and prefixes[i]:
@@ -301,7 +304,6 @@ class CTranslate2Translator(Translator):
         (``target_prefix``); those hypotheses are rescored by teacher forcing, so their scores
         are tfm's: the log-probability of the whole output, prefix included."""
         greedy = o.beam == 1
-        length_penalty = 0.0 if greedy else o.length_penalty  # greedy: raw sums, scored below
         if greedy:
             patience, wanted = 1, 1
         elif o.length_penalty == 0 and o.stop_early and o.n_best == 1:
@@ -317,31 +319,22 @@ class CTranslate2Translator(Translator):
             patience, wanted = _PATIENCE, _PATIENCE * o.beam
         if flags.wide:  # the same search, which reached the limit: keep all it found
             patience, wanted = _PATIENCE + 1, (_PATIENCE + 1) * o.beam
-        end_tokens = [EOS] if flags.suppress else [EOS, *self._never_emitted]
-        options = self._suppressing() if flags.suppress else {}
-        if prefixes is not None:
-            options["target_prefix"] = prefixes
-        max_len = limit - 1  # CTranslate2 counts tokens without EOS; tfm's limit counts EOS
-        results = self.translator.translate_batch(
-            sources, beam_size=o.beam, patience=patience, num_hypotheses=wanted,
-            length_penalty=length_penalty, end_token=end_tokens, return_end_token=True,
-            max_decoding_length=max_len, min_decoding_length=min(o.min_len, max_len),
-            max_input_length=0, max_batch_size=0, return_scores=True,
-            return_attention=o.attention, **options)
-
+        call = _Call(o, limit, self._never_emitted, flags.suppress, patience, wanted)
+        results = self._translate_batch(sources, call, prefixes)
+        end_tokens = call.end_tokens
         outcomes: list[_Outcome] = []
         to_rescore: list[tuple[int, Hypothesis]] = []  # (sentence, hypothesis)
         for i, result in enumerate(results):
             outcome = _Outcome([], flags, longest=_longest(result))
-            for rank, (tokens, value, attn) in enumerate(_found(result, o)):
+            for place, (tokens, value, attn) in enumerate(_found(result, o)):
                 ended = bool(tokens) and tokens[-1] in end_tokens
                 if ended and tokens[-1] != EOS:  # <pad>, <unk> or <s>: tfm never emits it
-                    if rank < o.n_best:
+                    if place < o.n_best:
                         outcome.again = replace(outcome.again, suppress=True)
                     continue
                 if not ended and not greedy:  # cut at the limit
                     outcome.again = replace(outcome.again, wide=True)
-                hyp = self._hypothesis(tokens, value, attn, length_penalty, ended)
+                hyp = self._hypothesis(tokens, value, attn, call.length_penalty, ended)
                 outcome.hyps.append(hyp)
                 # tfm's log P differs where EOS was forced (cut here) or disabled (min_len),
                 # or where disabling renormalised the softmax (suppress).
@@ -351,11 +344,21 @@ class CTranslate2Translator(Translator):
         self._rescore(sources, to_rescore)
         return self._ranked(outcomes, o)
 
-    def _suppressing(self) -> dict[str, Any]:
-        """translate_batch's options that disable the never-emitted tokens (which
-        renormalises CTranslate2's softmax over the others)."""
-        return {"disable_unk": True, "suppress_sequences": [
-            [t] for i, t in zip(NEVER_EMITTED, self._never_emitted) if i != UNK_ID]}
+    def _translate_batch(self, sources: list[list[str]], call: _Call,
+                         prefixes: list[list[str]] | None) -> list[Any]:
+        """The one call of CTranslate2's translate_batch: tfm's step rules as ``_STEP_OPTIONS``
+        maps them (every one of rules.STEP_RULES, or UnmappedRule), the search's own
+        options, and each sentence's target prefix."""
+        options: dict[str, Any] = {}
+        for rule_options in rules.mapped("the ctranslate2 engine", _STEP_OPTIONS):
+            options.update(rule_options(call))
+        if prefixes is not None:
+            options["target_prefix"] = prefixes
+        return self.translator.translate_batch(
+            sources, beam_size=call.o.beam, patience=call.patience,
+            num_hypotheses=call.wanted, length_penalty=call.length_penalty,
+            return_end_token=True, max_input_length=0, max_batch_size=0, return_scores=True,
+            return_attention=call.o.attention, **options)
 
     def _hypothesis(self, tokens: list[str], value: float, attention: Any,
                     length_penalty: float, ended: bool) -> Hypothesis:
@@ -381,11 +384,11 @@ class CTranslate2Translator(Translator):
                 ) -> list[_Outcome]:
         """The outcomes with their hypotheses scored by rules.score (after ``forced`` start
         tokens: rules.counted), best first."""
-        penalty = 1.0 if o.beam == 1 else o.length_penalty
+        penalty = length_penalty_of(o)
         for outcome in outcomes:
             for h in outcome.hyps:
                 h.score = score(h.log_prob, counted(len(h.tokens), forced), penalty)
-            outcome.hyps.sort(key=lambda h: h.score, reverse=True)
+            outcome.hyps.sort(key=rank, reverse=True)
         return outcomes
 
     def _log_probs(self, sources: list[list[str]], targets: list[list[int]],
@@ -402,12 +405,9 @@ class CTranslate2Translator(Translator):
     def _rescored(self, sources: list[list[str]], targets: list[list[int]],
                   o: SearchOptions) -> list[Hypothesis]:
         """Hypotheses of given targets, scored as tfm scores them."""
-        penalty = 1.0 if o.beam == 1 else o.length_penalty
-        hyps = []
-        for target, log_prob in zip(targets, self._log_probs(sources, targets)):
-            hyps.append(Hypothesis(list(target), score(log_prob, len(target), penalty),
-                                   log_prob, [] if o.attention else None))
-        return hyps
+        penalty = length_penalty_of(o)
+        return [hypothesis(list(target), log_prob, 1, penalty, [] if o.attention else None)
+                for target, log_prob in zip(targets, self._log_probs(sources, targets))]
 
     def forced_log_probs(self, sources: list[list[int]], targets: list[list[int]],
                          batch_tokens: int = 2048) -> list[list[float]]:
@@ -434,6 +434,63 @@ def _longest(result: Any) -> int:
 def _pick(prefixes: list[list[str]] | None, rows: list[int]) -> list[list[str]] | None:
     """The prefixes of ``rows``, or None when there are none."""
     return None if prefixes is None else [prefixes[r] for r in rows]
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What one translate_batch call is asked (``_translate_batch``): the options ``o``, tfm's
+    length limit ``limit`` (EOS included), the never-emitted tokens (``never``) disabled
+    (``suppress``) or made extra end tokens, ``patience`` and the hypotheses ``wanted``."""
+
+    o: SearchOptions
+    limit: int
+    never: list[str]
+    suppress: bool
+    patience: int = 1
+    wanted: int = 1
+
+    @property
+    def end_tokens(self) -> list[str]:
+        """The tokens a hypothesis may end on: EOS, and the never-emitted ones unless
+        disabled (a hypothesis that ends on one is dropped, or decoded again suppressed)."""
+        return [EOS] if self.suppress else [EOS, *self.never]
+
+    @property
+    def length_penalty(self) -> float:
+        """CTranslate2's: the options' for beam search; 0 for greedy search, whose raw sums
+        rules.score then divides as it scores greedy search (rules.length_penalty_of)."""
+        return 0.0 if self.o.beam == 1 else self.o.length_penalty
+
+
+def _never_emitted(call: _Call) -> dict[str, Any]:
+    """rules.NEVER_EMITTED: extra end tokens, or disabled (which renormalises CTranslate2's
+    softmax over the others)."""
+    options: dict[str, Any] = {"end_token": call.end_tokens}
+    if call.suppress:
+        options.update(disable_unk=True, suppress_sequences=[
+            [t] for i, t in zip(NEVER_EMITTED, call.never) if i != UNK_ID])
+    return options
+
+
+def _length_limit(call: _Call) -> dict[str, Any]:
+    """rules.length_limit: CTranslate2 counts tokens without EOS; tfm's limit counts it (at
+    it, CTranslate2 cuts the hypothesis where tfm forces EOS: rescored, see the module)."""
+    return {"max_decoding_length": call.limit - 1}
+
+
+def _min_length(call: _Call) -> dict[str, Any]:
+    """No EOS before min_len, the length limit winning over it."""
+    return {"min_decoding_length": min(call.o.min_len, call.limit - 1)}
+
+
+# How each of tfm's step rules (rules.STEP_RULES) reaches CTranslate2: translate_batch options.
+# Checked at import and at every call: a declared rule without an entry stops the engine.
+_STEP_OPTIONS: dict[StepRule, Callable[[_Call], dict[str, Any]]] = {
+    StepRule.NEVER_EMITTED: _never_emitted,
+    StepRule.MIN_LENGTH: _min_length,
+    StepRule.LENGTH_LIMIT: _length_limit,
+}
+rules.mapped("the ctranslate2 engine", _STEP_OPTIONS)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ one function of tensors whose shapes never change and that reads nothing back. O
 captured once per batch shape as a CUDA graph and replayed (``CudaGraphs``); the host looks
 only every ``check_every`` steps whether every sentence is done.
 
-It finds what tfm.decoding.search finds: the same rules, applied in the same order. Two things
+It finds what tfm.decoding.search finds: both are written in the same vocabulary,
+tfm.decoding.steps' tensor functions (the forced start, the limits, the rules of a step, the
+choice, the ranking) over tfm.decoding.rules' numbers, and neither imports the other. Two things
 differ in the arithmetic, never in the rules: the self-attention reads a fixed number of
 positions, the later ones masked, where the search's cache grows by one a step (scores equal
 to float rounding, not bit for bit), and finished sentences stay in the batch (ignored) where
@@ -30,21 +32,27 @@ from tfm.config import SearchOptions
 from tfm.decoding.constraints import TargetConstraints
 from tfm.decoding.rules import (
     Hypothesis,
+    at_limit,
     counted,
     hypotheses_needed,
+    hypothesis,
     length_factor,
-    score,
+    length_penalty_of,
+    live_counted,
     sentence_done,
 )
-from tfm.decoding.search import (
+from tfm.decoding.steps import (
+    best_first,
     decoder_start,
-    max_lengths,
-    output_positions,
+    expand,
+    greedy_choice,
+    limits,
+    prime_in_place,
     step_log_probs,
     top_candidates,
 )
 from tfm.model import Transformer
-from tfm.special_tokens import EOS_ID, PAD_ID
+from tfm.special_tokens import PAD_ID
 
 NEG_INF = float("-inf")
 MOST_ROWS = 64  # sentences x beam: larger batches are bound by arithmetic, not launches
@@ -55,7 +63,7 @@ MOST_BYTES = 1 << 30  # and fewer where their buffers would take more than this
 class FixedSearch:
     """One batch shape's search: ``sentences`` sources of ``source_length`` positions, beam
     ``options.beam`` (1: greedy), at most ``length`` output positions (EOS included), the
-    decoder started from ``forced`` tokens (search.decoder_start: 1, ``<s>``).
+    decoder started from ``forced`` tokens (steps.decoder_start: 1, ``<s>``).
     ``load`` takes a batch, ``step`` advances every sentence by one position without reading
     anything back, ``over`` says whether all are done, ``hypotheses`` reads the results."""
 
@@ -94,29 +102,26 @@ class FixedSearch:
             # rules.score's length factors, by position, computed as the search computes them:
             # a hypothesis ending at position t has t tokens before its EOS; the best live beam
             # is scored as if it ended at the next position, in float32.
-            lp = options.length_penalty
+            lp = length_penalty_of(options)
             self.ending_factor = torch.tensor(
                 [length_factor(counted(t, forced), lp) for t in range(length)],
                 dtype=torch.float64, device=device)
             self.live_factor = torch.tensor(
-                [length_factor(counted(t + 1, forced), lp) for t in range(length)],
+                [length_factor(live_counted(t, forced), lp) for t in range(length)],
                 dtype=torch.float32, device=device)
             self.sentence_rows = torch.arange(sentences, device=device)[:, None] * self.k
 
     @torch.inference_mode()
     def load(self, src: Tensor, max_len: Tensor, start: Tensor | None = None) -> None:
         """A batch: ``src`` (sentences, source_length) ids, ``max_len`` (sentences,) their
-        length limits (tfm.decoding.search.max_lengths), ``start`` (sentences, forced) the
-        decoder's forced tokens (None: ``<s>``), fed here but the last, as search.prime feeds
-        them. Everything else starts afresh."""
+        length limits (steps.limits), ``start`` (sentences, forced) the decoder's forced
+        tokens (None: ``<s>``), fed here but the last (steps.prime_in_place). Everything else
+        starts afresh."""
         memory, memory_mask = self.model.encode(src)
         self.model.load_memory(self.state, memory, memory_mask)
         self.max_len.copy_(max_len.repeat_interleave(self.k))
         start = decoder_start(start, self.b, src.device).repeat_interleave(self.k, dim=0)
-        for position in range(start.size(1) - 1):
-            self.model.decode_step_in_place(start[:, position], self.state)
-            self.state.position += 1
-        self.tokens.copy_(start[:, -1])
+        self.tokens.copy_(prime_in_place(self.model, self.state, start))
         self.position.zero_()
         self.history.fill_(PAD_ID)
         if self.k == 1:
@@ -146,20 +151,20 @@ class FixedSearch:
 
     def _greedy(self, logp: Tensor) -> None:
         """search.greedy_search's step: each live row takes its most probable token."""
-        best, token = logp.max(dim=-1)
+        best, token, ends = greedy_choice(logp)
         live = ~self.ended
         self.log_prob += torch.where(live, best.double(), 0.0)
-        grows = live & (token != EOS_ID)
+        grows = live & ~ends
         self.history.index_copy_(1, self.position, torch.where(grows, token, PAD_ID)[:, None])
         self.lengths += grows
-        self.ended |= token == EOS_ID
+        self.ended |= ends
         self.tokens.copy_(token)
 
     def _beam(self, logp: Tensor) -> None:
         """search._BeamSearch's expand, allocate, finish and stop; sentences that are done are
         left as they are instead of pruned."""
-        b, k, vocab = self.b, self.k, logp.size(-1)
-        top = top_candidates(self.scores.view(b, k, 1) + logp.view(b, k, vocab))
+        k = self.k
+        top = top_candidates(expand(self.scores, logp))
         self._finish(top.is_eos[:, :k] & ~self.done[:, None], top.beam[:, :k], top.scores[:, :k])
         self._stop(top.cont_scores[:, 0])
         source_rows = (self.sentence_rows + top.cont_beam).view(-1)
@@ -171,13 +176,13 @@ class FixedSearch:
 
     def _finish(self, ends: Tensor, beam: Tensor, log_prob: Tensor) -> None:
         """Beams ``beam`` (b, k) that end (``ends``) with their summed ``log_prob`` join their
-        sentence's kept hypotheses, which keep the k best by score; of equal scores the earlier
-        kept first (search._BeamSearch.finish sorts stably)."""
+        sentence's kept hypotheses, which keep the k best, best first (steps.best_first: the
+        order of rules.keep, which search._BeamSearch.finish calls)."""
         b, k, length = self.b, self.k, self.length
         factor = self.ending_factor.index_select(0, self.position)
         new_score = torch.where(ends, log_prob.double() / factor, NEG_INF)
         scores = torch.cat([self.kept_score, new_score], dim=1)  # (b, 2k)
-        order = scores.sort(dim=1, descending=True, stable=True).indices[:, :k]
+        order = best_first(scores)[:, :k]
         ending = self.history.view(b, k, length).gather(1, beam[..., None].expand(b, k, length))
         tokens = torch.cat([self.kept_tokens, ending], dim=1)
         log_probs = torch.cat([self.kept_log_prob, log_prob], dim=1)
@@ -191,11 +196,10 @@ class FixedSearch:
         """rules.sentence_done for every sentence: at its length limit, or with ``needed``
         kept hypotheses (with ``stop_early``: the worst of which scores at least its best
         live beam ended now)."""
-        at_limit = self.max_len.view(self.b, self.k)[:, 0] == self.position + 1
+        last = at_limit(self.max_len.view(self.b, self.k)[:, 0], self.position)
         best_live = best / self.live_factor.index_select(0, self.position)  # float32
         worst_kept = self.kept_score[:, self.needed - 1]  # -inf while fewer are kept
-        self.done |= sentence_done(worst_kept, best_live.double(), at_limit,
-                                   self.o.stop_early)
+        self.done |= sentence_done(worst_kept, best_live.double(), last, self.o.stop_early)
 
     @property
     def nbytes(self) -> int:
@@ -211,20 +215,18 @@ class FixedSearch:
 
     def hypotheses(self, n_best: int | None = None) -> list[list[Hypothesis]]:
         """Each sentence's hypotheses, best first, ``n_best`` of them (None: the options'),
-        scored by rules.score."""
+        scored by rules.score (rules.hypothesis)."""
         n_best = self.o.n_best if n_best is None else n_best
+        lp = length_penalty_of(self.o)
         if self.k == 1:
             lengths, log_probs = self.lengths.tolist(), self.log_prob.tolist()
             history = self.history.tolist()
-            return [[Hypothesis(row[:n], score(lp, counted(n, self.forced), 1.0), lp)]
-                    for row, n, lp in zip(history, lengths, log_probs)]
+            return [[hypothesis(row[:n], log_prob, self.forced, lp)]
+                    for row, n, log_prob in zip(history, lengths, log_probs)]
         kept = (self.kept_score > NEG_INF).sum(dim=1).tolist()
         lengths, log_probs = self.kept_length.tolist(), self.kept_log_prob.tolist()
         tokens = self.kept_tokens.tolist()
-        lp = self.o.length_penalty
-        return [[Hypothesis(tokens[s][j][:lengths[s][j]],
-                            score(log_probs[s][j], counted(lengths[s][j], self.forced), lp),
-                            log_probs[s][j])
+        return [[hypothesis(tokens[s][j][:lengths[s][j]], log_probs[s][j], self.forced, lp)
                  for j in range(min(kept[s], n_best))]
                 for s in range(self.b)]
 
@@ -259,8 +261,7 @@ class CudaGraphs:
         decoder started from ``start`` (B, P) (None: ``<s>``). (On a CPU, where tests run it,
         each step runs as it is, without a graph.)"""
         forced = 1 if start is None else start.size(1)
-        max_len = max_lengths(src, PAD_ID, options.max_len_a, options.max_len_b,
-                              output_positions(self.model, forced))
+        max_len = limits(self.model, src, options, forced)
         length = int(max_len.max())
         key = graph_key(src, length, forced, options)
         with self.lock, torch.inference_mode():

@@ -1,24 +1,62 @@
-"""The rules every engine's search follows, stated once: what a hypothesis is, which tokens are
-never emitted, how long an output may be, how a hypothesis is scored and ranked, and when a
-sentence's search is over.
+"""The rules every engine's search follows, stated once: which rules act on every step
+(``StepRule``, declared here and mapped by each engine), what a hypothesis is, which tokens are
+never emitted, how long an output may be and when it is at that limit, how a hypothesis is
+scored (greedy search with length penalty 1) and ranked, and when a sentence's search is over.
 
-tfm's own search (tfm.decoding.search) and the CTranslate2 engine
-(tfm.decoding.ctranslate2_engine) both read them from here. The module imports neither torch
+tfm's searches (tfm.decoding.search step by step, tfm.decoding.graphs in fixed buffers, both
+through the tensor forms of tfm.decoding.steps) and the CTranslate2 engine
+(tfm.decoding.ctranslate2_engine) all read them from here. The module imports neither torch
 nor CTranslate2: an engine that needs no torch loads without it. The functions take plain
-numbers; ``score`` also takes a tensor of log-probabilities, with the same arithmetic.
+numbers; ``score``, ``at_limit`` and ``sentence_done`` also take tensors, with the same
+arithmetic.
 """
 
 from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from enum import Enum
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tfm.special_tokens import BOS_ID, PAD_ID, UNK_ID
 
+if TYPE_CHECKING:
+    from tfm.config import SearchOptions
+
 # Padding, the start token and UNK are never produced (byte-level BPE needs no unknown token).
 NEVER_EMITTED = (PAD_ID, UNK_ID, BOS_ID)
+
+
+class StepRule(Enum):
+    """A rule that acts on every step of every engine's search, in ``STEP_RULES``' order."""
+
+    NEVER_EMITTED = "the never-emitted tokens (NEVER_EMITTED) get no probability"
+    MIN_LENGTH = "no EOS before min_len, except at the length limit"
+    LENGTH_LIMIT = "at the length limit (at_limit) only EOS may come"
+
+
+# The declared step rules, in the order they apply. Each engine maps every one (``mapped``):
+# tfm.decoding.steps to a tensor function, the CTranslate2 engine to translate_batch options.
+# A rule added here and not mapped by an engine stops that engine with its name.
+STEP_RULES: tuple[StepRule, ...] = tuple(StepRule)
+
+Mapped = TypeVar("Mapped")
+
+
+class UnmappedRule(NotImplementedError):
+    """An engine has no mapping for a declared rule (a programming error, not a user's)."""
+
+
+def mapped(engine: str, mapping: Mapping[StepRule, Mapped]) -> list[Mapped]:
+    """``engine``'s ``mapping`` of each of ``STEP_RULES``, in their order; UnmappedRule naming
+    the first rule it does not map."""
+    for rule in STEP_RULES:
+        if rule not in mapping:
+            raise UnmappedRule(f"{engine} has no mapping for the search rule {rule.name} "
+                               f"({rule.value})")
+    return [mapping[rule] for rule in STEP_RULES]
 
 
 @dataclass
@@ -41,8 +79,35 @@ class Hypothesis:
 
 def rank(h: Hypothesis) -> tuple[bool, float]:
     """How finished hypotheses are ordered, best first (with reverse=True): those that meet
-    their constraints before those that do not, then by score."""
+    their constraints before those that do not, then by score; of equal ranks, the one found
+    first (a stable sort). tfm.decoding.steps.best_first is its tensor form."""
     return (h.complete, h.score)
+
+
+def keep(finished: list[Hypothesis], found: Hypothesis, most: int) -> None:
+    """``found`` among a sentence's ``finished`` hypotheses, which are kept best first
+    (``rank``), the ``most`` best of them."""
+    finished.append(found)
+    finished.sort(key=rank, reverse=True)
+    del finished[most:]
+
+
+def hypothesis(tokens: list[int], log_prob: float, forced: int, length_penalty: float,
+               attention: list[list[float]] | None = None,
+               constraints_met: list[bool] | None = None) -> Hypothesis:
+    """The finished hypothesis of output ``tokens`` (without EOS) and their ``log_prob``
+    (EOS included), scored by ``score`` after ``forced`` decoder start tokens."""
+    return Hypothesis(tokens, score(log_prob, counted(len(tokens), forced), length_penalty),
+                      log_prob, attention, constraints_met)
+
+
+GREEDY_LENGTH_PENALTY = 1.0  # greedy search compares no hypotheses of different lengths
+
+
+def length_penalty_of(options: SearchOptions) -> float:
+    """The length penalty a search's scores use: the options' for beam search,
+    GREEDY_LENGTH_PENALTY for greedy search (beam 1), whatever the options say."""
+    return GREEDY_LENGTH_PENALTY if options.beam == 1 else options.length_penalty
 
 
 Number = TypeVar("Number", float, Any)  # a float, or a tensor of them
@@ -53,6 +118,12 @@ def score(log_prob: Number, tokens: int, length_penalty: float) -> Number:
     counted, to the power ``length_penalty`` (1 for greedy search, which compares no
     hypotheses of different lengths). ``tokens``: ``counted(output tokens, forced)``."""
     return log_prob / length_factor(tokens, length_penalty)
+
+
+def live_counted(position: int, forced: int) -> int:
+    """``counted`` for a live beam at output ``position`` when a beam search asks whether to
+    stop (``sentence_done``): scored as if it ended now, its EOS at the next position."""
+    return counted(position + 1, forced)
 
 
 def counted(output_tokens: int, forced: int) -> int:
@@ -78,6 +149,16 @@ def length_limit(source_tokens: int, a: float, b: int, most: int) -> int:
     return min(max(math.floor(f32(f32(f32(a) * source_tokens) + f32(b))), 1), most)
 
 
+Flag = TypeVar("Flag", bool, Any)  # a bool, or a tensor of them
+
+
+def at_limit(max_len: Number, position: Number) -> Flag:
+    """Whether output ``position`` (0 the first) is the last a length limit of ``max_len``
+    tokens (EOS included, ``length_limit``) allows: where only EOS may come, and where a
+    sentence's beam search ends. Numbers or tensors."""
+    return max_len == position + 1
+
+
 def _float32(x: float) -> float:
     """``x`` rounded to the nearest float32."""
     return struct.unpack("f", struct.pack("f", x))[0]
@@ -94,9 +175,6 @@ def worst_needed(finished: list[Hypothesis], needed: int) -> float:
     """The score of the ``needed``-th of a sentence's finished hypotheses (kept best first),
     -inf while it has fewer: what ``sentence_done`` compares its best live beam with."""
     return finished[needed - 1].score if len(finished) >= needed else -math.inf
-
-
-Flag = TypeVar("Flag", bool, Any)  # a bool, or a tensor of them
 
 
 def sentence_done(worst_needed: Number, best_live: Number, at_limit: Flag,
