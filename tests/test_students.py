@@ -157,8 +157,14 @@ def test_decoding_step_by_step_equals_the_full_forward_pass(norm_first) -> None:
         fixed = model.fixed_decoder_state(3, src.size(1), tgt.size(1))
         model.load_memory(fixed, memory, memory_mask)
         in_place = decode_in_place(model, fixed, tgt)
+        # The buffers serve the next batch with nothing of this one left in them.
+        other = torch.stack([target_in(7) for _ in range(3)])
+        model.load_memory(fixed, memory, memory_mask)
+        again = decode_in_place(model, fixed, other)
+        full_other = model(src, other)
     torch.testing.assert_close(steps, full, atol=1e-10, rtol=0)
     torch.testing.assert_close(in_place, full, atol=1e-10, rtol=0)
+    torch.testing.assert_close(again, full_other, atol=1e-10, rtol=0)
     # The state is one cell per layer and row, whatever the length.
     assert [tuple(layer.cell.shape) for layer in state.layers] == [(3, 32)] * 2
 
