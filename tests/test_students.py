@@ -306,7 +306,7 @@ def test_an_ssru_model_is_format_5_and_older_models_stay_as_they_were() -> None:
     assert old["format_version"] == 1 and "decoder_self_attention" not in old["model"]
     # A model saved before the field existed reads as self-attention.
     assert model_config_from_dict(old["model"]).decoder_self_attention == "attention"
-    with pytest.raises(Exception, match="--decoder-self-attention lstm"):
+    with pytest.raises(Exception, match="--decoder-self-attn lstm"):
         model_config_from_preset("small", decoder_self_attention="lstm")
 
 
@@ -316,7 +316,7 @@ def trained_ssru_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from test_cli import train_demo_model
 
     return train_demo_model(tmp_path_factory.mktemp("ssru"), train_options=(
-        "--decoder-self-attention", "ssru", "--encoder-layers", "3", "--decoder-layers", "1"))
+        "--decoder-self-attn", "ssru", "--encoder-layers", "3", "--decoder-layers", "1"))
 
 
 def test_a_trained_ssru_model_is_saved_and_translates_through_the_command_line(

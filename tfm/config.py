@@ -128,7 +128,7 @@ class ModelConfig:
     decoder_self_attention: str = _arch(
         "attention", "The decoder layers' first sub-layer: attention (masked self-attention) "
         "or ssru (a recurrent unit: faster steps, for students; not exportable).",
-        panel="Model")
+        panel="Model", option="--decoder-self-attn")
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -146,7 +146,7 @@ class ModelConfig:
             raise UsageError(f"unknown positions {self.positions!r}; tfm has "
                              f"{', '.join(POSITION_TABLES)}")
         if self.decoder_self_attention not in DECODER_SELF_ATTENTIONS:
-            raise UsageError(f"--decoder-self-attention {self.decoder_self_attention}: choose "
+            raise UsageError(f"--decoder-self-attn {self.decoder_self_attention}: choose "
                              f"one of {', '.join(DECODER_SELF_ATTENTIONS)}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise UsageError(
@@ -182,7 +182,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "student-12-1": dict(d_model=256, n_heads=4, encoder_layers=12, decoder_layers=1,
                          d_ff=1024, dropout=0.1),
     # Firefox Translations' (Bergamot's) tiny11 student: 6 + 2 layers, 8 heads, FFN 1536. Its
-    # decoder's self-attention is an SSRU there: add --decoder-self-attention ssru.
+    # decoder's self-attention is an SSRU there: add --decoder-self-attn ssru.
     "student-tiny": dict(d_model=256, n_heads=8, encoder_layers=6, decoder_layers=2,
                          d_ff=1536, dropout=0.1),
 }

@@ -127,7 +127,7 @@ def check_supported(config: ModelConfig, model_dir: Path) -> None:
 
     if config.decoder_self_attention != "attention":
         raise ModelError(f"{model_dir}: cannot export a model whose decoder has SSRU layers "
-                         "(--decoder-self-attention ssru) to CTranslate2: it runs "
+                         "(--decoder-self-attn ssru) to CTranslate2: it runs "
                          "self-attention decoders only; translate it with tfm")
     unknown = sorted(set(asdict(config)) - _EXPORTED_FIELDS)
     if config.drop_residual_layer:  # CTranslate2's encoder layers all have their residuals
