@@ -270,6 +270,23 @@ def test_the_fixed_search_finds_what_the_search_finds(seed, how) -> None:
         assert mine.score == pytest.approx(theirs.score, abs=1e-5)
 
 
+def test_a_shortlist_decodes_an_ssru_model_over_its_output_rows() -> None:
+    """The shortlist scores the output layer's rows of its candidates: with every target id
+    a candidate, an SSRU model's beams come out as without it."""
+    from tfm.decoding.shortlist import ShortlistModel
+
+    model = tiny_model(2, vocab=12, layers=2, **SSRU_MODEL)
+    src = sources([5, 3, 7], 12, 2)
+    ids = torch.arange(12)
+    shortlisted = ShortlistModel(model, ids, torch.ones(3, 12, dtype=torch.bool))
+    options = SearchOptions(beam=3, n_best=2, max_len_a=1.0, max_len_b=3)
+    expected, found = beam_search(model, src, options), beam_search(shortlisted, src, options)
+    assert [[h.tokens for h in hyps] for hyps in found] == [
+        [h.tokens for h in hyps] for hyps in expected]
+    assert [h.score for h in itertools.chain(*found)] == pytest.approx(
+        [h.score for h in itertools.chain(*expected)], abs=1e-5)
+
+
 def test_greedy_search_of_an_int8_ssru_model_stays_close_to_fp32() -> None:
     model = tiny_model(4, vocab=30, d_model=64, layers=2, n_heads=4, **SSRU_MODEL)
     src = sources([6, 9, 4], 30, 4)
@@ -375,3 +392,28 @@ def test_a_deep_encoder_shallow_decoder_student_exports_to_ctranslate2(tmp_path:
     for options in (SearchOptions(beam=1), SearchOptions(beam=4, length_penalty=0.0)):
         assert_same_translations(ours.translate(SOURCES, options),
                                  theirs.translate(SOURCES, options))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_an_ssru_model_decodes_on_a_gpu_as_on_the_cpu_in_both_searches(precision: str) -> None:
+    # The eager search and the CUDA graphs' fixed search on the GPU find what the CPU finds:
+    # nearly all, as tests/test_cuda.py allows for the near-ties of untrained models.
+    from tfm.device import resolve_precision
+
+    model = tiny_model(0, vocab=40, d_model=32, layers=2, n_heads=2, **SSRU_MODEL)
+    src = sources([9, 5, 7, 3, 8, 6], 40, 0)
+    dtype = resolve_precision(precision, torch.device("cuda"), training=False)
+    same = compared = 0
+    for options in (SearchOptions(beam=1), SearchOptions(beam=4, n_best=2)):
+        cpu = search(model, src, options)
+        gpu_model = model.to("cuda") if dtype is None else model.to("cuda").to(dtype)
+        paths = [search(gpu_model, src.cuda(), options),
+                 CudaGraphs(gpu_model).search(src.cuda(), options)]
+        for found in paths:
+            for a, b in zip(found, cpu):
+                compared += 1
+                same += [h.tokens for h in a] == [h.tokens for h in b]
+        model.to("cpu").float()
+    assert same >= (0.9 if precision == "fp32" else 0.7) * compared, \
+        f"{same} of {compared} the same"
