@@ -79,6 +79,10 @@ ACTIVATION_NAMES = ("relu", "swish", "gelu")
 # interleaved, from position 0; and fairseq's (NLLB-200, M2M100): every sine before every cosine,
 # the frequencies spaced by half_dim - 1, positions counted from 2 (its padding id + 1).
 POSITION_TABLES = ("paper", "fairseq")
+# What a decoder layer's first sub-layer is (tfm.model.layers.DecoderLayer): the paper's masked
+# self-attention, or an SSRU (Kim et al., WNGT 2019; tfm.model.ssru): a recurrence whose
+# state is one vector per layer, so that a decoding step costs the same at every length.
+DECODER_SELF_ATTENTIONS = ("attention", "ssru")
 
 
 @dataclass
@@ -120,6 +124,11 @@ class ModelConfig:
     # Set by `tfm import` for NLLB-200 and M2M100 models (format 3): the positional table
     # (POSITION_TABLES).
     positions: str = _cli("paper", None)
+    # Format 5: the decoder's first sub-layer (DECODER_SELF_ATTENTIONS).
+    decoder_self_attention: str = _arch(
+        "attention", "The decoder layers' first sub-layer: attention (masked self-attention) "
+        "or ssru (a recurrent unit: faster steps, for students; not exportable).",
+        panel="Model", option="--decoder-self-attn")
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -136,6 +145,9 @@ class ModelConfig:
         if self.positions not in POSITION_TABLES:
             raise UsageError(f"unknown positions {self.positions!r}; tfm has "
                              f"{', '.join(POSITION_TABLES)}")
+        if self.decoder_self_attention not in DECODER_SELF_ATTENTIONS:
+            raise UsageError(f"--decoder-self-attn {self.decoder_self_attention}: choose "
+                             f"one of {', '.join(DECODER_SELF_ATTENTIONS)}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise UsageError(
                 "shared embeddings need one joint vocabulary, but the source has "
@@ -161,6 +173,18 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Toy corpora and tests: trains in minutes on a laptop CPU.
     "tiny": dict(d_model=128, n_heads=4, encoder_layers=2, decoder_layers=2, d_ff=512,
                  dropout=0.1),
+    # Students, to distil a teacher into: a deep encoder and a shallow decoder, since search
+    # runs the decoder once per output token and the encoder once per sentence. Kasai et al.
+    # (ICLR 2021, "Deep encoder, shallow decoder"): 6 and 12 encoder layers, 1 decoder layer,
+    # at the width of `small`.
+    "student-6-1": dict(d_model=256, n_heads=4, encoder_layers=6, decoder_layers=1, d_ff=1024,
+                        dropout=0.1),
+    "student-12-1": dict(d_model=256, n_heads=4, encoder_layers=12, decoder_layers=1,
+                         d_ff=1024, dropout=0.1),
+    # Firefox Translations' (Bergamot's) tiny11 student: 6 + 2 layers, 8 heads, FFN 1536. Its
+    # decoder's self-attention is an SSRU there: add --decoder-self-attn ssru.
+    "student-tiny": dict(d_model=256, n_heads=8, encoder_layers=6, decoder_layers=2,
+                         d_ff=1536, dropout=0.1),
 }
 
 

@@ -18,12 +18,13 @@ from tfm.errors import ModelError, TfmError
 # from NLLB-200 and M2M100). A model is written in the oldest format that holds it, which the
 # tfm versions of that format read: one that uses nothing of format 2 is format 1.
 # 4: ModelConfig.drop_residual_layer, and the source_and_decoder marking (the levers of
-# zero-shot multilingual models, docs/multi30k.md).
-FORMAT_VERSION = 4
+# zero-shot multilingual models, docs/multi30k.md). 5: ModelConfig.decoder_self_attention (an
+# SSRU decoder, for students).
+FORMAT_VERSION = 5
 # Model fields that older formats do not have, by the format that added them, with the values
 # the older formats imply.
 NEW_FIELDS = {2: {"activation": "relu", "output_bias": False}, 3: {"positions": "paper"},
-              4: {"drop_residual_layer": 0}}
+              4: {"drop_residual_layer": 0}, 5: {"decoder_self_attention": "attention"}}
 # The format that added each language marking beyond format 2's.
 MARKING_FORMAT = {"language_codes": 3, "source_and_decoder": 4}
 

@@ -204,10 +204,8 @@ class FixedSearch:
     @property
     def nbytes(self) -> int:
         """The memory its buffers take (a captured graph's temporaries come on top)."""
-        caches = [t for layer in self.state.layers
-                  for t in (layer.self_k, layer.self_v, layer.cross_k, layer.cross_v)]
-        return sum(t.numel() * t.element_size() for t in caches + list(vars(self).values())
-                   if isinstance(t, Tensor))
+        return self.state.nbytes + sum(t.numel() * t.element_size()
+                                       for t in vars(self).values() if isinstance(t, Tensor))
 
     def over(self) -> bool:
         """Whether every sentence is done (reads one number back)."""

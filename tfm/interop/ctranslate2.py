@@ -59,6 +59,7 @@ _EXPORTED_FIELDS = {
     "decoder_layers", "d_ff", "max_positions", "norm_first", "share_embeddings", "tie_output",
     "activation", "output_bias", "positions",
     "drop_residual_layer",  # its default only: 0, every residual (check_supported)
+    "decoder_self_attention",  # its default only: attention (check_supported)
     # training-only: no effect on inference
     "dropout", "attention_dropout", "activation_dropout",
 }
@@ -124,6 +125,10 @@ def check_supported(config: ModelConfig, model_dir: Path) -> None:
     """Refuse a model whose architecture the export cannot write faithfully."""
     from dataclasses import asdict
 
+    if config.decoder_self_attention != "attention":
+        raise ModelError(f"{model_dir}: cannot export a model whose decoder has SSRU layers "
+                         "(--decoder-self-attn ssru) to CTranslate2: it runs "
+                         "self-attention decoders only; translate it with tfm")
     unknown = sorted(set(asdict(config)) - _EXPORTED_FIELDS)
     if config.drop_residual_layer:  # CTranslate2's encoder layers all have their residuals
         unknown.append("drop_residual_layer")

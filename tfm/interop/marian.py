@@ -121,6 +121,10 @@ def export_marian(model_dir: Path, output: Path, overwrite: bool = False) -> Pat
 
 def check_exportable(config: ModelConfig, vocabs: Vocabularies) -> None:
     """Refuse, in one line, what MarianMT cannot express."""
+    if config.decoder_self_attention != "attention":
+        raise UsageError("cannot export a model whose decoder has SSRU layers "
+                         "(--decoder-self-attn ssru) to MarianMT: its decoder layers "
+                         "have self-attention")
     if config.drop_residual_layer:
         raise UsageError("cannot export a model trained with --drop-residual-layer to "
                          "MarianMT: its encoder layers all have their residual connections")

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from tfm.config import ACTIVATION_NAMES, ModelConfig
 from tfm.model.attention import MultiHeadAttention
 from tfm.model.dropout import Dropout, dropout
+from tfm.model.ssru import SSRU
 
 
 def sinusoidal_positions(length: int, d_model: int) -> Tensor:
@@ -198,15 +199,75 @@ class FixedLayerCache:
         self.self_k.copy_(self.self_k.index_select(0, index))
         self.self_v.copy_(self.self_v.index_select(0, index))
 
+    def clear(self) -> None:
+        """No position written yet: the self-attention buffers zeroed."""
+        self.self_k.zero_()
+        self.self_v.zero_()
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.self_k, self.self_v, self.cross_k, self.cross_v
+
+
+@dataclass
+class SsruCache:
+    """An SSRU decoder layer's state: ``cell`` (B, D) in tfm.model.ssru.cell_dtype, the
+    SSRU's c_{t-1} (zeros before the first step), where LayerCache keeps the keys and values
+    of every position; ``cross_k``/``cross_v`` as in LayerCache."""
+
+    cell: Tensor
+    cross_k: Tensor
+    cross_v: Tensor
+
+    def index_select(self, index: Tensor, memory_index: Tensor | None = None) -> SsruCache:
+        """Rows ``index`` of the cell and rows ``memory_index`` (default: ``index``) of the
+        cross-attention keys and values."""
+        memory_index = index if memory_index is None else memory_index
+        return SsruCache(self.cell.index_select(0, index),
+                         self.cross_k.index_select(0, memory_index),
+                         self.cross_v.index_select(0, memory_index))
+
+
+@dataclass
+class FixedSsruCache:
+    """SsruCache in buffers written in place (as FixedLayerCache, for CUDA graphs): the cell
+    (B, D) holds c_t once the step at position t has run."""
+
+    cell: Tensor
+    cross_k: Tensor
+    cross_v: Tensor
+
+    def reorder(self, index: Tensor) -> None:
+        """Rows ``index`` of the cell, in place (beam search's new beams)."""
+        self.cell.copy_(self.cell.index_select(0, index))
+
+    def clear(self) -> None:
+        """Before the first step: c_{-1} = 0."""
+        self.cell.zero_()
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.cell, self.cross_k, self.cross_v
+
+
+# What a decoder layer carries from one decoding step to the next.
+Cache = LayerCache | FixedLayerCache | SsruCache | FixedSsruCache
+
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, cross-attention over the encoder output, then the FFN."""
+    """Masked self-attention, cross-attention over the encoder output, then the FFN.
+
+    ``self_attention`` "ssru": an SSRU (tfm.model.ssru) in place of the masked self-attention,
+    ``ssru`` where ``self_attn`` would be; ``self_attn_layer_norm`` is the LayerNorm of the
+    first sub-layer either way."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float,
                  attention_dropout: float, activation_dropout: float, norm_first: bool,
-                 activation: str = "relu") -> None:
+                 activation: str = "relu", self_attention: str = "attention") -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        if self_attention == "ssru":
+            self.ssru: SSRU | None = SSRU(d_model)
+        else:
+            self.ssru = None
+            self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.self_attn_layer_norm = nn.LayerNorm(d_model)
         self.encoder_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.encoder_attn_layer_norm = nn.LayerNorm(d_model)
@@ -221,15 +282,17 @@ class DecoderLayer(nn.Module):
         cross_kv: tuple[Tensor, Tensor],
         self_mask: Tensor | None,
         src_mask: Tensor,
-        cache: LayerCache | FixedLayerCache | None = None,
+        cache: Cache | None = None,
         need_weights: bool = False,
         group: int = 1,
-    ) -> tuple[Tensor, LayerCache | FixedLayerCache | None, Tensor | None]:
+    ) -> tuple[Tensor, Cache | None, Tensor | None]:
         """x (B, T, D) -> (B, T, D), the extended cache, and cross-attention weights (B, H, T, S).
 
         Without a cache, x is the whole target prefix and ``self_mask`` (B, 1, T, T) hides later
-        positions. With a cache, x holds only the newest position(s): their keys and values are
-        appended to the cache, and they may attend to every cached position, so no mask is needed.
+        positions (an SSRU layer's: (B, T), False at padding; the recurrence sees no later
+        position). With a cache, x holds only the newest position(s): their keys and values are
+        appended to the cache, and they may attend to every cached position, so no mask is needed
+        (an SSRU layer's cache holds its cell instead, read and replaced).
 
         ``group`` > 1: each run of ``group`` consecutive rows of x (the beams of one sentence)
         shares one row of ``cross_kv`` and ``src_mask`` (B / group rows).
@@ -244,12 +307,13 @@ class DecoderLayer(nn.Module):
         x = residual(x, self.ffn(h), self.final_layer_norm, self.dropout, self.norm_first)
         return x, new_cache, weights
 
-    def self_attention(self, h: Tensor, self_mask: Tensor | None,
-                       cache: LayerCache | FixedLayerCache | None
-                       ) -> tuple[Tensor, LayerCache | FixedLayerCache | None]:
+    def self_attention(self, h: Tensor, self_mask: Tensor | None, cache: Cache | None
+                       ) -> tuple[Tensor, Cache | None]:
         """Masked self-attention over the target prefix: h (B, T, D) -> (B, T, D), and the
         cache extended by h's keys and values (None without a cache; a FixedLayerCache is
-        written in place and returned as it is)."""
+        written in place and returned as it is). An SSRU layer: ``recurrence``."""
+        if self.ssru is not None:
+            return self.recurrence(h, self_mask, cache)
         k, v = self.self_attn.project_kv(h)  # (B, H, T, Dh)
         if cache is None:
             return self.self_attn(h, (k, v), self_mask)[0], None
@@ -260,6 +324,21 @@ class DecoderLayer(nn.Module):
         # The newest positions may attend to every cached one: no mask.
         out = self.self_attn(h, (k, v), None)[0]
         return out, LayerCache(k, v, cache.cross_k, cache.cross_v)
+
+    def recurrence(self, h: Tensor, real: Tensor | None, cache: Cache | None
+                   ) -> tuple[Tensor, Cache | None]:
+        """The SSRU over h (B, T, D) -> (B, T, D): from c_{-1} = 0 over the whole target
+        without a cache (``real`` (B, T): its non-padding positions), else from the cache's
+        cell, the new cell in a new SsruCache (a FixedSsruCache: written in place)."""
+        assert self.ssru is not None
+        if cache is None:
+            return self.ssru(h, real)[0], None
+        assert isinstance(cache, (SsruCache, FixedSsruCache))
+        out, cell = self.ssru(h, None, cache.cell)
+        if isinstance(cache, FixedSsruCache):
+            cache.cell.copy_(cell)
+            return out, cache
+        return out, SsruCache(cell, cache.cross_k, cache.cross_v)
 
     def cross_attention(self, h: Tensor, cross_kv: tuple[Tensor, Tensor], src_mask: Tensor,
                         need_weights: bool, group: int) -> tuple[Tensor, Tensor | None]:

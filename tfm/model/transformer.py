@@ -3,7 +3,9 @@
 Training calls ``model(src, tgt_in)`` for logits at every target position. Search calls
 ``encode`` once, ``start_decoding`` once (cross-attention keys/values are projected here, once
 per sentence) and then ``decode_step`` once per output token, which extends the self-attention
-cache by one position. The model knows nothing of tokenizers, files or search strategies.
+cache by one position (a decoder of SSRU layers, ``decoder_self_attention`` "ssru", replaces
+each layer's one-vector state instead). The model knows nothing of tokenizers, files or search
+strategies.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ from torch.nn import functional as F
 from tfm.config import ModelConfig
 from tfm.model.attention import decoder_self_attention_mask, padding_mask
 from tfm.model.layers import (
+    Cache,
     DecoderLayer,
     Embeddings,
     EncoderLayer,
     FixedLayerCache,
+    FixedSsruCache,
     LayerCache,
+    SsruCache,
     position_table,
 )
+from tfm.model.ssru import cell_dtype
 from tfm.special_tokens import PAD_ID
 
 
@@ -32,12 +38,13 @@ class DecoderState:
     """Everything incremental decoding needs besides the next input token.
 
     memory_mask: (B / group, 1, 1, S) source padding mask; layers: one LayerCache per decoder
-    layer; step: how many target positions have been fed so far; group: how many consecutive
-    rows (the beams of a sentence) share one sentence's encoder output and mask.
+    layer (an SsruCache per SSRU layer); step: how many target positions have been fed so
+    far; group: how many consecutive rows (the beams of a sentence) share one sentence's
+    encoder output and mask.
     """
 
     memory_mask: Tensor
-    layers: list[LayerCache]
+    layers: list[Cache]
     step: int = 0
     group: int = 1
 
@@ -67,19 +74,26 @@ class FixedDecoderState:
     Rows are never pruned: the search ignores those it has finished with.
 
     memory_mask: (B / group, 1, 1, S); layers: one FixedLayerCache per decoder layer, all
-    sharing ``position`` (1,), the position fed next; group as in DecoderState.
+    sharing ``position`` (1,), the position fed next (a FixedSsruCache per SSRU layer);
+    group as in DecoderState.
     """
 
     memory_mask: Tensor
-    layers: list[FixedLayerCache]
+    layers: list[FixedLayerCache | FixedSsruCache]
     position: Tensor
     group: int = 1
 
     def reorder(self, index: Tensor) -> None:
-        """Rows ``index`` (B,) of the self-attention caches, in place; beams move within their
-        sentence, so the memory stays as it is."""
+        """Rows ``index`` (B,) of the self-attention caches (the SSRU cells), in place; beams
+        move within their sentence, so the memory stays as it is."""
         for layer in self.layers:
             layer.reorder(index)
+
+    @property
+    def nbytes(self) -> int:
+        """The memory the layers' buffers take."""
+        return sum(t.numel() * t.element_size() for layer in self.layers
+                   for t in layer.tensors())
 
 
 @dataclass
@@ -107,8 +121,9 @@ class Transformer(nn.Module):
         self.encoder_layers = nn.ModuleList(
             EncoderLayer(*layer_args, attention_residual=i + 1 != c.drop_residual_layer)
             for i in range(c.encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args)
-                                            for _ in range(c.decoder_layers))
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(*layer_args, self_attention=c.decoder_self_attention)
+            for _ in range(c.decoder_layers))
         # Pre-norm leaves the last residual sum un-normalised: normalise it once at the end.
         self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
@@ -170,7 +185,10 @@ class Transformer(nn.Module):
                       need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """tgt_in (B, T) ids -> decoder output (B, T, D) before the vocabulary projection, and
         the last layer's cross-attention weights (B, H, T, S) when asked."""
-        self_mask = decoder_self_attention_mask(tgt_in, PAD_ID)  # (B, 1, T, T)
+        if self.config.decoder_self_attention == "ssru":
+            self_mask = tgt_in != PAD_ID  # (B, T): the SSRU is causal by its recurrence
+        else:
+            self_mask = decoder_self_attention_mask(tgt_in, PAD_ID)  # (B, 1, T, T)
         x = self.tgt_embed(tgt_in)
         weights = None
         for layer in self.decoder_layers:
@@ -194,15 +212,20 @@ class Transformer(nn.Module):
 
     def start_decoding(self, memory: Tensor, memory_mask: Tensor, group: int = 1
                        ) -> DecoderState:
-        """An empty self-attention cache, and cross-attention keys/values projected once per
-        sentence. ``group``: decoder rows per sentence (the beam size), consecutive."""
-        b = memory.size(0)
+        """An empty self-attention cache (the SSRU's c_{-1} = 0), and cross-attention
+        keys/values projected once per sentence. ``group``: decoder rows per sentence (the
+        beam size), consecutive."""
+        rows = memory.size(0) * group
         c = self.config
-        empty = memory.new_zeros(b * group, c.n_heads, 0, c.d_head)
-        layers = []
+        empty = memory.new_zeros(rows, c.n_heads, 0, c.d_head)
+        layers: list[Cache] = []
         for layer in self.decoder_layers:
             cross_k, cross_v = layer.encoder_attn.project_kv(memory)
-            layers.append(LayerCache(empty, empty, cross_k, cross_v))
+            if layer.ssru is not None:
+                cell = memory.new_zeros(rows, c.d_model, dtype=cell_dtype(memory.dtype))
+                layers.append(SsruCache(cell, cross_k, cross_v))
+            else:
+                layers.append(LayerCache(empty, empty, cross_k, cross_v))
         return DecoderState(memory_mask, layers, 0, group)
 
     def decode_step(self, tokens: Tensor, state: DecoderState, need_weights: bool = False,
@@ -237,11 +260,18 @@ class Transformer(nn.Module):
             return torch.zeros(shape, dtype=weight.dtype, device=weight.device)
 
         position = torch.zeros(1, dtype=torch.long, device=weight.device)
-        layers = [FixedLayerCache(zeros(rows, c.n_heads, length, c.d_head),
-                                  zeros(rows, c.n_heads, length, c.d_head),
-                                  zeros(sentences, c.n_heads, source_length, c.d_head),
-                                  zeros(sentences, c.n_heads, source_length, c.d_head), position)
-                  for _ in self.decoder_layers]
+        layers: list[FixedLayerCache | FixedSsruCache] = []
+        for layer in self.decoder_layers:
+            cross = (zeros(sentences, c.n_heads, source_length, c.d_head),
+                     zeros(sentences, c.n_heads, source_length, c.d_head))
+            if layer.ssru is not None:
+                cell = torch.zeros(rows, c.d_model, dtype=cell_dtype(weight.dtype),
+                                   device=weight.device)
+                layers.append(FixedSsruCache(cell, *cross))
+            else:
+                layers.append(FixedLayerCache(zeros(rows, c.n_heads, length, c.d_head),
+                                              zeros(rows, c.n_heads, length, c.d_head),
+                                              *cross, position))
         mask = torch.zeros(sentences, 1, 1, source_length, dtype=torch.bool,
                            device=weight.device)
         return FixedDecoderState(mask, layers, position, group)
@@ -249,14 +279,13 @@ class Transformer(nn.Module):
     def load_memory(self, state: FixedDecoderState, memory: Tensor, memory_mask: Tensor) -> None:
         """``state`` made ready for a batch: the encoder output's cross-attention keys and
         values (as ``start_decoding`` projects them) copied in, the self-attention caches
-        emptied, position 0."""
+        emptied (the SSRU cells zeroed), position 0."""
         state.memory_mask.copy_(memory_mask)
         for layer, cache in zip(self.decoder_layers, state.layers):
             cross_k, cross_v = layer.encoder_attn.project_kv(memory)
             cache.cross_k.copy_(cross_k)
             cache.cross_v.copy_(cross_v)
-            cache.self_k.zero_()
-            cache.self_v.zero_()
+            cache.clear()
         state.position.zero_()
 
     def decode_step_in_place(self, tokens: Tensor, state: FixedDecoderState) -> Tensor:
