@@ -46,7 +46,8 @@ def main() -> None:
             quantize_linears(translator.model, int8_scheme(name))
         for beam in (1, 5):
             options = translator.default_options(beam=beam)
-            direction = dict(target_lang=args.target_lang, source_lang=args.source_lang)
+            direction = dict(language=translator.languages.resolve(args.target_lang,
+                                                                   args.source_lang))
             translator.translate(lines[:20], options, **direction)
             start = time.perf_counter()
             translator.translate(lines, options, **direction)

@@ -72,9 +72,10 @@ def worker(args: argparse.Namespace) -> None:
         translator = load_translator(Path(args.path), "cpu", args.precision, workers=None)
         options = translator.default_options(beam=args.beam, batch_tokens=args.batch_tokens)
 
+        language = translator.languages.resolve(args.target_lang, args.source_lang)
+
         def decode(lines: list[str]) -> list[str]:
-            return [t.text for t in translator.translate(
-                lines, options, target_lang=args.target_lang, source_lang=args.source_lang)]
+            return [t.text for t in translator.translate(lines, options, language=language)]
 
     decode(sources[:WARMUP])
     start = time.perf_counter()

@@ -291,7 +291,7 @@ def test_an_imported_nllb_model_translates_into_the_language_asked_on_a_gpu_as_o
              load_translator(imported, "cuda", precision, cuda_graphs=False)]
     same = compared = 0
     for src, tgt in DIRECTIONS:
-        codes = dict(source_lang=CODES["nllb"][src], target_lang=CODES["nllb"][tgt])
+        codes = dict(language=cpu.languages.resolve(CODES["nllb"][tgt], CODES["nllb"][src]))
         lines = [text(src, c) for c in generated(12, 5)]
         for beam in (1, 4):
             options = cpu.default_options(beam=beam)
@@ -329,9 +329,9 @@ def test_an_imported_nllb_model_fine_tunes_on_a_gpu_with_its_codes_forced(
     assert len(read_prepare_info(tmp_path / "prepared")["decoder_starts"][0]) == 2
     assert fine_tuned_on_a_gpu(tmp_path / "prepared", imported, tmp_path / "tuned")
     lines = [text("en", c) for c in generated(8, 9)]
-    asked = dict(source_lang=codes["en"], target_lang=codes["de"])
     gpu, cpu = load_translator(tmp_path / "tuned", "cuda"), load_translator(tmp_path / "tuned",
                                                                             "cpu")
+    asked = dict(language=cpu.languages.resolve(codes["de"], codes["en"]))
     options = gpu.default_options(beam=4)
     assert [t.text for t in gpu.translate(lines, options, **asked)] == \
         [t.text for t in cpu.translate(lines, options, **asked)]
@@ -365,8 +365,9 @@ def test_a_decoder_side_language_token_and_the_levers_train_and_translate_on_a_g
     for direction in DIRECTIONS:
         src, tgt = direction.split("-")
         lines = (tmp_path / "corpus" / f"test.{src}").read_text().splitlines()
-        hyps = [t.text for t in gpu.translate(lines, options, target_lang=tgt)]
-        assert hyps == [t.text for t in cpu.translate(lines, options, target_lang=tgt)]
+        asked = cpu.languages.resolve(tgt)
+        hyps = [t.text for t in gpu.translate(lines, options, language=asked)]
+        assert hyps == [t.text for t in cpu.translate(lines, options, language=asked)]
         refs = (tmp_path / "corpus" / f"test.{tgt}").read_text().splitlines()
         exact = sum(h == r for h, r in zip(hyps, refs)) / len(refs)
         assert exact >= 0.5, f"{direction}: exact match {exact:.2f}"

@@ -237,8 +237,8 @@ def test_sources_are_read_as_transformers_tokenizes_them(variant: dict) -> None:
     translator, lines = variant["translator"], lines_to_check()
     for lang in WORDS:
         theirs = hf_source_ids(variant, lang, lines)
-        ours = translator.prepare(lines, target_lang=CODES[variant["family"]]["de"],
-                                  source_lang=CODES[variant["family"]][lang])
+        ours = translator.prepare(lines, language=translator.languages.resolve(
+            CODES[variant["family"]]["de"], CODES[variant["family"]][lang]))
         for line, source, expected in zip(lines, ours, theirs):
             assert fairseq(source.ids) == expected, repr(line)
 
@@ -252,7 +252,7 @@ def test_the_layout_is_the_variants_own(variant: dict) -> None:
         ids[0] == code and ids[-1] == 2)
     assert 3 in ids
     marking = variant["info"].language_marking
-    assert marking.where == "language_codes"
+    assert marking.by_codes and marking.decoder_start == 2  # </s>, then the target code
     assert len(marking.codes) == (202 if variant["family"] == "nllb" else 100)
 
 
@@ -330,8 +330,9 @@ def test_translations_are_generates_token_for_token(variant: dict, beam: int) ->
         ended = [i for i, row in enumerate(theirs) if row is not None]
         assert len(ended) >= 8, "too few translations end: the model needs more training"
         lines, theirs = [lines[i] for i in ended], [theirs[i] for i in ended]
-        sources = translator.prepare(lines, target_lang=CODES[variant["family"]][tgt],
-                                     source_lang=CODES[variant["family"]][src])
+        asked = translator.languages.resolve(CODES[variant["family"]][tgt],
+                                             CODES[variant["family"]][src])
+        sources = translator.prepare(lines, language=asked)
         ours = [translator.search([s.ids], options, start=[s.start])[0][0].tokens
                 for s in sources]
         assert [fairseq(t) for t in ours] == theirs, (src, tgt, beam)
@@ -339,9 +340,7 @@ def test_translations_are_generates_token_for_token(variant: dict, beam: int) ->
         # the model produced inside its output (``__en__``), where tfm drops it as it drops
         # every special token.
         codes = {code_id(variant, lang) for lang in WORDS}
-        texts = [t.text for t in translator.translate(
-            lines, options, target_lang=CODES[variant["family"]][tgt],
-            source_lang=CODES[variant["family"]][src])]
+        texts = [t.text for t in translator.translate(lines, options, language=asked)]
         assert texts == variant["tok"].batch_decode(
             [[i for i in row if i not in codes] for row in theirs], skip_special_tokens=True), \
             (src, tgt, beam)
@@ -363,8 +362,8 @@ def test_tfm_import_then_translate_and_eval_by_the_models_codes(variant: dict,
     result = tfm_cli("translate", "--model", str(out), "--beam", "2", "--source-lang",
                      codes["en"], "--target-lang", codes["fr"], *lines)
     assert result.returncode == 0, result.stderr
-    expected = variant["translator"].translate(lines, SearchOptions(beam=2),
-                                               target_lang=codes["fr"], source_lang=codes["en"])
+    expected = variant["translator"].translate(lines, SearchOptions(beam=2), language=variant[
+        "translator"].languages.resolve(codes["fr"], codes["en"]))
     assert result.stdout.splitlines() == [t.text for t in expected]
     (tmp_path / "src.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (tmp_path / "ref.txt").write_text("\n".join(text("fr", c) for c in generated(5, 6)) + "\n",
@@ -397,18 +396,18 @@ def test_both_languages_are_needed_and_an_unknown_code_names_the_nearest(variant
     unknown = tfm_cli("translate", "--model", model, "--source-lang", "english",
                       "--target-lang", codes["de"], "a man")
     assert_one_line_error(unknown, "--source-lang english: not a language code")
-    # In Python, the same refusals (UsageError).
-    with pytest.raises(UsageError, match="needed"):
-        variant["translator"].prepare(["a man"], target_lang=codes["de"])
+    # In Python, the same refusals (a UsageError that each edge words with its option).
+    with pytest.raises(UsageError, match="source language is needed"):
+        variant["translator"].languages.resolve(codes["de"])
 
 
 def test_m2m100_codes_may_be_given_as_their_tokens(variant: dict) -> None:
     if variant["family"] != "m2m100":
         pytest.skip("NLLB's tokens are its codes")
     translator = variant["translator"]
-    assert translator.prepare(["a man"], target_lang="__de__", source_lang="__en__")[0].ids \
-        == translator.prepare(["a man"], target_lang="de", source_lang="en")[0].ids
-    assert translator.target_languages[:3] == ["af", "am", "ar"]
+    assert translator.languages.resolve("__de__", "__en__") == \
+        translator.languages.resolve("de", "en")
+    assert translator.languages.targets[:3] == ["af", "am", "ar"]
 
 
 class Evil:
@@ -527,10 +526,10 @@ def test_the_ctranslate2_export_translates_as_ctranslate2s_own_converter(
                 [r.scores[0] for r in found[1]], abs=1e-4)
         options = SearchOptions(beam=1, max_len_a=0.0, max_len_b=MAX_NEW - 1)
         engine = load_translator(ours, "cpu")
-        assert [t.text for t in engine.translate(lines, options, target_lang=codes[tgt],
-                                                 source_lang=codes[src])] == [
-            t.text for t in variant["translator"].translate(
-                lines, options, target_lang=codes[tgt], source_lang=codes[src])]
+        asked = engine.languages.resolve(codes[tgt], codes[src])
+        assert asked == variant["translator"].languages.resolve(codes[tgt], codes[src])
+        assert [t.text for t in engine.translate(lines, options, language=asked)] == [
+            t.text for t in variant["translator"].translate(lines, options, language=asked)]
 
 
 def test_the_m2m100_export_is_the_checkpoint_again(variant: dict, tmp_path: Path) -> None:
@@ -636,8 +635,8 @@ def test_a_trimmed_model_translates_its_corpus_as_the_full_one(variant: dict,
     full, small = variant["translator"], load_translator(out, "cpu")
     for src, tgt in (("en", "de"), ("de", "en")):
         lines = [text(src, c) for c in concepts]
-        ours = full.prepare(lines, target_lang=codes[tgt], source_lang=codes[src])
-        theirs = small.prepare(lines, target_lang=codes[tgt], source_lang=codes[src])
+        ours = full.prepare(lines, language=full.languages.resolve(codes[tgt], codes[src]))
+        theirs = small.prepare(lines, language=small.languages.resolve(codes[tgt], codes[src]))
         for a, b in zip(ours, theirs):  # the same tokens, by their text
             assert [full.vocabs.src.id_to_token(i) for i in a.ids] == [
                 small.vocabs.src.id_to_token(i) for i in b.ids]
@@ -653,10 +652,10 @@ def test_a_trimmed_model_translates_its_corpus_as_the_full_one(variant: dict,
                     if all(full.vocabs.src.id_to_token(t) in kept for t in tokens)]
             assert len(same) >= len(lines) // 3, (src, tgt, beam)
             chosen = [lines[i] for i in same]
-            assert [t.text for t in full.translate(chosen, options, target_lang=codes[tgt],
-                                                   source_lang=codes[src])] == [
-                t.text for t in small.translate(chosen, options, target_lang=codes[tgt],
-                                                source_lang=codes[src])]
+            assert [t.text for t in full.translate(
+                chosen, options, language=full.languages.resolve(codes[tgt], codes[src]))] == [
+                t.text for t in small.translate(
+                    chosen, options, language=small.languages.resolve(codes[tgt], codes[src]))]
     dropped = tfm_cli("translate", "--model", str(out), "--source-lang", codes["en"],
                       "--target-lang", codes["fr"], "a man")
     assert_one_line_error(dropped, f"--target-lang {codes['fr']}: not a language code")
@@ -697,14 +696,15 @@ def test_an_added_language_starts_as_the_one_it_is_like(variant: dict, tmp_path:
                      str(out))
     assert result.returncode == 0, result.stderr
     grown = load_translator(out, "cpu")
-    assert new in grown.target_languages
+    assert new in grown.languages.targets
     assert grown.info.model.tgt_vocab_size == variant["info"].model.tgt_vocab_size + 1
     lines = [text("en", c) for c in generated(12, 10)]
     options = SearchOptions(beam=1, max_len_a=0.0, max_len_b=MAX_NEW - 1)
-    assert [t.text for t in grown.translate(lines, options, target_lang=new,
-                                            source_lang=codes["en"])] == [
-        t.text for t in variant["translator"].translate(lines, options, target_lang=codes["fr"],
-                                                        source_lang=codes["en"])]
+    old = variant["translator"]
+    assert [t.text for t in grown.translate(
+        lines, options, language=grown.languages.resolve(new, codes["en"]))] == [
+        t.text for t in old.translate(
+            lines, options, language=old.languages.resolve(codes["fr"], codes["en"]))]
     (tmp_path / f"train.{codes['en']}").write_text("a man\n", encoding="utf-8")
     (tmp_path / f"train.{new}").write_text("un homme\n", encoding="utf-8")
     result = tfm_cli("prepare", "--train", str(tmp_path / "train"), "-s", codes["en"], "-t", new,
@@ -745,7 +745,8 @@ def test_the_server_takes_both_languages_and_lists_them(variant: dict) -> None:
             "beam": 1, "split": False})
         assert answer.status_code == 200, answer.text
         expected = variant["translator"].translate(
-            lines, SearchOptions(beam=1), target_lang=codes["de"], source_lang=codes["en"])
+            lines, SearchOptions(beam=1),
+            language=variant["translator"].languages.resolve(codes["de"], codes["en"]))
         assert [t["text"] for t in answer.json()["translations"]] == [t.text for t in expected]
         missing = local_http.post(f"{url}/v1/translate", json={"text": "a man",
                                                           "target_lang": codes["de"]})
@@ -773,9 +774,10 @@ def test_the_page_asks_for_both_languages_and_translates(variant: dict) -> None:
 
     codes = CODES[variant["family"]]
     line = text("en", generated(1, 12)[0])
-    expected = variant["translator"].translate([line], variant["translator"].default_options(),
-                                               target_lang=codes["de"],
-                                               source_lang=codes["en"])[0].text
+    translator = variant["translator"]
+    expected = translator.translate([line], translator.default_options(),
+                                    language=translator.languages.resolve(
+                                        codes["de"], codes["en"]))[0].text
     with sync_playwright() as playwright, serving(
             create_app(variant["translator"], ServeConfig())) as url:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)

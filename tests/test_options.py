@@ -25,7 +25,7 @@ from tfm.config import (
     SearchOptions,
     TrainConfig,
 )
-from tfm.data.language_marks import LanguageMarking
+from tfm.data.language_marks import LanguageMarking, ModelLanguages
 from tfm.errors import UsageError
 from tfm.serve.config import ServeConfig
 
@@ -178,7 +178,7 @@ def test_tfm_translate_hands_the_search_the_options_given(monkeypatch: pytest.Mo
         info = SimpleNamespace(generation=GenerationDefaults(max_len_b=7))
         vocabs = SimpleNamespace(src=SimpleNamespace(get_vocab=dict))  # no language tags
         supports_attention, engine, reranker = True, "fake", None
-        language_marking = LanguageMarking("none")
+        languages = ModelLanguages(LanguageMarking("none"), (), {}.get, {}.get)  # bilingual
         default_options = Translator.default_options
 
         def prepare(self, sentences: list[str], specs: Any, options: SearchOptions,
@@ -190,7 +190,6 @@ def test_tfm_translate_hands_the_search_the_options_given(monkeypatch: pytest.Mo
             return []
 
     monkeypatch.setattr("tfm.decoding.engines.load_translator", lambda *a, **k: Fake())
-    monkeypatch.setattr("tfm.cli.decoding._language", lambda *a: None)  # not multilingual
     result = CliRunner().invoke(app, ["translate", "-m", "m", "--beam", "3",
                                       "--batch-tokens", "77", "Hello."])
     assert result.exit_code == 0, result.output

@@ -22,7 +22,8 @@ from tfm.checkpoint import load_model_dir
 from tfm.config import ModelConfig, TrainConfig
 from tfm.data.batching import collate
 from tfm.data.dataset import load_split, read_prepare_info
-from tfm.data.language_marks import LanguageMarking, Marked, mark
+from tfm.data.directions import Direction
+from tfm.data.language_marks import LanguageMarking, ModelLanguages, ResolvedLanguage, mark
 from tfm.data.tokenizer import decode_batch, load_vocabularies
 from tfm.errors import UsageError
 from tfm.model import Transformer
@@ -30,6 +31,15 @@ from tfm.special_tokens import BOS_ID, EOS_ID
 from tfm.training.loop import resume, train
 from tfm.training.multilingual import BackTranslator, LanguageLoss
 from tfm.training.state import Overrides
+
+PAIRS = [Direction.parse(d) for d in DIRECTIONS]
+TOY_TAGS = {">>aa<<": 5, ">>bb<<": 6, ">>cc<<": 7}
+
+
+def toy_languages(where: str = "source_tag", ids: dict[str, int] = TOY_TAGS) -> ModelLanguages:
+    """The languages of a toy model whose tags are ``ids`` and marked as ``where`` says."""
+    return ModelLanguages(LanguageMarking(where), tuple(sorted(ids)), ids.get, ids.get)
+
 
 TINY = ModelConfig(d_model=32, n_heads=2, encoder_layers=2, decoder_layers=1, d_ff=64,
                    dropout=0.0)
@@ -122,8 +132,7 @@ def test_a_model_without_the_residual_keeps_it_and_the_exports_refuse_it(
 # --- the language loss --------------------------------------------------------------------
 
 def test_the_language_loss_is_the_cross_entropy_of_the_tags_logits_at_every_position() -> None:
-    ids = {">>aa<<": 5, ">>bb<<": 6, ">>cc<<": 7}
-    loss = LanguageLoss(0.5, DIRECTIONS, ids.get)
+    loss = LanguageLoss(0.5, toy_languages(), PAIRS)
     torch.manual_seed(0)
     tgt_out = torch.tensor([[9, 9, EOS_ID], [9, EOS_ID, 0]])  # row 1 has one padding position
     logits = torch.randn(int((tgt_out != 0).sum()), 12)  # (N, V): the real positions
@@ -145,42 +154,57 @@ def test_the_language_loss_changes_the_training_and_a_bilingual_run_refuses_it(
     b = load_file(tmp_path / "aux" / "last.safetensors")
     assert not all(torch.equal(a[k], b[k]) for k in a)
     with pytest.raises(UsageError, match="--language-loss needs several target languages"):
-        LanguageLoss(1.0, ["aa-bb", "cc-bb"], {">>bb<<": 6}.get)
+        LanguageLoss(1.0, toy_languages(), [Direction("aa", "bb"), Direction("cc", "bb")])
 
 
 # --- online back-translation --------------------------------------------------------------
 
 def test_back_translated_pairs_are_in_the_language_asked_and_as_the_model_translates(
         toy: Path, trained: Path) -> None:
-    data = toy / "data"
+    """A model of source tags: the third language is asked by the tag before the source."""
+    back_translations_are_the_models_own(toy / "data", trained)
+
+
+def back_translations_are_the_models_own(data: Path, model_dir: Path) -> None:
+    """Online back-translation of 200 rows, with the model in ``model_dir`` trained on the
+    toy directions prepared in ``data`` (marked as its prepare.json says): each row of a
+    direction from aa, the only source translated into two languages, is translated into the
+    third language, exactly as the model translates it into that language (greedy `tfm
+    translate --target-lang`: the source marked and the decoder started as that language
+    asks), and paired with its own target, marked as its own direction."""
     prep = read_prepare_info(data)
     split = load_split(data, "train")
     vocabs = load_vocabularies(data / "tokenizer.json")
-    bt = BackTranslator(prep["directions"], vocabs.tgt.token_to_id, None, None, seed=1)
-    model = load_model_dir(trained)[0]
+    marking = prep.get("language_marking")
+    languages = ModelLanguages.of(vocabs, marking and LanguageMarking.from_json(marking))
+    bt = BackTranslator(languages, PAIRS, seed=1)
+    model = load_model_dir(model_dir)[0]
     rows = np.arange(200)
     made = bt.batch(model.train(), split, rows, step=7, device=torch.device("cpu"))
     assert model.training  # its mode restored
-    directions = split.directions[rows]
-    hub = [int(i) for i, d in zip(rows, directions) if prep["directions"][d].startswith("aa")]
+    hub = [int(i) for i in rows if PAIRS[split.directions[i]].src == "aa"]
     assert made is not None and made.src.size(0) == len(hub)  # aa-bb and aa-cc rows only
     third = {"aa-bb": "cc", "aa-cc": "bb"}
     decoded, asked = [], []
     for k, i in enumerate(hub):
-        direction = prep["directions"][split.directions[i]]
-        src = [t for t in made.src[k].tolist() if t not in (0, EOS_ID)]
-        assert vocabs.src.id_to_token(src[0]) == f">>{direction[-2:]}<<"  # the row's own tag
-        text = decode_batch(vocabs.tgt, [src[1:]])[0]
-        assert language_of(text) == third[direction], text
-        assert made.tgt_out[k].tolist()[:len(split.tgt(i))] == split.tgt(i).tolist()
+        direction = PAIRS[split.directions[i]]
+        own = languages.direction(direction)  # how the row's own direction is marked
+        src = [t for t in made.src[k].tolist() if t != 0]
+        assert src == own.source_ids(own.text_ids(src))  # its own tag (if any), then EOS
+        fed = len(own.start) - 1
+        assert made.tgt_in[k, :len(own.start)].tolist() == list(own.start)
+        assert made.tgt_out[k].tolist()[fed:fed + len(split.tgt(i))] == split.tgt(i).tolist()
         assert made.directions[k] == split.directions[i]
-        decoded.append(text)
-        asked.append((i, third[direction]))
+        decoded.append(decode_batch(vocabs.tgt, [own.text_ids(src)])[0])
+        asked.append((i, third[direction.name]))
+    in_third = sum(language_of(text) == lang for text, (_, lang) in zip(decoded, asked))
+    assert in_third >= 0.9 * len(hub), (in_third, len(hub))
     # Each back-translation is the model's own greedy translation into that language.
     for lang in ("bb", "cc"):
         mine = [(text, i) for text, (i, want) in zip(decoded, asked) if want == lang]
-        sources = decode_batch(vocabs.src, [split.src(i).tolist()[1:-1] for _, i in mine])
-        out = ok(tfm("translate", "--model", str(trained), "--beam", "1", "--target-lang",
+        sources = decode_batch(vocabs.src, [languages.direction(PAIRS[split.directions[i]])
+                                            .text_ids(split.src(i)) for _, i in mine])
+        out = ok(tfm("translate", "--model", str(model_dir), "--beam", "1", "--target-lang",
                      lang, stdin="".join(s + "\n" for s in sources)))
         assert out.splitlines() == [text for text, _ in mine]
     # The draws come from (seed, step): the same step draws the same, a resumed run too.
@@ -242,13 +266,14 @@ def test_a_share_of_the_budget_places_the_phase_as_its_step_would(
 
 
 def test_back_translation_needs_a_third_language_and_tags() -> None:
-    ids = {">>aa<<": 5, ">>bb<<": 6, ">>cc<<": 7}.get
     with pytest.raises(UsageError, match="no direction's source language is also translated"):
-        BackTranslator(["aa-bb", "bb-aa"], ids, None, None, 1)
+        BackTranslator(toy_languages(), PAIRS[:2], 1)
     with pytest.raises(UsageError, match="needs several target languages"):
-        BackTranslator(["aa-bb"], ids, None, None, 1)
-    bt = BackTranslator(DIRECTIONS, ids, None, None, 1)
-    assert [r.via for r in bt.routes] == [(2,), (), (0,), ()]  # aa-bb via aa-cc, and back
+        BackTranslator(toy_languages(), PAIRS[:1], 1)
+    with pytest.raises(UsageError, match="--online-bt-from needs a tokenizer with the >>xx<<"):
+        BackTranslator(toy_languages(ids={">>aa<<": 5, ">>bb<<": 6}), PAIRS, 1)
+    bt = BackTranslator(toy_languages(), PAIRS, 1)
+    assert bt.routes == [(2,), (), (0,), ()]  # aa-bb via aa-cc, and back
 
 
 # --- the language token in the decoder ----------------------------------------------------
@@ -275,8 +300,9 @@ def test_a_decoder_side_language_token_is_prepared_trained_and_decoded(
                                                            split.directions[:4])]
     assert (batch.tgt_out[:, 0] == 0).all()  # the tag is fed, never a label
     if where == "both":  # the rest is the decoder's path, with the source tags of before
-        both = mark(LanguageMarking("source_and_decoder"), "bb", tag_id)
-        assert both == Marked(source_tag=">>bb<<", start=(BOS_ID, tag_id(">>bb<<")))
+        both = mark(LanguageMarking("source_and_decoder"), ">>bb<<", tag_id)
+        assert both == ResolvedLanguage("source_and_decoder", token=">>bb<<",
+                                        source_tag=">>bb<<", start=(BOS_ID, tag_id(">>bb<<")))
         return
     out = tmp_path / "model"
     ok(tfm("train", "--config", str(config), "--data", str(data), "-o", str(out),
@@ -284,6 +310,9 @@ def test_a_decoder_side_language_token_is_prepared_trained_and_decoded(
     info = json.loads((out / "config.json").read_text())
     assert info["language_marking"] == {"where": marking}
     assert info["format_version"] == 2  # ("both" is format 4: tfm before it cannot read it)
+    # Online back-translation, the multilingual recipe's default marking: the third language
+    # is asked by the decoder's start alone.
+    back_translations_are_the_models_own(data, out)
     for direction in DIRECTIONS:
         src, tgt = direction.split("-")
         hyps = ok(tfm("translate", "--model", str(out), "--target-lang", tgt, "--beam", "1",

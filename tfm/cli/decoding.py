@@ -36,6 +36,7 @@ from tfm.errors import UsageError
 IO, CONSTRAINTS, LANGUAGES = "Input and output", "Constraints", "Languages"
 
 if TYPE_CHECKING:
+    from tfm.data.language_marks import ResolvedLanguage
     from tfm.decoding.constraints import ConstraintSpec
     from tfm.decoding.glossary import Glossary
     from tfm.decoding.language_id import TargetLanguageCheck
@@ -98,8 +99,7 @@ def translate(
     terms = _load_glossary(glossary)
     translator, options = _load_decoder(
         engine, search, attention=alignments or show_attention or plot is not None)
-    ask = _Asks(constraint, prefix, terms, _language(translator, target_lang),
-                _source_language(translator, source_lang))
+    ask = _Asks(constraint, prefix, terms, _resolve(translator, target_lang, source_lang))
     # Everything read and checked before the output is opened: bad input writes nothing.
     sources = (_read_request(translator, options, ask, text, input, jsonl)
                if text or input is not None else None)
@@ -146,14 +146,13 @@ def _load_glossary(path: Path | None) -> Glossary | None:
 @dataclass
 class _Asks:
     """What ``translate``'s options ask of every sentence: --constraint phrases (added to a
-    jsonl line's own), --prefix (a jsonl line's own wins), --glossary terms, --target-lang's
-    tag, --source-lang's code."""
+    jsonl line's own), --prefix (a jsonl line's own wins), --glossary terms, and the
+    languages of --target-lang and --source-lang, resolved once."""
 
     phrases: list[str] | None
     prefix: str | None
     glossary: Glossary | None
-    language: str | None
-    source: str | None = None
+    language: ResolvedLanguage
 
     def of(self, own: list[ConstraintSpec | None]) -> list[ConstraintSpec | None]:
         """Each sentence's phrases and prefix, from its own request (``own``) and the
@@ -187,14 +186,17 @@ def _prepared(translator: Translator, options: SearchOptions, ask: _Asks, senten
               first: int = 0) -> list[Source]:
     """The sentences through the request path (tfm.decoding.requests); a constraint that
     cannot be used is one line naming ``where`` its sentence is."""
+    from tfm.data.language_marks import LanguageError
     from tfm.decoding.constraints import ConstraintError
     from tfm.decoding.requests import prepare_request
 
     try:
         return prepare_request(translator, sentences, options, ask.of(own), ask.glossary,
-                               ask.language, first=first, source_lang=ask.source)
+                               ask.language, first)
     except ConstraintError as e:
         raise UsageError(f"{where((e.sentence or 0) + 1)}: {e}") from None
+    except LanguageError as e:  # a sentence's tag: missing or misplaced
+        raise UsageError(e.worded(OPTIONS[e.side])) from None
 
 
 def _stream(translator: Translator, options: SearchOptions, ask: _Asks
@@ -282,21 +284,22 @@ def _write(results: Iterable[Translation], sink: TextIO, fmt: str, alignments: b
     return unmet
 
 
-def _language(translator, target_lang: str | None) -> str | None:
-    """The >>xx<< token --target-lang asks for, refused in one line if the model has none
-    (a model of several target languages without it: refused by ``tagged_sources`` at the
-    first sentence that names no language either)."""
-    return translator.language(target_lang) if target_lang is not None else None
+# The options that name a language, by side: how a LanguageError is worded here.
+OPTIONS = {"target": "--target-lang", "source": "--source-lang"}
 
 
-def _source_language(translator, source_lang: str | None) -> str | None:
-    """The code --source-lang gives, refused in one line (naming the nearest codes) where a
-    model of language codes has no such code; for any other model, as given (its sources
-    carry no mark of their language)."""
-    marking = translator.language_marking
-    if source_lang is None or marking.where != "language_codes":
-        return source_lang
-    return marking.code(source_lang, "--source-lang")
+def _resolve(translator: Translator, target_lang: str | None, source_lang: str | None
+             ) -> ResolvedLanguage:
+    """--target-lang and --source-lang resolved against the model, once, before anything is
+    read: refused in one line naming the option where the model lacks the language or needs
+    one (a model of source tags without --target-lang: each sentence's own tag, checked as
+    it is read)."""
+    from tfm.data.language_marks import LanguageError
+
+    try:
+        return translator.languages.resolve(target_lang, source_lang)
+    except LanguageError as e:
+        raise UsageError(e.worded(OPTIONS[e.side])) from None
 
 
 def _input_is_jsonl(path: Path | None, input_format: str) -> bool:
@@ -486,24 +489,27 @@ def _eval_translations(sources: list[str], engine: EngineOptions, search: dict[s
     or --off-target needs one) and --off-target's check of it, made (and an unknown language
     refused) before anything is translated. A model of one target language takes
     --target-lang as that language's name, refused where it records another."""
+    from tfm.data.language_marks import LanguageError
     from tfm.data.tokenizer import lowercases
     from tfm.decoding.requests import prepare_request
 
     translator, options = _load_decoder(engine, search)
     tgt_lang = None
-    if target_lang is not None and not translator.target_languages:
+    if target_lang is not None and not translator.languages.targets:
         tgt_lang, target_lang = _only_language(translator, target_lang), None
-    language = _language(translator, target_lang)
-    source = _source_language(translator, source_lang)
+    language = _resolve(translator, target_lang, source_lang)
     if needs_lang and tgt_lang is None:
-        tgt_lang = _target_language(translator, language, needs_lang, engine)
+        tgt_lang = _target_language(translator, language.target if target_lang else None,
+                                    needs_lang, engine)
     language_check = _language_check(report, tgt_lang)  # an unknown language: refused now
     if lowercases(translator.vocabs.tgt) and (report.bleu or report.chrf or report.ter):
         err.print(f"[yellow]note:[/] {engine.model} writes lowercased text (its tokenizer "
                   "lowercases): its cased scores compare that with the cased references; "
                   "--lc-tok scores it as the Multi30k papers do")
-    prepared = prepare_request(translator, sources, options, target_lang=language,
-                               source_lang=source)
+    try:
+        prepared = prepare_request(translator, sources, options, language=language)
+    except LanguageError as e:  # a sentence's tag: missing or misplaced
+        raise UsageError(e.worded(OPTIONS[e.side])) from None
     with _translating(len(prepared), _search_name(options, engine)) as progress:
         hypotheses = [t.text for t in translator.translate_prepared(prepared, options, progress)]
     return hypotheses, tgt_lang, language_check
@@ -534,8 +540,8 @@ def _require_scorers(report: ScoreOptions) -> None:
 
 def _target_language(translator, language: str | None, needs: str,
                      engine: EngineOptions) -> str:
-    """The language of the translations eval makes: --target-lang's (``language``, the
-    ``>>xx<<`` token it chose), else the one the model records, else a one-line refusal."""
+    """The language of the translations eval makes: --target-lang's (``language``, as the
+    model resolved it), else the one the model records, else a one-line refusal."""
     if language is not None:
         from tfm.decoding.language_id import language_code
 

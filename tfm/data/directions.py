@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfm.data.corpus import CorpusSpec
-from tfm.data.language_marks import is_tag, tag  # the one spelling of >>xx<<
+from tfm.data.language_marks import tag  # the one spelling of >>xx<<
+from tfm.data.language_marks import vocabulary_tags as vocabulary_tags  # its callers' name
 from tfm.errors import UsageError
 
 _LANG = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")  # en, pt_BR, zh_Hant, ...
@@ -69,6 +70,17 @@ class Direction:
             raise UsageError(f"{what} {text}: the source and target languages are the same")
         return cls(src, tgt)
 
+    @classmethod
+    def from_name(cls, name: str) -> Direction:
+        """A direction as tfm wrote its name (prepare.json, config.json): ``en-de``, or
+        ``?-?`` for languages not known."""
+        src, _, tgt = name.partition("-")
+        return cls(None if src in ("", "?") else src, None if tgt in ("", "?") else tgt)
+
+    def reversed(self) -> Direction:
+        """The other way: ``de-en`` for ``en-de``."""
+        return Direction(self.tgt, self.src)
+
 
 def tags_for(directions: Iterable[Direction]) -> list[str]:
     """The tags a set of directions needs: one per target language where there are several,
@@ -76,12 +88,6 @@ def tags_for(directions: Iterable[Direction]) -> list[str]:
     A tokenizer trained for the directions has them (``tfm train-tokenizer``)."""
     targets = sorted({d.tgt for d in directions if d.tgt})
     return [tag(t) for t in targets] if len(targets) > 1 else []
-
-
-def vocabulary_tags(tok: Any) -> list[str]:
-    """The ``>>xx<<`` tokens of a tokenizer's vocabulary, sorted: empty for a tokenizer of one
-    target language. A tokenizer that has them makes every source sentence start with one."""
-    return sorted(t for t in tok.get_vocab() if is_tag(t))
 
 
 def source_tag(tags: Sequence[str], direction: Direction, where: str) -> str | None:

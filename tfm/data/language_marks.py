@@ -18,20 +18,33 @@ A bilingual model needs no mark. A multilingual one marks the direction in one o
   ``</s>`` with the target language's token forced after it, as fairseq trained them. Both
   languages are needed.
 
-``mark`` applies a model's marking to one direction; every path that reads or writes a
-direction calls it.
+The resolver: a model's languages (``ModelLanguages``, from its metadata and vocabulary)
+resolve a request's target and source once, at the edge (the command line's options, the
+server's request), into a ``ResolvedLanguage`` that knows its marking, its decoder start and
+its source marking; the engines, training, prepare and the exports take that value. A
+language the model lacks, or one it needs and is not given, is a ``LanguageError`` that
+carries the value and the known languages and that each edge words with its own option
+(``--target-lang``, ``target_lang``). ``mark`` applies a marking to one direction; every path
+that reads or writes a direction comes through it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from difflib import get_close_matches
-from typing import Any
+from typing import Any, Protocol
 
 from tfm.errors import UsageError
 from tfm.special_tokens import BOS_ID, EOS_ID
+
+
+class _Direction(Protocol):
+    """A translation direction (tfm.data.directions.Direction, which imports this module)."""
+
+    src: str | None
+    tgt: str | None
 
 TAG_OPEN, TAG_CLOSE = ">>", "<<"
 _TAG = re.compile(r">>[A-Za-z][A-Za-z0-9_]{0,15}<<")  # >>de<<, >>pt_BR<<, >>zho_Hans<<
@@ -118,23 +131,49 @@ class LanguageMarking:
         """How the vocabulary spells language ``code`` (``__en__`` for M2M100's ``en``)."""
         return self.spelling.format(code)
 
-    def code(self, lang: str, what: str) -> str:
+    @property
+    def by_codes(self) -> bool:
+        """Whether the model names its languages by its own codes (NLLB-200, M2M100)."""
+        return self.where == "language_codes"
+
+    @property
+    def decoder_start(self) -> int:
+        """The token every decoder of the model starts from, stated once for tfm's search,
+        the CTranslate2 export and its engine: ``</s>`` for a model of language codes (the
+        target's code forced after it, as fairseq trained them), else ``<s>``."""
+        return EOS_ID if self.by_codes else BOS_ID
+
+    def find_code(self, lang: str) -> str | None:
         """``lang``, given as a code (``deu_Latn``, ``de``) or as its token (``__de__``), as
-        one of the model's codes; refused in one line naming ``what`` and the nearest codes
-        the model has."""
+        one of the model's codes; None where it has none such."""
         if lang in self.codes:
             return lang
+        bare = self._bare(lang)
+        return bare if bare in self.codes else None
+
+    def _bare(self, lang: str) -> str:
+        """``lang`` without the vocabulary's spelling around a code (``__de__`` -> ``de``)."""
         prefix, _, suffix = self.spelling.partition("{}")
-        bare = lang[len(prefix):len(lang) - len(suffix)] if (
+        return lang[len(prefix):len(lang) - len(suffix)] if (
             len(lang) > len(prefix) + len(suffix) and lang.startswith(prefix)
             and lang.endswith(suffix)) else lang
-        if bare in self.codes:
-            return bare
-        near = get_close_matches(bare, self.codes, n=5, cutoff=0.5) or [
-            c for c in self.codes if c.lower().startswith(bare[:2].lower())][:5]
-        hint = f"nearest: {', '.join(near)}" if near else f"it has {len(self.codes)}, e.g. " \
+
+    def nearest(self, lang: str) -> str:
+        """The codes nearest ``lang``, for a message: ``nearest: ...`` or a few of them."""
+        lang = self._bare(lang)
+        near = get_close_matches(lang, self.codes, n=5, cutoff=0.5) or [
+            c for c in self.codes if c.lower().startswith(lang[:2].lower())][:5]
+        return f"nearest: {', '.join(near)}" if near else f"it has {len(self.codes)}, e.g. " \
             + ", ".join(self.codes[:5])
-        raise UsageError(f"{what} {lang}: not a language code of this model ({hint})")
+
+    def code(self, lang: str, what: str) -> str:
+        """``lang`` as one of the model's codes (``find_code``), refused in one line naming
+        ``what`` and the nearest codes the model has (``tfm trim``'s options)."""
+        found = self.find_code(lang)
+        if found is None:
+            raise UsageError(f"{what} {lang}: not a language code of this model "
+                             f"({self.nearest(lang)})")
+        return found
 
     def to_json(self) -> dict[str, Any]:
         if self.where != "language_codes":
@@ -163,48 +202,227 @@ class LanguageMarking:
         return cls("source_tag" if vocabulary_tags else "none")
 
 
-@dataclass(frozen=True)
-class Marked:
-    """One direction as a model reads it: the token before each source text (None: none),
-    the token ids before each source's ids and after its ``</s>``, and the
-    decoder's forced start tokens."""
 
+def vocabulary_tags(tok: Any) -> list[str]:
+    """The ``>>xx<<`` tokens of a tokenizer's vocabulary, sorted: empty for a tokenizer of one
+    target language. A tokenizer that has them makes every source sentence start with one."""
+    return sorted(t for t in tok.get_vocab() if is_tag(t))
+
+
+# How an edge names a side's language by default; the command line and the server word a
+# LanguageError with their own option (``worded``).
+SIDES = {"target": "target language", "source": "source language"}
+
+
+class LanguageError(UsageError):
+    """A request's language that the model lacks, or one it needs and was not given. It
+    carries the ``side`` (target or source), the ``value`` given (None: none) and the
+    model's ``known`` languages; its message is a template whose ``{option}`` each edge fills
+    with its own name for the side (``worded``), so no label travels through the library."""
+
+    def __init__(self, side: str, template: str, value: str | None = None,
+                 known: Sequence[str] = ()) -> None:
+        self.side, self.template, self.value, self.known = side, template, value, tuple(known)
+        super().__init__(self.worded(SIDES[side]))
+
+    def worded(self, option: str) -> str:
+        """The message with the edge's name of the option: ``--target-lang``, ``target_lang``."""
+        return self.template.format(option=option)
+
+
+@dataclass(frozen=True)
+class ResolvedLanguage:
+    """A request's languages as one model reads them, resolved once (``ModelLanguages``):
+    the marking (``where``), the languages (``target``: ``de``, ``deu_Latn``; None: none
+    asked, the model's one language or each sentence's own tag), the token before each
+    source text (``source_tag``) and its id (``tag_id``), the ids before each source's ids and
+    after its ``</s>`` (``source_prefix``, ``source_suffix``: a model of language codes), the
+    decoder's forced ``start`` (fed, never scored nor output), and the model's ``>>xx<<`` tags
+    where a sentence's own tag is checked (``tags``: a model of source tags)."""
+
+    where: str = "none"
+    target: str | None = None
+    source: str | None = None
+    token: str | None = None  # the target language's token as the vocabulary spells it
     source_tag: str | None = None
+    tag_id: int | None = None
     start: tuple[int, ...] = (BOS_ID,)
     source_prefix: tuple[int, ...] = ()
     source_suffix: tuple[int, ...] = ()
+    tags: tuple[str, ...] = ()
+
+    def source_ids(self, text_ids: Sequence[int]) -> list[int]:
+        """A source text's token ids (no ``</s>``) as the model reads them: its tag, its
+        language code around it, ``</s>`` (what prepare stores and a search reads)."""
+        tag_ids = [self.tag_id] if self.tag_id is not None else []
+        return [*tag_ids, *self.source_prefix, *map(int, text_ids), EOS_ID, *self.source_suffix]
+
+    def text_ids(self, source_ids: Sequence[int]) -> list[int]:
+        """``source_ids`` of this marking without it: the text's own ids."""
+        head = (self.tag_id is not None) + len(self.source_prefix)
+        return [int(t) for t in source_ids[head:len(source_ids) - 1 - len(self.source_suffix)]]
+
+    def texts(self, sentences: list[str], first: int = 0) -> list[str]:
+        """The sentences of one request as the model reads them: each with ``source_tag``
+        before it. Where the model has several tags and none is asked, each sentence must
+        start with its own; refused where one has none, or writes a tag anywhere else (the
+        tokenizer would read it as a tag). ``first``: the number of the first sentence, for
+        the messages (a stream's line)."""
+        if self.source_tag is None and len(self.tags) < 2:
+            return sentences  # one target language, or the tag is not the source's
+        for n, sentence in enumerate(sentences, first + 1):
+            self._check_own_tag(sentence.lstrip(), n)
+        return [tagged(s, self.source_tag) for s in sentences]
+
+    def _check_own_tag(self, text: str, n: int) -> None:
+        own = find_tag(text)
+        if own is None:
+            if self.source_tag is None and text:
+                names = ", ".join(map(tag_language, self.tags))
+                raise LanguageError("target", "{option} is needed: this model translates into "
+                                    f"{names}; give {{option}} (e.g. {{option}} "
+                                    f"{tag_language(self.tags[0])}), or start each sentence "
+                                    f"with its >>xx<< tag (sentence {n} has none)",
+                                    None, self.tags)
+            return
+        if self.source_tag is not None or not text.startswith(own) or find_tag(text[len(own):]):
+            given = self.source_tag is not None and text.startswith(own)
+            raise LanguageError("target", f"sentence {n}: it writes the target-language tag "
+                                f"{own} " + ("while {option} gives one" if given else
+                                             "inside the sentence")
+                                + "; the tag goes before the sentence, once", own, self.tags)
+        if own not in self.tags:
+            raise UsageError(f"the tag {own}: the model has no {own} token; it has "
+                             f"{', '.join(map(tag_language, self.tags))}")
 
 
-def mark(marking: LanguageMarking, target_lang: str | None,
-         token_id: Callable[[str], int | None], source_lang: str | None = None) -> Marked:
-    """What a model of ``marking`` reads for a translation into ``target_lang`` (None: the
-    model's one target language, no mark): a source tag, or a forced decoder token whose id
-    ``token_id`` gives (None where the vocabulary lacks it: refused in one line). A model of
-    ``language_codes`` needs both languages, given as its codes (``LanguageMarking.code``)."""
-    if marking.where == "language_codes":
-        if target_lang is None or source_lang is None:
-            raise UsageError("a model of language codes needs both the source and the target "
-                             "language")
-        src = _code_id(marking, source_lang, "source language", token_id)
-        tgt = _code_id(marking, target_lang, "target language", token_id)
+def mark(marking: LanguageMarking, token: str | None, token_id: Callable[[str], int | None],
+         source_token: str | None = None) -> ResolvedLanguage:
+    """What a model of ``marking`` reads for a translation into the language whose token is
+    ``token`` (``>>de<<``, ``__de__``; None: the model's one target language, no mark): a
+    source tag, a forced decoder token, or both; for a model of language codes the source's
+    token (``source_token``) around the source too. ``token_id``: the target vocabulary's
+    ids, None for a token it lacks (refused in one line)."""
+    if token is None or marking.where == "none":
+        return ResolvedLanguage(marking.where)
+    if marking.by_codes:
+        src = _token_id(token_id, source_token, "source")  # type: ignore[arg-type]
         before, after = ((src,), ()) if marking.source_code == "prefix" else ((), (src,))
-        return Marked(start=(EOS_ID, tgt), source_prefix=before, source_suffix=after)
-    if target_lang is None or marking.where == "none":
-        return Marked()
-    token = target_lang if is_tag(target_lang) else tag(target_lang)
+        return ResolvedLanguage(marking.where, token=token,
+                                start=(marking.decoder_start, _token_id(token_id, token)),
+                                source_prefix=before, source_suffix=after)
     source_tag = token if marking.in_source else None
-    if not marking.in_decoder:
-        return Marked(source_tag=source_tag)
-    ident = token_id(token)
-    if ident is None:
-        raise UsageError(f"target language {tag_language(token)}: the model has no {token} token")
-    return Marked(source_tag=source_tag, start=(BOS_ID, ident))
+    start = (marking.decoder_start, _token_id(token_id, token)) if marking.in_decoder \
+        else (marking.decoder_start,)
+    return ResolvedLanguage(marking.where, token=token, source_tag=source_tag, start=start)
 
 
-def _code_id(marking: LanguageMarking, lang: str, what: str,
-             token_id: Callable[[str], int | None]) -> int:
-    token = marking.token(marking.code(lang, what))
+def _token_id(token_id: Callable[[str], int | None], token: str, side: str = "target") -> int:
     ident = token_id(token)
     if ident is None:
-        raise UsageError(f"{what} {lang}: the model's vocabulary has no {token} token")
+        raise LanguageError(side, f"{{option}} {tag_language(token)}: the model has no {token} "
+                            "token", token)
     return ident
+
+
+@dataclass(frozen=True)
+class ModelLanguages:
+    """The languages of one model, from its metadata and vocabulary: the resolver of a
+    request's languages. ``tags``: the tokens of the languages it translates into, sorted,
+    where its marking puts them (``>>xx<<`` tags; a model of language codes: its codes as its
+    vocabulary spells them); ``token_id`` and ``source_id``: the target and source
+    vocabularies' ids; ``src_lang`` and ``tgt_lang``: the languages the model records, which
+    a model of language codes takes where a request gives none."""
+
+    marking: LanguageMarking
+    tags: tuple[str, ...]
+    token_id: Callable[[str], int | None]
+    source_id: Callable[[str], int | None]
+    src_lang: str | None = None
+    tgt_lang: str | None = None
+
+    @classmethod
+    def of(cls, vocabs: Any, marking: LanguageMarking | None = None,
+           src_lang: str | None = None, tgt_lang: str | None = None) -> ModelLanguages:
+        """A model's languages from its vocabularies (tfm.data.tokenizer.Vocabularies) and
+        its recorded marking (None: none recorded, inferred from the source vocabulary's
+        tags: ``LanguageMarking.infer``)."""
+        marking = marking or LanguageMarking.infer(vocabulary_tags(vocabs.src))
+        if marking.by_codes:
+            tags = sorted(marking.token(code) for code in marking.codes)
+        else:
+            tags = vocabulary_tags(vocabs.src if marking.in_source else vocabs.tgt)
+        return cls(marking, tuple(tags), vocabs.tgt.token_to_id, vocabs.src.token_to_id,
+                   src_lang, tgt_lang)
+
+    @property
+    def targets(self) -> list[str]:
+        """The languages a request may ask for (``xx`` of ``>>xx<<``; a model's own codes),
+        sorted; empty for a model of one target language."""
+        if self.marking.by_codes:
+            return sorted(self.marking.codes)
+        return [tag_language(token) for token in self.tags]
+
+    @property
+    def needs_source(self) -> bool:
+        """Whether a request names its source language too (a model of language codes)."""
+        return self.marking.by_codes
+
+    def resolve(self, target: str | None, source: str | None = None) -> ResolvedLanguage:
+        """A request's languages (``fr`` or ``>>fr<<``; a model of language codes: its codes,
+        ``deu_Latn``, or their tokens, ``__de__``) as the model reads them; None: none asked
+        (a model of one target language, or sentences that carry their own tags). Raises
+        LanguageError for a language the model lacks or needs and is not given."""
+        if self.marking.by_codes:
+            return self._coded(target, source)
+        if target is None:
+            if self.marking.in_decoder and len(self.tags) > 1:
+                raise LanguageError("target", "{option} is needed: this model translates into "
+                                    f"{', '.join(self.targets)}", None, self.tags)
+            return ResolvedLanguage(self.marking.where, source=source,
+                                    tags=self.tags if self.marking.in_source else ())
+        token = self._tag(target)
+        resolved = mark(self.marking, token, self.token_id)
+        tag_id = self.source_id(token) if resolved.source_tag is not None else None
+        return replace(resolved, target=tag_language(token), source=source, tag_id=tag_id,
+                        tags=self.tags if resolved.source_tag is not None else ())
+
+    def direction(self, direction: _Direction) -> ResolvedLanguage:
+        """A direction of the model's training data, resolved as a request into its target
+        language (from its source language, for a model of language codes)."""
+        return self.resolve(direction.tgt, direction.src)
+
+    def _tag(self, lang: str) -> str:
+        """``>>lang<<`` (``lang`` given with or without the brackets), refused where the
+        model has no such token."""
+        token = lang if is_tag(lang) else tag(lang)
+        if token in self.tags:
+            return token
+        if not self.tags:
+            raise LanguageError("target", f"{{option}} {lang}: this model has no "
+                                "target-language tokens (it translates into one language)",
+                                lang)
+        raise LanguageError("target", f"{{option}} {lang}: the model has no {token} token; it "
+                            f"has {', '.join(self.targets)}", lang, self.tags)
+
+    def _coded(self, target: str | None, source: str | None) -> ResolvedLanguage:
+        """A model of language codes: both languages (the model's own, where recorded, when
+        not given), each refused where unknown or missing."""
+        marking = self.marking
+        codes = {}
+        for side, lang in (("target", target if target is not None else self.tgt_lang),
+                           ("source", source if source is not None else self.src_lang)):
+            if lang is None:
+                raise LanguageError(side, "{option} is needed: this model translates between "
+                                    f"{len(marking.codes)} languages, named by its own codes "
+                                    f"(e.g. {{option}} {marking.codes[0]})", None,
+                                    marking.codes)
+            codes[side] = marking.find_code(lang)
+            if codes[side] is None:
+                raise LanguageError(side, f"{{option}} {lang}: not a language code of this "
+                                    f"model ({marking.nearest(lang)})", lang, marking.codes)
+        resolved = mark(marking, marking.token(codes["target"]), self.token_id,
+                        marking.token(codes["source"]))
+        return replace(resolved, target=codes["target"], source=codes["source"])
+
+

@@ -41,10 +41,11 @@ from tfm.data.directions import (
 )
 from tfm.data.language_marks import (
     LANGUAGE_TOKEN,
+    LanguageError,
     LanguageMarking,
-    Marked,
+    ModelLanguages,
+    ResolvedLanguage,
     find_tag,
-    mark,
     tagged,
 )
 from tfm.data.text import has_invisible, normalize_text
@@ -192,7 +193,7 @@ class _Job:
     fingerprint: str
     # A model of language codes' (NLLB-200, M2M100): its marking, and each direction's marks
     marking: LanguageMarking | None = None
-    codes: list[Marked] | None = None
+    codes: list[ResolvedLanguage] | None = None
 
 
 def tokenizer_marking(tokenizer_path: Path) -> LanguageMarking | None:
@@ -226,19 +227,19 @@ def tag_marking(tags: list[str], language_token: str) -> LanguageMarking | None:
 
 
 def direction_codes(marking: LanguageMarking, vocabs: Vocabularies, direction: Direction
-                    ) -> Marked:
+                    ) -> ResolvedLanguage:
     """How ``direction`` (in the model's codes: eng_Latn-deu_Latn; for a model of tags, its
-    languages: en-de) is marked: the source code or tag, the decoder's forced start; one
-    line for a language the model lacks."""
-    if marking.where != "language_codes":
-        return mark(marking, direction.tgt, vocabs.tgt.token_to_id)
-    if not direction.src or not direction.tgt:
+    languages: en-de) is marked (tfm.data.language_marks resolves it as a request): the
+    source code or tag, the decoder's forced start; one line for a language the model
+    lacks."""
+    if marking.by_codes and not (direction.src and direction.tgt):
         raise DataError(f"direction {direction}: a model of language codes needs both "
                         "languages, by its codes (e.g. eng_Latn-deu_Latn)")
     try:
-        return mark(marking, direction.tgt, vocabs.tgt.token_to_id, direction.src)
-    except UsageError as e:
-        raise DataError(f"tfm prepare, direction {direction}: {e}") from None
+        return ModelLanguages.of(vocabs, marking).direction(direction)
+    except LanguageError as e:
+        raise DataError(f"tfm prepare, direction {direction}: {e.worded(e.side + ' language')}"
+                        ) from None
 
 
 def _previous_info(output: Path) -> dict[str, Any] | None:
@@ -312,7 +313,7 @@ def _write_in(work: Path, job: _Job, output: Path, datasets: Any, pa: Any, num_p
                 report = mine.setdefault(corpus.direction.name, SplitReport())
                 spec = corpus.train if name == "train" else corpus.valid
                 assert spec is not None
-                marks = job.codes[index] if job.codes is not None else Marked()
+                marks = job.codes[index] if job.codes is not None else ResolvedLanguage()
                 read = _Reading(spec, resolved.description, index, job.source_tags[index],
                                 job.tags, with_text, marks.source_prefix, marks.source_suffix)
                 for batch in _tokenized_chunks(read, job.vocabs, job.clean, report,

@@ -84,7 +84,7 @@ from tfm.extras import require
 from tfm.interop.common import read_export_info
 from tfm.layout import TOKENIZER_FILE
 from tfm.model_info import ModelInfo
-from tfm.special_tokens import BOS_ID, EOS, EOS_ID, UNK_ID
+from tfm.special_tokens import EOS, UNK_ID
 
 FORMAT = "ctranslate2"
 MODEL_FILE = "model.bin"
@@ -200,9 +200,9 @@ class CTranslate2Translator(Translator):
 
     @property
     def _start_id(self) -> int:
-        """The id of the token CTranslate2 starts each decoder from (decoder_start_token)."""
-        marking = self.info.language_marking
-        return EOS_ID if marking is not None and marking.where == "language_codes" else BOS_ID
+        """The id of the token CTranslate2 starts each decoder from (decoder_start_token, as
+        the export wrote it: the model's ``LanguageMarking.decoder_start``)."""
+        return self.languages.marking.decoder_start
 
     def _prefixes(self, constraints: list[TargetConstraints | None] | None
                   ) -> list[list[str]] | None:

@@ -5,7 +5,7 @@ the JSON record that both ``tfm translate --format jsonl`` and ``tfm serve`` wri
 
     sentences as written ── glossary terms found, phrases and prefix asked ── ConstraintSpec
          │                                                                        │
-         └── the direction (target_lang) ──────── Translator.prepare (its marking) ┘
+         └── the languages (ResolvedLanguage) ──── Translator.prepare (its marking) ┘
                                                                   │ Sources (tokens)
                                         engine (translate_prepared, or the server's batcher)
                                                                   │ Translations
@@ -23,37 +23,30 @@ from pathlib import Path
 from typing import Any
 
 from tfm.config import SearchOptions
-from tfm.data.language_marks import find_tag
+from tfm.data.language_marks import ResolvedLanguage, find_tag
 from tfm.decoding.alignment import pharaoh
 from tfm.decoding.constraints import ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary, sentence_constraints
-from tfm.decoding.languages import tagged_sources
 from tfm.decoding.translator import Source, Translation, Translator
 from tfm.errors import UsageError
 
 
 def prepare_request(translator: Translator, sentences: Sequence[str], options: SearchOptions,
                     asks: Sequence[ConstraintSpec | None] | None = None,
-                    glossary: Glossary | None = None, target_lang: str | None = None,
-                    what: str = "--target-lang", first: int = 0,
-                    source_lang: str | None = None) -> list[Source]:
+                    glossary: Glossary | None = None,
+                    language: ResolvedLanguage | None = None, first: int = 0) -> list[Source]:
     """The sentences of one request as the engine reads them. ``asks``: what each sentence's
     translation must have (its phrases and prefix; None: nothing); ``glossary``: whose terms
-    found in a sentence (as written, before its tag) become phrases too; ``target_lang``: the
-    language (``fr`` or ``>>fr<<``) whose tag goes before each sentence (``what`` names it in
-    messages); ``source_lang``: the source's, for a model of language codes (NLLB-200,
-    M2M100), which needs both. ``first``: the number of the request's first sentence in a
-    longer input (a stream's line). Raises UsageError for a missing, unknown or misplaced tag and
-    ConstraintError (whose ``sentence`` counts from ``first``) for a constraint that cannot be
-    used; the caller says where."""
+    found in a sentence (as written, before its tag) become phrases too; ``language``: the
+    request's languages, resolved by the caller (``translator.languages.resolve``: the
+    command line from its options, the server from the request's fields; None: none asked).
+    ``first``: the number of the request's first sentence in a longer input (a stream's
+    line). Raises LanguageError (tfm.data.language_marks) for a missing or misplaced tag,
+    which the caller words with its option, and ConstraintError (whose ``sentence`` counts
+    from ``first``) for a constraint that cannot be used; the caller says where."""
     specs = constraint_specs(sentences, asks, glossary)
-    if target_lang is None and translator.language_marking.where == "source_tag":
-        # No language asked: each sentence must name its own with its tag (checked here;
-        # prepare reads the sentences as written).
-        tagged_sources(translator.vocabs, list(sentences), None, what, first)
     try:
-        return translator.prepare(list(sentences), specs, options, target_lang, what, first,
-                                  source_lang)
+        return translator.prepare(list(sentences), specs, options, language, first)
     except ConstraintError as e:
         e.sentence = (e.sentence or 0) + first
         raise

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfm.config import REVERSE_WEIGHT
-from tfm.decoding.languages import language_tokens
+from tfm.data.directions import Direction
 from tfm.decoding.translator import Translator
 from tfm.errors import UsageError
 
@@ -56,11 +56,6 @@ class ReverseModelReranker:
         return combined
 
 
-def _reverse(direction: str) -> str:
-    src, tgt = direction.split("-", 1)
-    return f"{tgt}-{src}"
-
-
 def attach_reverse_model(translator: Translator, reverse_models: Sequence[Path],
                          weight: float = REVERSE_WEIGHT, device: str = "auto",
                          precision: str = "fp32", beam: int = 2) -> None:
@@ -82,13 +77,17 @@ def attach_reverse_model(translator: Translator, reverse_models: Sequence[Path],
             raise UsageError(f"--reverse-model {path}: a CTranslate2 export cannot score given "
                              "translations; give the tfm model directory it was exported from")
     reverse = TorchTranslator(first, device, precision=precision, ensemble=rest, workers=1)
-    if language_tokens(reverse.vocabs):
+    if reverse.languages.targets:
         raise UsageError(f"--reverse-model {first} translates into several languages: "
                          "reranking needs a model of one direction, the reverse of --model's")
-    wanted = {_reverse(d) for d in translator.info.direction_names}
-    have = set(reverse.info.direction_names)
-    if not any("?" in d for d in wanted | have) and wanted != have:
-        raise UsageError(f"--reverse-model {first} translates {', '.join(sorted(have))}; "
-                         f"reranking {', '.join(translator.info.direction_names)} needs a "
-                         f"model of {', '.join(sorted(wanted))}")
+    wanted = {Direction.from_name(d).reversed() for d in translator.info.direction_names}
+    have = {Direction.from_name(d) for d in reverse.info.direction_names}
+    if all(d.src and d.tgt for d in wanted | have) and wanted != have:
+        raise UsageError(f"--reverse-model {first} translates {_names(have)}; reranking "
+                         f"{', '.join(translator.info.direction_names)} needs a model of "
+                         f"{_names(wanted)}")
     translator.reranker = ReverseModelReranker(reverse, weight)
+
+
+def _names(directions: set[Direction]) -> str:
+    return ", ".join(sorted(d.name for d in directions))

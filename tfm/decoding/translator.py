@@ -19,8 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from tfm.config import SearchOptions
-from tfm.data.directions import vocabulary_tags
-from tfm.data.language_marks import LanguageMarking, Marked, mark, tag_language
+from tfm.data.language_marks import ModelLanguages, ResolvedLanguage
 from tfm.data.tokenizer import Vocabularies, decode, encode_batch, text_normalizer
 from tfm.decoding.alignment import align_words
 from tfm.decoding.constraints import (
@@ -29,7 +28,6 @@ from tfm.decoding.constraints import (
     TargetConstraints,
     compile_constraints,
 )
-from tfm.decoding.languages import language_token, language_tokens, tagged_sources
 from tfm.decoding.mbr import mbr_order
 from tfm.decoding.rules import Hypothesis, length_limit
 from tfm.decoding.workers import Workers
@@ -118,8 +116,7 @@ class Translator(ABC):
     _workers: Workers | None = None
     # Ranks each sentence's beam hypotheses anew (tfm.decoding.rerank); None: by their scores.
     reranker: Reranker | None = None
-    _marking: LanguageMarking | None = None
-    _tags: list[str] | None = None
+    _languages: ModelLanguages | None = None
 
     @abstractmethod
     def search(self, batch: list[list[int]], options: SearchOptions,
@@ -168,7 +165,7 @@ class Translator(ABC):
         source (normalised, truncated to what the model takes)."""
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
-        if self.language_marking.where == "language_codes":
+        if self.languages.needs_source:
             raise UsageError("scoring pairs of texts needs their languages, which a model of "
                              "language codes (NLLB-200, M2M100) is not given here: it cannot "
                              "be a --reverse-model")
@@ -205,102 +202,35 @@ class Translator(ABC):
         return options
 
     @property
-    def language_marking(self) -> LanguageMarking:
-        """Where the model's language token goes (tfm.data.language_marks): its metadata's,
-        else inferred from its vocabulary."""
-        if self._marking is None:
-            self._marking = self.info.language_marking or LanguageMarking.infer(
-                language_tokens(self.vocabs))
-        return self._marking
-
-    @property
-    def language_tags(self) -> list[str]:
-        """The tokens of the languages the model translates into, sorted (empty: a model of
-        one target language), where its marking puts them: ``>>xx<<`` tags, or a model's
-        language codes as its vocabulary spells them (``__de__``)."""
-        if self._tags is None:
-            marking = self.language_marking
-            if marking.where == "language_codes":
-                self._tags = sorted(marking.token(code) for code in marking.codes)
-            else:
-                side = self.vocabs.src if marking.in_source else self.vocabs.tgt
-                self._tags = vocabulary_tags(side)
-        return self._tags
-
-    @property
-    def target_languages(self) -> list[str]:
-        """The languages a request may ask for (``xx`` of ``>>xx<<``; a model's own codes),
-        sorted; empty for a model of one target language."""
-        marking = self.language_marking
-        if marking.where == "language_codes":
-            return sorted(marking.codes)
-        return [tag_language(token) for token in self.language_tags]
-
-    def language(self, target_lang: str, what: str = "--target-lang") -> str:
-        """The token of ``target_lang`` (``fr`` or ``>>fr<<``), or for a model of language
-        codes its code (``deu_Latn``; M2M100's ``de`` also given as ``__de__``), refused in one
-        line naming ``what`` (and the nearest codes) where the model has none."""
-        marking = self.language_marking
-        if marking.where == "language_codes":
-            return marking.code(target_lang, what)
-        return language_token(self.vocabs, target_lang, what, self.language_tags)
-
-    def marked(self, sentences: list[str], target_lang: str | None,
-               what: str = "--target-lang", first: int = 0, source_lang: str | None = None
-               ) -> tuple[list[str], Marked]:
-        """A request's sentences and how the model reads their direction (``Marked``) for a
-        translation into ``target_lang`` (``fr`` or ``>>fr<<``; None: the model's one
-        language, or each sentence's own tag), as the model's marking has it
-        (tfm.data.language_marks.mark): each sentence with its source tag, or the language's
-        token forced first in the decoder; for a model of language codes, ``source_lang``'s
-        code around the source too. Refused in one line (naming the option ``what``, or its
-        source twin, counting sentences from ``first``) where the model lacks the language
-        asked for, or needs one where none is given and it has no other way (a sentence's own
-        ``>>xx<<`` tag: tfm.decoding.requests checks those)."""
-        marking = self.language_marking
-        if marking.where == "language_codes":
-            return sentences, self._coded(target_lang, source_lang, what)
-        if target_lang is None:
-            if marking.in_decoder and len(self.language_tags) > 1:
-                raise UsageError(f"{what} is needed: this model translates into "
-                                 f"{', '.join(map(tag_language, self.language_tags))}")
-            return sentences, Marked()  # each as written: its own tag, or one language
-        marked = mark(marking, self.language(target_lang, what), self.vocabs.tgt.token_to_id)
-        if marked.source_tag is not None:  # each sentence checked for a tag of its own too
-            sentences = tagged_sources(self.vocabs, sentences, marked.source_tag, what, first)
-        return sentences, marked
-
-    def _coded(self, target_lang: str | None, source_lang: str | None, what: str) -> Marked:
-        """A model of language codes: both languages (the model's own, where recorded, when
-        not given), each refused in one line where unknown or missing."""
-        marking = self.language_marking
-        source_what = what.replace("target", "source")
-        given = {}
-        for name, lang, own in ((what, target_lang, self.info.tgt_lang),
-                                (source_what, source_lang, self.info.src_lang)):
-            lang = lang if lang is not None else own
-            if lang is None:
-                raise UsageError(f"{name} is needed: this model translates between "
-                                 f"{len(marking.codes)} languages, named by its own codes "
-                                 f"(e.g. {name} {marking.codes[0]})")
-            given[name] = marking.code(lang, name)
-        return mark(marking, given[what], self.vocabs.tgt.token_to_id, given[source_what])
+    def languages(self) -> ModelLanguages:
+        """The model's languages (tfm.data.language_marks), read once from its metadata and
+        vocabulary: what a request's ``target_lang`` and ``source_lang`` resolve against
+        (``languages.resolve``), at the edge, into the ``ResolvedLanguage`` that ``prepare``
+        takes."""
+        if self._languages is None:
+            info = self.info
+            self._languages = ModelLanguages.of(self.vocabs, info.language_marking,
+                                                info.src_lang, info.tgt_lang)
+        return self._languages
 
     def prepare(self, sentences: list[str],
                 constraints: Sequence[ConstraintSpec | None] | None = None,
-                options: SearchOptions | None = None, target_lang: str | None = None,
-                what: str = "--target-lang", first: int = 0, source_lang: str | None = None
-                ) -> list[Source]:
+                options: SearchOptions | None = None,
+                language: ResolvedLanguage | None = None, first: int = 0) -> list[Source]:
         """Each sentence as the model will read it: normalised, tokenized, truncated to what
         the model takes, ending with EOS (and its language marks). ``translate`` is
         ``translate_prepared(prepare(...))``; the server prepares in its request handlers (it
         needs each sentence's length to fill batches) and decodes the prepared sources, so no
         sentence is tokenized twice. ``constraints``: one per sentence (None: none), compiled
         and checked against the length limits of ``options`` (ConstraintError, with the
-        sentence's position). ``target_lang`` and ``source_lang``: the direction, applied as
-        the model marks it (``marked``; ``what`` and ``first`` for its messages)."""
-        sentences, marked = self.marked(list(sentences), target_lang, what, first, source_lang)
-        before, after = list(marked.source_prefix), list(marked.source_suffix)
+        sentence's position). ``language``: the request's languages, resolved once by the caller
+        (``languages.resolve``; None: none asked), applied as the model marks them: the
+        sentences' tags (checked, counting them from ``first``), the codes around their ids,
+        the decoder's start."""
+        if language is None:
+            language = self.languages.resolve(None)
+        sentences = language.texts(list(sentences), first)
+        before, after = list(language.source_prefix), list(language.source_suffix)
         limit = self.max_source_tokens - 1 - len(before) - len(after)  # room for EOS, marks
         normalize = text_normalizer(self.vocabs.src)
         texts = [normalize(s) for s in sentences]
@@ -308,7 +238,7 @@ class Translator(ABC):
         # Nothing to translate: an empty text, or one of which a SentencePiece segmenter
         # leaves no piece (only spaces; tfm's own normalisation would have stripped them).
         sources = [Source(sentence, before + x[:limit] + [EOS_ID] + after if text and x else [],
-                          len(x) > limit, start=marked.start)
+                          len(x) > limit, start=language.start)
                    for sentence, text, x in zip(sentences, texts, ids)]
         if constraints is not None:
             self._constrain(sources, constraints, options or self.default_options())
@@ -343,14 +273,12 @@ class Translator(ABC):
     def translate(self, sentences: list[str], options: SearchOptions,
                   progress: Callable[[int], None] | None = None,
                   constraints: Sequence[ConstraintSpec | None] | None = None,
-                  target_lang: str | None = None, source_lang: str | None = None
-                  ) -> list[Translation]:
+                  language: ResolvedLanguage | None = None) -> list[Translation]:
         """Translations of ``sentences``, in the same order. ``progress``, if given, is called
         with the number of sentences each time a batch of them is done. ``constraints``: one
-        per sentence, or None (tfm.decoding.constraints); the direction as ``prepare``
+        per sentence, or None (tfm.decoding.constraints); ``language`` as ``prepare``
         takes it."""
-        sources = self.prepare(sentences, constraints, options, target_lang,
-                               source_lang=source_lang)
+        sources = self.prepare(sentences, constraints, options, language)
         return self.translate_prepared(sources, options, progress)
 
     def translate_prepared(self, sources: list[Source], options: SearchOptions,

@@ -35,6 +35,7 @@ from torch import nn
 
 from tfm.checkpoint import load_model_dir
 from tfm.config import ModelConfig
+from tfm.data.language_marks import LanguageMarking
 from tfm.data.shortlist import Shortlist, read_shortlist
 from tfm.data.tokenizer import vocabulary_files
 from tfm.errors import ModelError, UsageError
@@ -43,7 +44,7 @@ from tfm.interop.common import staged_output, write_export_info
 from tfm.layout import ModelDir
 from tfm.model import Transformer
 from tfm.model.layers import position_table
-from tfm.special_tokens import BOS, EOS, UNK
+from tfm.special_tokens import BOS, EOS, SPECIAL_TOKENS, UNK
 
 FORMAT = "ctranslate2"
 VMAP_FILE = "vmap.txt"  # the name CTranslate2 reads its vocabulary map from
@@ -138,10 +139,9 @@ def check_supported(config: ModelConfig, model_dir: Path) -> None:
 
 
 def decoder_start_token(info: Any) -> str:
-    """The token every decoder of the model starts from: ``</s>`` for a model of language
-    codes (NLLB-200, M2M100: the target code follows it, as a target prefix), else ``<s>``."""
-    marking = info.language_marking
-    return EOS if marking is not None and marking.where == "language_codes" else BOS
+    """The token every decoder of the model starts from (``LanguageMarking.decoder_start``:
+    a model of language codes' target code follows it, as a target prefix)."""
+    return SPECIAL_TOKENS[(info.language_marking or LanguageMarking()).decoder_start]
 
 
 def build_spec(model: Transformer, src_tokens: list[str], tgt_tokens: list[str],

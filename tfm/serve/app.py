@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException
 
 from tfm import __version__
 from tfm.config import SearchOptions
+from tfm.data.language_marks import LanguageError
 from tfm.decoding.constraints import MAX_CONSTRAINTS, ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import constraint_record, prepare_request, translation_record
@@ -62,6 +63,8 @@ _PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+# The request's fields that name a language, by side: how a LanguageError is worded here.
+FIELDS = {"target": "target_lang", "source": "source_lang"}
 CLIENT_CLOSED = 499  # nginx's status for a client that went away before its answer
 
 
@@ -95,7 +98,7 @@ class _Service:
         # As many batches at once as the translator has decoding threads (tfm.decoding.workers).
         self.config = replace(self.config, workers=translator.workers.count)
         self.defaults = translator.default_options(beam=self.config.beam)
-        self.choices = translator.target_languages  # read once: a vocabulary can be large
+        self.choices = translator.languages.targets  # read once: a vocabulary can be large
         self.batcher = Batcher(translator.translate_prepared, _source_tokens,
                                max_batch_tokens=self.config.max_batch_tokens,
                                max_wait=self.config.max_wait_ms / 1000,
@@ -175,15 +178,16 @@ class _Service:
         owner = [i for i, p in enumerate(passages) for _ in p.sentences]  # text of each
         asks = [ConstraintSpec(phrases[t], prefixes[t]) for t in owner]
         try:
+            language = self.translator.languages.resolve(body.target_lang, body.source_lang)
             sources = prepare_request(self.translator, sentences, options, asks,
-                                      self.glossary if body.glossary else None,
-                                      body.target_lang, "target_lang",
-                                      source_lang=body.source_lang)
+                                      self.glossary if body.glossary else None, language)
         except ConstraintError as e:
             raise ApiError(422, "invalid request: " + _field(e, owner[e.sentence or 0],
                                                              isinstance(body.text, list))
                            ) from e
-        except UsageError as e:  # the >>xx<< tag: missing, unknown or misplaced
+        except LanguageError as e:  # a language: missing, unknown, or a tag misplaced
+            raise ApiError(422, f"invalid request: {e.worded(FIELDS[e.side])}") from e
+        except UsageError as e:
             raise ApiError(422, f"invalid request: {e}") from e
         try:
             job = batcher.enqueue(sources, options)
@@ -209,8 +213,7 @@ class _Service:
                 "tgt_lang": model.tgt_lang if model else None,
                 "directions": model.directions if model else [],
                 "target_languages": list(self.choices)}
-        if self.translator is not None and \
-                self.translator.language_marking.where == "language_codes":
+        if self.translator is not None and self.translator.languages.needs_source:
             body["source_languages"] = list(self.choices)
         return body
 
@@ -226,7 +229,7 @@ class _Service:
                 "model": asdict(model.model),
                 "generation": asdict(model.generation),
                 "provenance": model.provenance,
-                "language_tokens": translator.language_tags,
+                "language_tokens": list(translator.languages.tags),
                 # The defaults of a request's options (of max_length: max_len_a and b).
                 "decoding": {name: getattr(d, name)
                              for name in (*REQUEST_OPTIONS, "max_len_a", "max_len_b")},

@@ -47,7 +47,8 @@ from tfm.checkpoint import (
 from tfm.config import ModelConfig, TrainConfig
 from tfm.data.batching import Batch, collate, make_batches, shard
 from tfm.data.dataset import TokenizedSplit, dataset_directions, load_split, read_prepare_info
-from tfm.data.language_marks import LanguageMarking
+from tfm.data.directions import Direction
+from tfm.data.language_marks import LanguageMarking, ModelLanguages
 from tfm.data.sampling import direction_probabilities, epoch_rows
 from tfm.data.tokenizer import Vocabularies, load_vocabularies
 from tfm.device import (
@@ -314,16 +315,17 @@ class _Trainer:
             if prep.get("language_marking") else None
         self.probabilities, self.sampling = _sampling(prep, self.directions,
                                                       self.train_split, self.config)
-        c, token_id = self.config, self.vocabs.tgt.token_to_id
-        self.language_loss = LanguageLoss(c.language_loss, self.directions, token_id) \
+        c = self.config
+        directions = [Direction.from_name(d) for d in self.directions]
+        languages = ModelLanguages.of(self.vocabs, self.marking)  # each lever marks by it
+        self.language_loss = LanguageLoss(c.language_loss, languages, directions) \
             if c.language_loss else None
         self.back_translator = BackTranslator(
-            self.directions, token_id, self.marking, self.starts, c.seed,
+            languages, directions, c.seed,
             "--online-bt-from" if c.online_bt_from else "--online-bt-share") \
             if _back_translation_asked(c) else None
         self.back_translating = False  # in the phase of online back-translation
-        if self.model_config.drop_residual_layer and len(
-                {d.split("-")[-1] for d in self.directions}) < 2:
+        if self.model_config.drop_residual_layer and len({d.tgt for d in directions}) < 2:
             raise UsageError("--drop-residual-layer needs several target languages (a "
                              "multilingual run); this data has one "
                              f"({', '.join(self.directions)})")

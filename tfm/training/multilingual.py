@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -28,43 +28,49 @@ from torch import Tensor
 from tfm.config import SearchOptions
 from tfm.data.batching import Batch, pad_pairs
 from tfm.data.dataset import TokenizedSplit
-from tfm.data.language_marks import LanguageMarking, tag
+from tfm.data.directions import Direction, direction_names
+from tfm.data.language_marks import LanguageError, ModelLanguages, ResolvedLanguage
 from tfm.decoding.search import greedy_search
 from tfm.errors import UsageError
-from tfm.special_tokens import BOS_ID, EOS_ID
 
 
-def _languages(directions: Sequence[str]) -> list[tuple[str, str]]:
-    return [tuple(d.split("-", 1)) for d in directions]  # type: ignore[misc]
-
-
-def _targets(directions: Sequence[str], option: str) -> list[str]:
+def _targets(directions: Sequence[Direction], option: str) -> list[str]:
     """The data's target languages, sorted; refused in one line unless there are several."""
-    targets = sorted({tgt for _, tgt in _languages(directions)})
+    targets = sorted({d.tgt for d in directions if d.tgt})
     if len(targets) < 2:
         raise UsageError(f"{option} needs several target languages (a multilingual run); "
-                         f"this data has {len(targets)} ({', '.join(directions)})")
+                         f"this data has {len(targets)} ({', '.join(direction_names(directions))})")
     return targets
 
 
-def _tag_ids(languages: Sequence[str], token_id, option: str) -> list[int]:
-    ids = [token_id(tag(lang)) for lang in languages]
-    if any(i is None for i in ids):
+def _resolved(languages: ModelLanguages, direction: Direction, option: str
+              ) -> ResolvedLanguage:
+    """``direction`` as the model reads it (its tag, its decoder start), or one line naming
+    ``option`` where the tokenizer lacks its language's tag."""
+    try:
+        return languages.direction(direction)
+    except LanguageError:
         raise UsageError(f"{option} needs a tokenizer with the >>xx<< tag of each target "
-                         "language (a multilingual run's `tfm train-tokenizer`)")
-    return ids  # type: ignore[return-value]
+                         "language (a multilingual run's `tfm train-tokenizer`)") from None
 
 
 class LanguageLoss:
     """Target-language prediction over the tags' output rows, for ``--language-loss``."""
 
-    def __init__(self, weight: float, directions: Sequence[str], token_id) -> None:
+    def __init__(self, weight: float, languages: ModelLanguages,
+                 directions: Sequence[Direction]) -> None:
         targets = _targets(directions, "--language-loss")
         self.weight = weight
-        self.tag_ids = torch.tensor(_tag_ids(targets, token_id, "--language-loss"))
+        # Each target language's token, as the model marks a direction into it.
+        tokens = [_resolved(languages, Direction(None, t), "--language-loss").token
+                  for t in targets]
+        ids = [languages.token_id(t) if t is not None else None for t in tokens]
+        if any(i is None for i in ids):
+            raise UsageError("--language-loss needs the >>xx<< tag of each target language "
+                             "in the target vocabulary (a joint tokenizer)")
+        self.tag_ids = torch.tensor(ids)
         # direction index -> the index of its target language among ``tag_ids``
-        self.label_of = torch.tensor([targets.index(tgt) for _, tgt in _languages(directions)])
-
+        self.label_of = torch.tensor([targets.index(d.tgt) for d in directions])
     def __call__(self, logits: Tensor, batch: Batch) -> Tensor:
         """``weight`` x the summed cross-entropy of the tags' logits (N, L), taken from the
         logits (N, V) at the batch's real target positions, against each row's target
@@ -80,44 +86,31 @@ class LanguageLoss:
         return self.weight * F.cross_entropy(tags, labels, reduction="sum")
 
 
-@dataclass(frozen=True)
-class _Route:
-    """A direction's back-translation: the trained directions that translate its source
-    language into a third language (``via``), each with that language's tag id."""
-
-    via: tuple[int, ...]
-    via_tag: tuple[int, ...]
-
-
 class BackTranslator:
     """Random online back-translation, for ``--online-bt-from`` and ``--online-bt-share``
-    (``option``, the one a refusal names)."""
+    (``option``, the one a refusal names). Each direction is read as the model marks it
+    (``languages``: tfm.data.language_marks), resolved once: a row is translated into the
+    third language through that language's direction (its source tag, its decoder start),
+    and the pair made is marked as the row's own direction."""
 
     GREEDY = SearchOptions(beam=1)
 
-    def __init__(self, directions: Sequence[str], token_id, marking: LanguageMarking | None,
-                 starts: Sequence[Sequence[int]] | None, seed: int,
+    def __init__(self, languages: ModelLanguages, directions: Sequence[Direction], seed: int,
                  option: str = "--online-bt-from") -> None:
-        targets = _targets(directions, option)
-        if marking is not None and marking.where == "language_codes":
+        _targets(directions, option)
+        if languages.needs_source:
             raise UsageError(f"{option}: for models of >>xx<< tags; an NLLB-200 or M2M100 "
                              "model marks its languages by its own codes")
-        tag_of = dict(zip(targets, _tag_ids(targets, token_id, option)))
-        pairs = _languages(directions)
-        self.in_source = marking is None or marking.in_source
-        self.starts = [tuple(s) for s in starts] if starts is not None else None
+        self.marks = [_resolved(languages, d, option) for d in directions]
         self.seed = seed
-        self.routes = []
-        for src, tgt in pairs:
-            via = [j for j, (s, t) in enumerate(pairs) if s == src and t not in (src, tgt)]
-            self.routes.append(_Route(tuple(via), tuple(tag_of[pairs[j][1]] for j in via)))
-        if not any(r.via for r in self.routes):
+        # Each direction's routes: the directions from its source into a third language.
+        self.routes = [tuple(j for j, other in enumerate(directions)
+                             if other.src == d.src and other.tgt not in (d.src, d.tgt))
+                       for d in directions]
+        if not any(self.routes):
             raise UsageError(f"{option}: no direction's source language is also translated "
-                             f"into a third language ({', '.join(directions)}): there is "
-                             "nothing to translate its sources into")
-
-    def _start(self, direction: int) -> tuple[int, ...]:
-        return self.starts[direction] if self.starts is not None else (BOS_ID,)
+                             f"into a third language ({', '.join(direction_names(directions))}"
+                             "): there is nothing to translate its sources into")
 
     @torch.no_grad()  # not inference_mode: the pairs made are trained on
     def batch(self, model, split: TokenizedSplit, indices: np.ndarray, step: int,
@@ -125,51 +118,43 @@ class BackTranslator:
         """The back-translated pairs of the rows ``indices`` at optimizer step ``step`` (the
         third languages drawn from (seed, step): a resumed run draws the same), or None where
         no row has a route. ``model`` translates in eval mode; its mode is restored."""
-        rows = [int(i) for i in indices if self.routes[split.directions[i]].via]
+        rows = [int(i) for i in indices if self.routes[split.directions[i]]]
         if not rows:
             return None
         rng = np.random.default_rng([self.seed, step])
-        picks = [int(rng.integers(len(self.routes[split.directions[i]].via))) for i in rows]
+        picks = [int(rng.integers(len(self.routes[split.directions[i]]))) for i in rows]
         # Each row translated by the direction that route picked, one search per direction.
         by_via: dict[int, list[int]] = {}
         for k, (i, pick) in enumerate(zip(rows, picks)):
-            by_via.setdefault(self.routes[split.directions[i]].via[pick], []).append(k)
-        translations: list[list[int]] = [[] for _ in rows]
+            by_via.setdefault(self.routes[split.directions[i]][pick], []).append(k)
         was_training = model.training
         model.eval()
         try:
-            for via, ks in by_via.items():
-                sources = [self._source_for(split.src(rows[k]), self._via_tag(rows[k], via,
-                                                                               split))
-                           for k in ks]
-                padded = pad_pairs(sources, [[]] * len(ks)).src.to(device)
-                start = torch.tensor([self._start(via)] * len(ks), device=device)
-                hyps = greedy_search(model, padded, self.GREEDY, start=start)
-                for k, h in zip(ks, hyps):
-                    translations[k] = list(h[0].tokens)
+            translations = self._translate(model, split, rows, by_via, device)
         finally:
             model.train(was_training)
         keep = [k for k, t in enumerate(translations) if t]
         if not keep:
             return None
-        sources, targets, starts = [], [], []
-        for k in keep:
-            i = rows[k]
-            own = split.src(i)
-            sources.append(([int(own[0])] if self.in_source else []) + translations[k]
-                           + [EOS_ID])
-            targets.append(split.tgt(i))
-            starts.append(self._start(int(split.directions[i])))
-        batch = pad_pairs(sources, targets, width_multiple, starts)
+        own = [self.marks[int(split.directions[rows[k]])] for k in keep]
+        sources = [m.source_ids(translations[k]) for m, k in zip(own, keep)]
+        batch = pad_pairs(sources, [split.tgt(rows[k]) for k in keep], width_multiple,
+                          [m.start for m in own])
         return replace(batch, directions=torch.tensor(
             [int(split.directions[rows[k]]) for k in keep]))
 
-    def _via_tag(self, row: int, via: int, split: TokenizedSplit) -> int:
-        route = self.routes[split.directions[row]]
-        return route.via_tag[route.via.index(via)]
-
-    def _source_for(self, source: Sequence[int], via_tag: int) -> list[int]:
-        """A row's source as the direction into the third language reads it: its own tag
-        replaced by that language's (a model of source tags), else as stored."""
-        source = [int(t) for t in source]
-        return [via_tag] + source[1:] if self.in_source else source
+    def _translate(self, model, split: TokenizedSplit, rows: list[int],
+                   by_via: dict[int, list[int]], device: torch.device) -> list[list[int]]:
+        """Each row's source translated greedily by the direction ``by_via`` gives it: read
+        as that direction's sources are (its marking instead of the row's own) and decoded
+        from that direction's start."""
+        translations: list[list[int]] = [[] for _ in rows]
+        for via, ks in by_via.items():
+            into = self.marks[via]
+            sources = [into.source_ids(self.marks[int(split.directions[rows[k]])].text_ids(
+                split.src(rows[k]))) for k in ks]
+            padded = pad_pairs(sources, [[]] * len(ks)).src.to(device)
+            start = torch.tensor([into.start] * len(ks), device=device)
+            for k, h in zip(ks, greedy_search(model, padded, self.GREEDY, start=start)):
+                translations[k] = list(h[0].tokens)
+        return translations
