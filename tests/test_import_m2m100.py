@@ -683,6 +683,24 @@ def test_a_trim_that_would_drop_a_corpus_language_is_refused(variant: dict,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.fra_Latn"]
 
 
+def test_a_trim_to_languages_without_a_corpus_is_refused(variant: dict, tmp_path: Path
+                                                         ) -> None:
+    """A language code says nothing of the words its language uses (the vocabulary is shared
+    by all of them): ``--languages`` without ``--corpus`` (or a corpus without text) would
+    keep the specials and the codes only, a model that translates everything into nothing.
+    Refused in one line, nothing written."""
+    codes = CODES[variant["family"]]
+    out = tmp_path / "out"
+    result = tfm_cli("trim", str(variant["tfm"]), "-o", str(out), "--languages",
+                     ",".join(codes[lang] for lang in ("en", "de", "fr")))
+    assert_one_line_error(result, "--corpus: give the text whose entries to keep")
+    empty = tmp_path / f"train.{codes['en']}"
+    empty.write_text("\n\n", encoding="utf-8")
+    result = tfm_cli("trim", str(variant["tfm"]), "-o", str(out), "--corpus", str(empty))
+    assert_one_line_error(result, "no text to keep the entries of")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [empty.name]
+
+
 def test_an_added_language_starts_as_the_one_it_is_like(variant: dict, tmp_path: Path) -> None:
     """``tfm add-language``: a new code, its embedding a copy of --like's, translates as that
     language did before any fine-tuning; prepare takes corpora in it; a code the model has

@@ -21,7 +21,10 @@ had, and can rank hypotheses otherwise where that was not negligible. Codes not 
 removed, and refused as languages after.
 
 **Refused**, with one line: a model without language codes, a language the model lacks, a
-corpus in a language (its file's suffix, as ``tfm prepare`` names them) not among those kept.
+corpus in a language (its file's suffix, as ``tfm prepare`` names them) not among those kept,
+and no corpus (or corpora without text): a language code says nothing of the words a language
+uses, NLLB-200's and M2M100's vocabularies are shared by all their languages, so a trim to
+codes alone would keep the specials and the codes only, a model that writes nothing.
 """
 
 from __future__ import annotations
@@ -59,12 +62,19 @@ def trim(model_dir: Path, output: Path, corpora: Sequence[Path], languages: Sequ
     """Write ``model_dir`` trimmed to ``corpora`` and ``languages`` (codes; with those the
     corpora's file names give) as the model directory ``output``; returns the rows before
     and after."""
+    if not corpora:
+        raise UsageError("--corpus: give the text whose entries to keep (the train sides); "
+                         "--languages alone keeps only the language codes, a model that "
+                         "writes nothing")
     model, vocabs, info, marking = _coded_model(
         Path(model_dir), Path(output), "the model being trimmed",
         "tfm trim cuts the vocabulary of NLLB-200 and M2M100 models")
     chosen = _languages(marking, corpora, languages)
     tok = vocabs.src
     used = {i for ids in encode_batch(tok, list(_texts(tok, corpora))) for i in ids}
+    if not used:
+        raise UsageError(f"--corpus {', '.join(map(str, corpora))}: no text to keep the "
+                         "entries of")
     named = [*SPECIAL_TOKENS, MASK, *(marking.token(code) for code in chosen)]
     kept = used | {tok.token_to_id(t) for t in named if tok.token_to_id(t) is not None}
     if segmenter_of(tok) is None:
