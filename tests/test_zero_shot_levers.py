@@ -156,18 +156,18 @@ def test_back_translated_pairs_are_in_the_language_asked_and_as_the_model_transl
     prep = read_prepare_info(data)
     split = load_split(data, "train")
     vocabs = load_vocabularies(data / "tokenizer.json")
-    bt = BackTranslator(prep["directions"], vocabs.tgt.token_to_id, None, None, seed=1)
+    bt = BackTranslator(prep.directions, vocabs.tgt.token_to_id, None, None, seed=1)
     model = load_model_dir(trained)[0]
     rows = np.arange(200)
     made = bt.batch(model.train(), split, rows, step=7, device=torch.device("cpu"))
     assert model.training  # its mode restored
     directions = split.directions[rows]
-    hub = [int(i) for i, d in zip(rows, directions) if prep["directions"][d].startswith("aa")]
+    hub = [int(i) for i, d in zip(rows, directions) if prep.directions[d].startswith("aa")]
     assert made is not None and made.src.size(0) == len(hub)  # aa-bb and aa-cc rows only
     third = {"aa-bb": "cc", "aa-cc": "bb"}
     decoded, asked = [], []
     for k, i in enumerate(hub):
-        direction = prep["directions"][split.directions[i]]
+        direction = prep.directions[split.directions[i]]
         src = [t for t in made.src[k].tolist() if t not in (0, EOS_ID)]
         assert vocabs.src.id_to_token(src[0]) == f">>{direction[-2:]}<<"  # the row's own tag
         text = decode_batch(vocabs.tgt, [src[1:]])[0]

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from tokenizers import AddedToken, Tokenizer, models
 
-from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.checkpoint import save_model_dir
 from tfm.data.language_marks import LanguageMarking
 from tfm.data.sentencepiece import vocabulary_decoder
 from tfm.data.tokenizer import (
@@ -52,6 +52,7 @@ from tfm.data.tokenizer import (
 from tfm.errors import DataError, UsageError
 from tfm.interop.common import load_source, staged_output
 from tfm.model import Transformer
+from tfm.model_info import ModelInfo
 from tfm.special_tokens import SPECIAL_TOKENS, UNK
 
 MASK = "<mask>"
@@ -85,8 +86,8 @@ def trim(model_dir: Path, output: Path, corpora: Sequence[Path], languages: Sequ
     trimmed = _trimmed_model(model, order)
     provenance = {**info.provenance, "trimmed_from": model_dir.name,
                   "rows_before": tok.get_vocab_size(), "rows_kept": len(order)}
-    new_info = ModelInfo(trimmed.config, info.src_lang, info.tgt_lang, info.generation,
-                         provenance, info.directions, trimmed_marking)
+    new_info = replace(info, model=trimmed.config, provenance=provenance,
+                       language_marking=trimmed_marking)
     with staged_output(output, overwrite) as stage:
         save_model_dir(stage, trimmed, Vocabularies(new_tok, new_tok,
                                                     one_vocabulary=True), new_info)
@@ -209,9 +210,10 @@ def add_language(model_dir: Path, output: Path, code: str, like: str,
     tok.add_special_tokens([AddedToken(token, special=True, normalized=False)])
     assert tok.token_to_id(token) == new_id
     grown = _grown_model(model, source)
-    new_info = ModelInfo(grown.config, info.src_lang, info.tgt_lang, info.generation,
-                         {**info.provenance, "language_added": code, "started_from": like},
-                         info.directions, replace(marking, codes=(*marking.codes, code)))
+    new_info = replace(
+        info, model=grown.config,
+        provenance={**info.provenance, "language_added": code, "started_from": like},
+        language_marking=replace(marking, codes=(*marking.codes, code)))
     with staged_output(output, overwrite) as stage:
         save_model_dir(stage, grown, Vocabularies(tok, tok, one_vocabulary=True), new_info)
     return new_id
