@@ -65,7 +65,7 @@ def training_step(model_dir: Path, data: Path, max_tokens: int):
 
     model = load_model_dir(model_dir)[0].train()
     split = load_split(data, "train")
-    starts = read_prepare_info(data).get("decoder_starts")
+    starts = read_prepare_info(data).decoder_starts
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-5)
 
     def step(indices) -> int:
@@ -98,9 +98,9 @@ def main() -> None:
     parser.add_argument("--onednn", action="store_true")
     args = parser.parse_args()
 
-    from machine import cpu_name  # bench/machine.py
     from torch.profiler import ProfilerActivity, profile
 
+    from machine import cpu_name  # bench/machine.py
     from tfm.allocator import keep_freed_memory
 
     keep_freed_memory()

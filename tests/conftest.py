@@ -86,12 +86,14 @@ def random_model_dir(path: Path, tokenizer: Tokenizer, seed: int = 0, tgt: str =
     real model directory but no training."""
     import torch
 
-    from tfm.checkpoint import ModelInfo, save_model_dir
+    from tfm.checkpoint import save_model_dir
     from tfm.model import Transformer
+    from tfm.model_info import ModelInfo
 
     torch.manual_seed(seed)
     config = tiny_config(tokenizer.get_vocab_size())
-    save_model_dir(path, Transformer(config), tokenizer, ModelInfo(config, src, tgt))
+    save_model_dir(path, Transformer(config), tokenizer,
+                   ModelInfo(config, src_lang=src, tgt_lang=tgt))
     return path
 
 
@@ -113,10 +115,11 @@ def fit_to_pairs(directory: Path, tok: Tokenizer, steps: int = 120) -> Path:
     decoding tests check meaningful outputs."""
     import torch
 
-    from tfm.checkpoint import ModelInfo, save_model_dir
+    from tfm.checkpoint import save_model_dir
     from tfm.config import GenerationDefaults, ModelConfig
     from tfm.data.tokenizer import encode_batch
     from tfm.model import Transformer
+    from tfm.model_info import ModelInfo
     from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID
 
     torch.manual_seed(0)
@@ -136,7 +139,8 @@ def fit_to_pairs(directory: Path, tok: Tokenizer, steps: int = 120) -> Path:
         loss.backward()
         optimizer.step()
     save_model_dir(directory, model.eval(), tok, ModelInfo(
-        config, "en", "de", GenerationDefaults(beam=4, max_len_a=1.5, max_len_b=5)))
+        config, src_lang="en", tgt_lang="de",
+        generation=GenerationDefaults(beam=4, max_len_a=1.5, max_len_b=5)))
     return directory
 
 

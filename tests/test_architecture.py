@@ -15,9 +15,9 @@ FLOORS = [
     {"tfm", "tfm.errors", "tfm.special_tokens", "tfm.layout", "tfm.atomic", "tfm.config",
      "tfm.device", "tfm.plotting", "tfm.extras", "tfm.allocator", "tfm.collector", "tfm.integrity",
      "tfm.lock"},
-    {"tfm.data"},
+    {"tfm.data", "tfm.model_info"},
     {"tfm.model"},
-    {"tfm.checkpoint", "tfm.model_info"},
+    {"tfm.checkpoint"},
     {"tfm.interop"},
     {"tfm.decoding"},
     {"tfm.documents"},
@@ -109,3 +109,24 @@ def test_no_function_of_the_decoding_side_the_server_or_the_commands_is_too_long
             if function and node.end_lineno - node.lineno + 1 > LONGEST[package]:
                 long.append(f"{path.name}:{node.lineno} {node.name}")
     assert not long, long
+
+
+# Each piece of metadata has one owner module, which everything imports it from.
+OWNERS = {"ModelInfo": "tfm.model_info", "read_model_info": "tfm.model_info",
+          "PrepareInfo": "tfm.data.dataset", "read_prepare_info": "tfm.data.dataset"}
+
+
+def test_model_and_dataset_metadata_are_imported_from_their_owner_only() -> None:
+    """config.json has one reader (tfm.model_info.read_model_info), prepare.json one
+    (tfm.data.dataset.read_prepare_info): nothing imports them, or their types, by way of
+    another module."""
+    root = PACKAGE.parent
+    stray = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(root / "tests").glob("*.py"),
+                        *(root / "bench").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                stray += [f"{path.relative_to(root)}: {a.name} from {node.module}"
+                          for a in node.names
+                          if a.name in OWNERS and OWNERS[a.name] != node.module]
+    assert not stray, stray

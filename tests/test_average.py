@@ -12,11 +12,12 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
 from tfm.atomic import atomic_write_bytes
-from tfm.checkpoint import ModelInfo, save_model_dir, weights_to_bytes
+from tfm.checkpoint import save_model_dir, weights_to_bytes
 from tfm.config import ModelConfig
 from tfm.decoding.torch_engine import TorchTranslator
 from tfm.errors import ModelError, UsageError
 from tfm.model import Transformer
+from tfm.model_info import ModelInfo
 from tfm.training.average import average_checkpoints, numbered_checkpoints
 
 STEPS = (100, 200, 300)
@@ -42,8 +43,9 @@ def run_dir(tmp_path: Path, tokenizer: Tokenizer) -> Path:
         torch.manual_seed(i)
         model = Transformer(config)
         if i == 0:
-            save_model_dir(run, model, tokenizer, ModelInfo(config, "en", "de", provenance={
-                "seed": 1, "best_step": 100, "valid_bleu": 12.3}))
+            save_model_dir(run, model, tokenizer, ModelInfo(
+                config, src_lang="en", tgt_lang="de",
+                provenance={"seed": 1, "best_step": 100, "valid_bleu": 12.3}))
         write_checkpoint(run, step, model)
     return run
 

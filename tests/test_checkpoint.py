@@ -25,7 +25,6 @@ from tfm.checkpoint import (
     load_model_dir,
     load_train_state,
     load_weights,
-    read_model_info,
     save_model_dir,
     save_recorded,
     train_state_bytes,
@@ -36,7 +35,7 @@ from tfm.data.tokenizer import save_tokenizer, train_tokenizer
 from tfm.errors import ModelError, ResourceError
 from tfm.layout import CONFIG_FILE, MANIFEST_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from tfm.model import Transformer
-from tfm.model_info import FORMAT_VERSION, ModelInfo
+from tfm.model_info import FORMAT_VERSION, ModelInfo, read_model_info
 
 
 def tiny_config(vocab: int, **overrides: object) -> ModelConfig:
@@ -81,7 +80,7 @@ def model_dir(tmp_path: Path, tokenizer: Tokenizer) -> Path:
     """A saved model directory with a tiny model for the session tokenizer."""
     directory = tmp_path / "model"
     model = tiny_model(tokenizer.get_vocab_size())
-    info = ModelInfo(model.config, "en", "de", provenance={"seed": 1})
+    info = ModelInfo(model.config, src_lang="en", tgt_lang="de", provenance={"seed": 1})
     save_model_dir(directory, model, tokenizer, info)
     return directory
 
@@ -100,7 +99,8 @@ def test_a_saved_model_directory_loads_back_with_identical_outputs(
     tmp_path: Path, tokenizer: Tokenizer,
 ) -> None:
     model = tiny_model(tokenizer.get_vocab_size(), seed=3)
-    info = ModelInfo(model.config, "en", "de", GenerationDefaults(beam=4, max_len_b=7),
+    info = ModelInfo(model.config, src_lang="en", tgt_lang="de",
+                     generation=GenerationDefaults(beam=4, max_len_b=7),
                      provenance={"seed": 3, "data_fingerprint": "abc"})
     save_model_dir(tmp_path / "model", model, tokenizer, info)
     assert {p.name for p in (tmp_path / "model").iterdir()} == {
@@ -183,7 +183,8 @@ def test_saving_again_updates_the_directory(
     model_dir: Path, tokenizer: Tokenizer,
 ) -> None:
     model = tiny_model(tokenizer.get_vocab_size(), seed=5)
-    save_model_dir(model_dir, model, tokenizer, ModelInfo(model.config, "de", "en"))
+    save_model_dir(model_dir, model, tokenizer,
+                   ModelInfo(model.config, src_lang="de", tgt_lang="en"))
     loaded, _, info = load_model_dir(model_dir)
     assert torch.equal(outputs(loaded), outputs(model))
     assert (info.src_lang, info.tgt_lang) == ("de", "en")
@@ -227,6 +228,26 @@ def test_a_newer_format_version_is_refused(model_dir: Path) -> None:
     with pytest.raises(ModelError, match=rf"model format version {FORMAT_VERSION + 1} is newer "
                                          r"than this tfm understands .*upgrade tfm"):
         load_model_dir(model_dir)
+
+
+def test_a_config_without_a_format_version_is_refused_by_the_one_check(model_dir: Path
+                                                                      ) -> None:
+    """The format-version check is ModelInfo.from_json's alone, for config.json and
+    tfm_export.json alike: a config without a version is not taken for format 1."""
+    data = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    del data["format_version"]
+    with pytest.raises(ModelError, match=r"tfm_export\.json: not a tfm model config"):
+        ModelInfo.from_json(data, "tfm_export.json")
+    edit_config(model_dir, lambda d: d.pop("format_version"))
+    with pytest.raises(ModelError, match=r"config\.json: not a tfm model config"):
+        read_model_info(model_dir)
+
+
+def test_model_info_takes_its_fields_after_the_model_by_name(model_dir: Path) -> None:
+    info = read_model_info(model_dir)
+    with pytest.raises(TypeError):
+        ModelInfo(info.model, "en", "de")  # type: ignore[misc]
+    assert ModelInfo(info.model, src_lang="en", tgt_lang="de").tgt_lang == "de"
 
 
 def test_an_unknown_model_field_is_refused(model_dir: Path) -> None:

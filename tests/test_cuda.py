@@ -326,7 +326,7 @@ def test_an_imported_nllb_model_fine_tunes_on_a_gpu_with_its_codes_forced(
             "".join(text(lang, c) + "\n" for c in concepts), encoding="utf-8")
     prepare(CorpusSpec((str(corpus / "train"),), codes["en"], codes["de"]),
             imported / "tokenizer.json", tmp_path / "prepared")
-    assert len(read_prepare_info(tmp_path / "prepared")["decoder_starts"][0]) == 2
+    assert len(read_prepare_info(tmp_path / "prepared").decoder_starts[0]) == 2
     assert fine_tuned_on_a_gpu(tmp_path / "prepared", imported, tmp_path / "tuned")
     lines = [text("en", c) for c in generated(8, 9)]
     gpu, cpu = load_translator(tmp_path / "tuned", "cuda"), load_translator(tmp_path / "tuned",

@@ -13,8 +13,16 @@ import pytest
 from tokenizers import Tokenizer
 
 from tfm.data.corpus import CorpusSpec
-from tfm.data.dataset import PREPARE_FILE, TokenizedSplit, load_split, read_prepare_info
-from tfm.data.prepare import PREPARE_VERSION, CleanConfig, SplitReport, prepare
+from tfm.data.dataset import (
+    PREPARE_FILE,
+    PREPARE_VERSION,
+    PrepareInfo,
+    TokenizedSplit,
+    load_split,
+    read_prepare_info,
+)
+from tfm.data.language_marks import LanguageMarking
+from tfm.data.prepare import CleanConfig, SplitReport, prepare
 from tfm.data.text import normalize_text
 from tfm.data.tokenizer import (
     EOS_ID,
@@ -92,13 +100,13 @@ def test_prepare_writes_splits_report_and_a_tokenizer_copy(
 
     assert {"train", "valid", PREPARE_FILE, TOKENIZER_FILE} <= {p.name for p in out.iterdir()}
     info = read_prepare_info(out)
-    assert info == json.loads((out / PREPARE_FILE).read_text(encoding="utf-8"))
-    assert info["prepare_version"] == PREPARE_VERSION
-    assert (info["src_lang"], info["tgt_lang"]) == ("en", "de")
-    assert info["inputs"] == {"train": "train.en + train.de", "valid": "valid.en + valid.de"}
-    assert info["clean"] == asdict(CleanConfig())
-    assert info["splits"] == {name: asdict(r) for name, r in report.splits.items()}
-    assert str(tmp_path) not in json.dumps(info)  # no absolute paths
+    assert info.to_json() == json.loads((out / PREPARE_FILE).read_text(encoding="utf-8"))
+    assert info.prepare_version == PREPARE_VERSION
+    assert (info.src_lang, info.tgt_lang) == ("en", "de")
+    assert info.inputs == {"train": "train.en + train.de", "valid": "valid.en + valid.de"}
+    assert info.clean == asdict(CleanConfig())
+    assert info.splits == {name: asdict(r) for name, r in report.splits.items()}
+    assert str(tmp_path) not in json.dumps(info.to_json())  # no absolute paths
 
     copy = load_tokenizer(out / TOKENIZER_FILE)
     texts = [t for pair in sentence_pairs[:5] for t in pair]
@@ -123,7 +131,7 @@ def test_split_rows_decode_back_to_the_corpus_in_order(
         assert tgt.min() >= len(SPECIAL_TOKENS)  # target rows hold no special token at all
         assert list(src[:-1]) == encode_batch(tokenizer, [sentence_pairs[i][0]])[0]
     np.testing.assert_array_equal(split.src_lengths, np.diff(split.src_offsets))
-    assert split.src_lengths.sum() == read_prepare_info(out)["splits"]["train"]["src_tokens"]
+    assert split.src_lengths.sum() == read_prepare_info(out).splits["train"]["src_tokens"]
 
 
 def test_the_valid_split_keeps_the_cleaned_text(
@@ -258,7 +266,7 @@ def test_all_cleaning_rules_together_give_exact_counts(
     assert (valid_report.read, valid_report.kept) == (2, 1)
     assert valid_report.dropped == {**NO_DROPS, "empty": 1}
     assert load_split(tmp_path / "data", "valid").src_text == ["A dog runs through the snow ."]
-    assert read_prepare_info(tmp_path / "data")["splits"]["train"]["dropped"] == train.dropped
+    assert read_prepare_info(tmp_path / "data").splits["train"]["dropped"] == train.dropped
 
 
 @pytest.mark.parametrize("dedup", [True, False], ids=["dedup", "keep-repeats"])
@@ -355,7 +363,7 @@ def test_changing_an_option_or_the_tokenizer_prepares_again(
     prepare(train, tokenizer_path, out)
     report = prepare(train, tokenizer_path, out, clean=CleanConfig(max_length=100))
     assert report.up_to_date is False
-    assert read_prepare_info(out)["clean"]["max_length"] == 100
+    assert read_prepare_info(out).clean["max_length"] == 100
     assert prepare(train, tokenizer_path, out,
                    clean=CleanConfig(max_length=100)).up_to_date is True
     assert prepare(train, tokenizer_path, out).up_to_date is False  # back to the default
@@ -385,7 +393,7 @@ def test_reversing_the_direction_prepares_again(
     prepare(train, tokenizer_path, out)
     reverse = CorpusSpec((train.paths[1], train.paths[0]))
     assert prepare(reverse, tokenizer_path, out).up_to_date is False
-    assert (read_prepare_info(out)["src_lang"], read_prepare_info(out)["tgt_lang"]) == ("de", "en")
+    assert (read_prepare_info(out).src_lang, read_prepare_info(out).tgt_lang) == ("de", "en")
     assert decoded(tokenizer, load_split(out, "train")) == [(t, s) for s, t in sentence_pairs]
 
 
@@ -409,8 +417,52 @@ def test_an_unreadable_prepare_json_is_prepared_over(
     (out / PREPARE_FILE).write_text("{ truncated", encoding="utf-8")
     report = prepare(train, tokenizer_path, out)
     assert report.up_to_date is False
-    assert read_prepare_info(out)["splits"]["train"]["kept"] == 40
+    assert read_prepare_info(out).splits["train"]["kept"] == 40
     assert decoded(tokenizer, load_split(out, "train")) == sentence_pairs
+
+
+def test_prepare_json_reads_back_typed_and_older_files_still_read(tmp_path: Path) -> None:
+    """prepare.json is a PrepareInfo: the marking a LanguageMarking, the decoder starts tuples
+    of ids, written and read back the same; a file of format 2 (before directions and
+    markings) reads with those at their defaults; a newer format is refused in one line."""
+    info = PrepareInfo(fingerprint="abc", splits={"train": {"kept": 3}}, directions=["en-de"],
+                       language_marking=LanguageMarking("decoder_token"),
+                       decoder_starts=[(1, 7)])
+    (tmp_path / PREPARE_FILE).write_text(json.dumps(info.to_json()), encoding="utf-8")
+    read = read_prepare_info(tmp_path)
+    assert read == info and isinstance(read.language_marking, LanguageMarking)
+    assert read.decoder_starts == [(1, 7)]
+    old = {"prepare_version": 2, "fingerprint": "f", "src_lang": "en", "tgt_lang": "de",
+           "inputs": {}, "clean": {}, "splits": {"train": {"kept": 1}}}
+    (tmp_path / PREPARE_FILE).write_text(json.dumps(old), encoding="utf-8")
+    read = read_prepare_info(tmp_path)
+    assert (read.prepare_version, read.direction_names) == (2, ["en-de"])
+    assert read.language_marking is None and read.decoder_starts is None
+    newer = {**old, "prepare_version": PREPARE_VERSION + 1}
+    (tmp_path / PREPARE_FILE).write_text(json.dumps(newer), encoding="utf-8")
+    with pytest.raises(DataError, match=rf"prepare\.json: prepared-data format version "
+                                        rf"{PREPARE_VERSION + 1} is newer than this tfm"):
+        read_prepare_info(tmp_path)
+    bad = {**old, "decoder_starts": [["x"]]}
+    (tmp_path / PREPARE_FILE).write_text(json.dumps(bad), encoding="utf-8")
+    with pytest.raises(DataError, match=r"prepare\.json: unreadable prepared dataset"):
+        read_prepare_info(tmp_path)
+
+
+def test_a_tokenizer_beside_a_model_config_tfm_cannot_read_is_refused(
+    tmp_path: Path, train: CorpusSpec, tokenizer_path: Path,
+) -> None:
+    """tfm prepare reads an imported model's language marking from the config.json beside its
+    tokenizer through read_model_info: a config of a newer format is refused naming it,
+    not taken for a tokenizer without a model (it was, before: any error became None)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(tokenizer_path, model / TOKENIZER_FILE)
+    (model / "config.json").write_text(json.dumps({"format_version": 99, "model": {}}),
+                                       encoding="utf-8")
+    with pytest.raises(ModelError, match=r"config\.json: model format version 99 is newer"):
+        prepare(train, model / TOKENIZER_FILE, tmp_path / "data")
+    assert not (tmp_path / "data").exists()
 
 
 # ---------------------------------------------------------------------------- failures

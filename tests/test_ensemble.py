@@ -11,13 +11,14 @@ import torch
 from conftest import random_model_dir, tfm, tiny_config
 from tokenizers import Tokenizer
 
-from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.checkpoint import save_model_dir
 from tfm.config import SearchOptions
 from tfm.data.tokenizer import train_tokenizer
 from tfm.decoding.engines import load_translator
 from tfm.errors import UsageError
 from tfm.model import Transformer
 from tfm.model.ensemble import Ensemble
+from tfm.model_info import ModelInfo
 from tfm.special_tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 SENTENCES = ["The dog sleeps in the garden.", "A man rides a bike."]
@@ -138,7 +139,8 @@ def test_a_numbered_checkpoint_is_read_from_every_member(
     for directory, seed in ((a, 3), (b, 4)):
         torch.manual_seed(seed)
         model = Transformer(tiny_config(tokenizer.get_vocab_size()))
-        save_model_dir(directory, model, tokenizer, ModelInfo(model.config, "en", "de"),
+        save_model_dir(directory, model, tokenizer,
+                       ModelInfo(model.config, src_lang="en", tgt_lang="de"),
                        weights_file=checkpoint)
     members = load_translator(a, "cpu", weights_file=checkpoint, ensemble=[b]).model.members
     for member, directory in zip(members, (a, b)):
@@ -148,6 +150,7 @@ def test_a_numbered_checkpoint_is_read_from_every_member(
         assert not torch.equal(member.output_proj.weight, final.output_proj.weight)
     only_a = "checkpoints/step_00000020.safetensors"
     model = Transformer(tiny_config(tokenizer.get_vocab_size()))
-    save_model_dir(a, model, tokenizer, ModelInfo(model.config, "en", "de"), weights_file=only_a)
+    save_model_dir(a, model, tokenizer, ModelInfo(model.config, src_lang="en", tgt_lang="de"),
+                   weights_file=only_a)
     with pytest.raises(Exception, match="b/checkpoints/step_00000020"):  # b has no such step
         load_translator(a, "cpu", weights_file=only_a, ensemble=[b])

@@ -19,7 +19,7 @@ import pytest
 import torch
 from conftest import PAIRS
 
-from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.checkpoint import save_model_dir
 from tfm.config import ModelConfig, SearchOptions
 from tfm.data.tokenizer import (
     BOS_ID,
@@ -35,6 +35,7 @@ from tfm.decoding.engines import load_translator
 from tfm.decoding.torch_engine import TorchTranslator
 from tfm.interop.ctranslate2 import export_ctranslate2
 from tfm.model import Transformer
+from tfm.model_info import ModelInfo
 from tfm.training.objective import label_smoothed_loss
 
 pytest.importorskip("ctranslate2")
@@ -79,7 +80,7 @@ def train_tiny_model(directory: Path, joint: bool, norm_first: bool, steps: int 
         torch.set_num_threads(threads)
     model.eval()
     save_model_dir(directory, model, Vocabularies(src_tok, tgt_tok),
-                   ModelInfo(config, "en", "de"))
+                   ModelInfo(config, src_lang="en", tgt_lang="de"))
     return directory
 
 

@@ -92,8 +92,8 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer: Tokenizer) ->
     """A trained model directory whose generation defaults are beam 4 without length
     normalisation (the settings under which both beam searches provably agree)."""
     directory = tmp_path_factory.mktemp("tfm") / "model"
-    info = ModelInfo(small_config(tokenizer.get_vocab_size()), "en", "de",
-                     GenerationDefaults(beam=4, length_penalty=0.0))
+    info = ModelInfo(small_config(tokenizer.get_vocab_size()), src_lang="en", tgt_lang="de",
+                     generation=GenerationDefaults(beam=4, length_penalty=0.0))
     save_model_dir(directory, trained_model(tokenizer), tokenizer, info)
     return directory
 

@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.checkpoint import save_model_dir
 from tfm.config import ModelConfig, SearchOptions
 from tfm.data.corpus import CorpusSpec, iter_pairs
 from tfm.data.prepare import prepare
@@ -31,6 +31,7 @@ from tfm.decoding.torch_engine import TorchTranslator
 from tfm.decoding.translator import Translator
 from tfm.errors import TfmError
 from tfm.model import Transformer
+from tfm.model_info import ModelInfo
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -586,8 +586,8 @@ def test_fine_tuning_feeds_the_target_code_first_and_keeps_the_models_codes(
     lines = [text("en", c) for c in concepts[:56]]
     assert [fairseq(split.src(i).tolist()) for i in range(4)] == hf_source_ids(
         variant, "en", lines[:4])
-    starts = read_prepare_info(data)["decoder_starts"]
-    assert starts == [[3, FROM_FAIRSEQ.get(code_id(variant, "de"), code_id(variant, "de"))]]
+    starts = read_prepare_info(data).decoder_starts
+    assert starts == [(3, FROM_FAIRSEQ.get(code_id(variant, "de"), code_id(variant, "de")))]
     batch = collate(split, __import__("numpy").arange(2), starts=starts)
     assert batch.tgt_in[:, :2].tolist() == [starts[0]] * 2
     assert batch.tgt_out[:, 0].tolist() == [0, 0]  # the code: fed, no label
@@ -682,6 +682,24 @@ def test_a_trim_that_would_drop_a_corpus_language_is_refused(variant: dict,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.fra_Latn"]
 
 
+def test_a_trim_to_languages_without_a_corpus_is_refused(variant: dict, tmp_path: Path
+                                                         ) -> None:
+    """A language code says nothing of the words its language uses (the vocabulary is shared
+    by all of them): ``--languages`` without ``--corpus`` (or a corpus without text) would
+    keep the specials and the codes only, a model that translates everything into nothing.
+    Refused in one line, nothing written."""
+    codes = CODES[variant["family"]]
+    out = tmp_path / "out"
+    result = tfm_cli("trim", str(variant["tfm"]), "-o", str(out), "--languages",
+                     ",".join(codes[lang] for lang in ("en", "de", "fr")))
+    assert_one_line_error(result, "--corpus: give the text whose entries to keep")
+    empty = tmp_path / f"train.{codes['en']}"
+    empty.write_text("\n\n", encoding="utf-8")
+    result = tfm_cli("trim", str(variant["tfm"]), "-o", str(out), "--corpus", str(empty))
+    assert_one_line_error(result, "no text to keep the entries of")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [empty.name]
+
+
 def test_an_added_language_starts_as_the_one_it_is_like(variant: dict, tmp_path: Path) -> None:
     """``tfm add-language``: a new code, its embedding a copy of --like's, translates as that
     language did before any fine-tuning; prepare takes corpora in it; a code the model has
@@ -710,8 +728,8 @@ def test_an_added_language_starts_as_the_one_it_is_like(variant: dict, tmp_path:
     result = tfm_cli("prepare", "--train", str(tmp_path / "train"), "-s", codes["en"], "-t", new,
                      "--tokenizer", str(out / "tokenizer.json"), "-o", str(tmp_path / "data"))
     assert result.returncode == 0, result.stderr
-    assert read_prepare_info(tmp_path / "data")["decoder_starts"] == [
-        [3, grown.vocabs.tgt.token_to_id(grown.language_marking.token(new))]]
+    assert read_prepare_info(tmp_path / "data").decoder_starts == [
+        (3, grown.vocabs.tgt.token_to_id(grown.language_marking.token(new)))]
     again = tfm_cli("add-language", str(out), new, "--like", codes["fr"], "-o",
                     str(tmp_path / "again"))
     assert_one_line_error(again, "has this language code already")

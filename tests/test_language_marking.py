@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import PAIRS, tiny_config
 
-from tfm.checkpoint import read_model_info, save_model_dir
+from tfm.checkpoint import save_model_dir
 from tfm.config import SearchOptions
 from tfm.data.language_marks import (
     LanguageError,
@@ -30,7 +30,7 @@ from tfm.decoding.search import search
 from tfm.errors import ModelError, UsageError
 from tfm.layout import CONFIG_FILE
 from tfm.model import Transformer
-from tfm.model_info import ModelInfo
+from tfm.model_info import ModelInfo, read_model_info
 from tfm.special_tokens import BOS_ID, EOS_ID
 
 TAGS = [tag("de"), tag("fr")]
@@ -45,7 +45,7 @@ def model_dir(path: Path, marking: LanguageMarking | None, seed: int = 0) -> Pat
     tok = tagged_tokenizer()
     torch.manual_seed(seed)
     config = tiny_config(tok.get_vocab_size())
-    info = ModelInfo(config, "en", None, directions=["en-de", "en-fr"],
+    info = ModelInfo(config, src_lang="en", tgt_lang=None, directions=["en-de", "en-fr"],
                      language_marking=marking)
     save_model_dir(path, Transformer(config), tok, info)
     return path

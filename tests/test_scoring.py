@@ -24,12 +24,13 @@ from sacrebleu.metrics import BLEU
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
-from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.checkpoint import save_model_dir
 from tfm.cli import app
 from tfm.config import ModelConfig
 from tfm.decoding.scoring import LC_TOK_METRIC, MosesLcTokenizer, bleu, bleu_lc_tok
 from tfm.errors import DataError, UsageError
 from tfm.model import Transformer
+from tfm.model_info import ModelInfo
 
 HYPOTHESES = [
     "Ein Mann sagt: „Hallo“ & lacht.",
@@ -214,7 +215,8 @@ def tiny_model_dir(path: Path, tokenizer: Tokenizer, tgt_lang: str | None) -> Pa
     torch.manual_seed(0)
     config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=16, n_heads=2,
                          encoder_layers=1, decoder_layers=1, d_ff=32, max_positions=64)
-    save_model_dir(path, Transformer(config), tokenizer, ModelInfo(config, "en", tgt_lang))
+    save_model_dir(path, Transformer(config), tokenizer,
+                   ModelInfo(config, src_lang="en", tgt_lang=tgt_lang))
     return path
 
 

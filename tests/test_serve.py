@@ -39,7 +39,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.checkpoint import save_model_dir
 from tfm.config import GenerationDefaults, ModelConfig, SearchOptions
 from tfm.data.language_marks import LanguageMarking
 from tfm.data.tokenizer import train_tokenizer
@@ -48,6 +48,7 @@ from tfm.decoding.translator import Source, Translation, Translator
 from tfm.decoding.workers import Workers
 from tfm.errors import UsageError
 from tfm.model import Transformer
+from tfm.model_info import ModelInfo
 from tfm.serve.batcher import Batcher, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
 from tfm.serve.sentences import split_sentences
@@ -71,7 +72,8 @@ def write_tiny_model(directory: Path, tags: tuple[str, ...] = (),
     config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=2,
                          encoder_layers=1, decoder_layers=1, d_ff=64, max_positions=64,
                          dropout=0.0)
-    info = ModelInfo(config, "en", "de", GenerationDefaults(beam=4, max_len_a=1.0, max_len_b=5),
+    info = ModelInfo(config, src_lang="en", tgt_lang="de",
+                     generation=GenerationDefaults(beam=4, max_len_a=1.0, max_len_b=5),
                      provenance={"note": "random weights for tests"},
                      language_marking=None if marking is None else LanguageMarking(marking))
     save_model_dir(directory, Transformer(config).eval(), tokenizer, info)

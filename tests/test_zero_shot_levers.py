@@ -175,8 +175,7 @@ def back_translations_are_the_models_own(data: Path, model_dir: Path) -> None:
     prep = read_prepare_info(data)
     split = load_split(data, "train")
     vocabs = load_vocabularies(data / "tokenizer.json")
-    marking = prep.get("language_marking")
-    languages = ModelLanguages.of(vocabs, marking and LanguageMarking.from_json(marking))
+    languages = ModelLanguages.of(vocabs, prep.language_marking)
     bt = BackTranslator(languages, PAIRS, seed=1)
     model = load_model_dir(model_dir)[0]
     rows = np.arange(200)

@@ -27,7 +27,7 @@ from tfm.errors import ModelError
 from tfm.integrity import Manifest, digest
 from tfm.layout import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, ModelDir
 from tfm.model import Transformer
-from tfm.model_info import ModelInfo
+from tfm.model_info import ModelInfo, read_model_info
 
 # --- weights ---------------------------------------------------------------------------------
 
@@ -150,21 +150,6 @@ def save_recorded(directory: Path, files: dict[Path, bytes], drop: Iterable[Path
     manifest.save()
     for path in drop:
         Path(path).unlink(missing_ok=True)
-
-
-def read_model_info(directory: Path) -> ModelInfo:
-    path = Path(directory) / CONFIG_FILE
-    if not Path(directory).is_dir():
-        raise ModelError(f"{directory}: no such model directory (train one with `tfm train`)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as e:
-        raise ModelError(f"{directory}: not a tfm model directory (no {CONFIG_FILE})") from e
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelError(f"{path}: not valid JSON ({e})") from e
-    if not isinstance(data, dict) or "format_version" not in data:
-        raise ModelError(f"{path}: not a tfm model config (no format_version/model)")
-    return ModelInfo.from_json(data, str(path))
 
 
 def load_model_dir(directory: Path, weights_file: str = WEIGHTS_FILE

@@ -1,17 +1,23 @@
 """What a model directory's config.json says (``ModelInfo``), apart from the weights: read by
 every engine, so it imports no torch. It is the one owner of that metadata: ``to_json`` writes
 it and ``from_json`` reads it, for tfm.checkpoint (config.json), the CTranslate2 engine and the
-exports (tfm_export.json), with the one ``FORMAT_VERSION``."""
+exports (tfm_export.json), with the one ``FORMAT_VERSION`` and its one check;
+``read_model_info`` is the one reader of a model directory's config.json (tfm.checkpoint,
+training, the shortlist, and tfm prepare's tokenizer of an imported model). It sits on the
+data floor (it needs only tfm.config and the language marking) so that tfm.data may read it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tfm import __version__
 from tfm.config import GenerationDefaults, ModelConfig, model_config_from_dict
 from tfm.data.language_marks import LanguageMarking
 from tfm.errors import ModelError, TfmError
+from tfm.layout import CONFIG_FILE
 
 # 2: ModelConfig.activation and output_bias (models imported from MarianMT), and
 # language_marking. 3: ModelConfig.positions, and the language_codes marking (models imported
@@ -31,9 +37,11 @@ MARKING_FORMAT = {"language_codes": 3, "source_and_decoder": 4}
 
 @dataclass
 class ModelInfo:
-    """The contents of config.json."""
+    """The contents of config.json. Every field but ``model`` is given by its name (seven
+    fields in a row are read wrong as easily as written)."""
 
     model: ModelConfig
+    _: KW_ONLY
     src_lang: str | None = None
     tgt_lang: str | None = None
     generation: GenerationDefaults = field(default_factory=GenerationDefaults)
@@ -84,9 +92,9 @@ class ModelInfo:
     def from_json(cls, data: Any, where: str) -> ModelInfo:
         """A config.json's (or tfm_export.json's) contents as a ModelInfo, or one line naming
         ``where`` and what is wrong: not a model's, of a newer format, or invalid."""
-        if not isinstance(data, dict) or "model" not in data:
+        if not isinstance(data, dict) or "model" not in data or "format_version" not in data:
             raise ModelError(f"{where}: not a tfm model config (no format_version/model)")
-        version = data.get("format_version", 1)
+        version = data["format_version"]
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise ModelError(
                 f"{where}: model format version {version} is newer than this tfm understands "
@@ -102,3 +110,18 @@ class ModelInfo:
                        else LanguageMarking.from_json(marking))
         except (TypeError, TfmError) as e:
             raise ModelError(f"{where}: invalid model config ({e})") from e
+
+
+def read_model_info(directory: Path) -> ModelInfo:
+    """The ModelInfo of the model directory ``directory`` (its config.json), or one line
+    naming the directory or file: missing, not JSON, not a tfm model's, of a newer format."""
+    path = Path(directory) / CONFIG_FILE
+    if not Path(directory).is_dir():
+        raise ModelError(f"{directory}: no such model directory (train one with `tfm train`)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise ModelError(f"{directory}: not a tfm model directory (no {CONFIG_FILE})") from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ModelError(f"{path}: not valid JSON ({e})") from e
+    return ModelInfo.from_json(data, str(path))

@@ -48,11 +48,13 @@ def trim_(
         "at all.", show_default=False)],
     corpus: Annotated[Optional[list[Path]], typer.Option(
         "--corpus", help="A text file (one sentence a line, .gz too) whose entries are kept; "
-        "named by its language (train.eng_Latn), that code is kept too. Repeat for more.",
+        "named by its language (train.eng_Latn), that code is kept too. Required: the corpus "
+        "decides the rows kept. Repeat for more.",
         show_default=False)] = None,
     languages: Annotated[Optional[str], typer.Option(
         "--languages", help="The model's codes to keep, comma-separated (e.g. "
-        "eng_Latn,deu_Latn,fra_Latn); default: those the --corpus files are named by.",
+        "eng_Latn,deu_Latn,fra_Latn); default: those the --corpus files are named by. Not "
+        "an alternative to --corpus: codes alone keep no words, and are refused.",
         show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option(
         "--overwrite", help="Replace --output if it exists.")] = False,

@@ -6,28 +6,112 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tfm.errors import DataError
+from tfm.data.language_marks import LanguageMarking
+from tfm.errors import DataError, TfmError
 
 PREPARE_FILE = "prepare.json"
+# prepare.json's format. 2: control and zero-width characters removed; 3: directions (and,
+# for a model of language codes or of a decoder-side tag, the marking and decoder starts).
+# Older files read (their missing fields take the defaults below); a newer one is refused.
+PREPARE_VERSION = 3
 
 
-def read_prepare_info(directory: Path) -> dict[str, Any]:
+@dataclass
+class PrepareInfo:
+    """A prepared dataset's metadata (its prepare.json), written by tfm.data.prepare and read
+    by training and the shortlist: what was prepared, from what, and how it is marked."""
+
+    fingerprint: str  # of the inputs, the tokenizer and the options: up to date or not
+    # each split's pairs (tfm.data.prepare.SplitReport as a dict), all directions together
+    splits: dict[str, dict[str, Any]]
+    src_lang: str | None = None  # a dataset of one direction's languages
+    tgt_lang: str | None = None
+    directions: list[str] = field(default_factory=list)  # "en-de", in the rows' index order
+    tags: list[str] = field(default_factory=list)  # the tokenizer's target-language tags
+    weights: list[float] | None = None  # each direction's sampling weight, if given
+    inputs: dict[str, Any] = field(default_factory=dict)  # each split's files, as described
+    clean: dict[str, Any] = field(default_factory=dict)  # the CleanConfig, as a dict
+    # split -> direction -> its pairs (a SplitReport as a dict)
+    direction_splits: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # A model of language codes or of a decoder-side tag: its marking, and each direction's
+    # forced decoder start, which training feeds (tfm.data.batching); None: BOS
+    language_marking: LanguageMarking | None = None
+    decoder_starts: list[tuple[int, ...]] | None = None
+    prepare_version: int = PREPARE_VERSION
+
+    @property
+    def direction_names(self) -> list[str]:
+        """The dataset's directions, in the order its rows' direction indices count:
+        ``["en-de"]`` for a bilingual one (``?`` for a language it does not record)."""
+        if self.directions:
+            return list(self.directions)
+        return [f"{self.src_lang or '?'}-{self.tgt_lang or '?'}"]
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.pop("prepare_version")
+        data = {"prepare_version": self.prepare_version, **data}
+        for name in ("language_marking", "decoder_starts"):
+            if data[name] is None:
+                del data[name]
+        if self.language_marking is not None:
+            data["language_marking"] = self.language_marking.to_json()
+        if self.decoder_starts is not None:
+            data["decoder_starts"] = [list(s) for s in self.decoder_starts]
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> PrepareInfo:
+        """prepare.json's contents, or one line naming ``where``: of a newer format, or not a
+        prepared dataset's. Older formats read, their missing fields at the defaults."""
+        again = "run `tfm prepare` again"
+        if not isinstance(data, dict):
+            raise DataError(f"{where}: unreadable prepared dataset (not an object); {again}")
+        version = data.get("prepare_version", 1)
+        if not isinstance(version, int) or version > PREPARE_VERSION:
+            raise DataError(f"{where}: prepared-data format version {version} is newer than "
+                            f"this tfm understands ({PREPARE_VERSION}); upgrade tfm, or {again}")
+        missing = [k for k in ("fingerprint", "splits") if k not in data]
+        if missing:
+            raise DataError(f"{where}: unreadable prepared dataset (no {missing[0]}); {again}")
+        known = {f.name for f in fields(cls)}
+        try:
+            info = cls(**{k: v for k, v in data.items() if k in known})
+            marking, starts = data.get("language_marking"), data.get("decoder_starts")
+            info.language_marking = None if not marking else LanguageMarking.from_json(marking)
+            info.decoder_starts = None if starts is None else [
+                tuple(int(i) for i in s) for s in starts]
+        except (TypeError, ValueError, TfmError) as e:
+            raise DataError(f"{where}: unreadable prepared dataset ({e}); {again}") from e
+        return info
+
+
+def read_prepare_info(directory: Path) -> PrepareInfo:
+    """The prepare.json of the prepared dataset ``directory``, or one line naming it: missing,
+    not JSON, of a newer format."""
     path = Path(directory) / PREPARE_FILE
     if not Path(directory).is_dir():
         raise DataError(f"{directory}: no such prepared dataset (make one with `tfm prepare`)")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as e:
         raise DataError(f"{directory}: not a prepared dataset (no {PREPARE_FILE}); "
                         "make one with `tfm prepare`") from e
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e}); run `tfm prepare` again") from e
+    return PrepareInfo.from_json(data, str(path))
+
+
+def write_prepare_info(directory: Path, info: PrepareInfo) -> None:
+    """Write ``info`` as the prepare.json of ``directory``."""
+    (Path(directory) / PREPARE_FILE).write_text(
+        json.dumps(info.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 @dataclass
@@ -130,11 +214,3 @@ def _numpy(array: Any) -> np.ndarray:
     dtype = np.dtype(str(array.type))
     return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array),
                          offset=array.offset * dtype.itemsize)
-
-
-def dataset_directions(info: dict[str, Any]) -> list[str]:
-    """The directions of a prepared dataset (its prepare.json), in the order its rows'
-    direction indices count: ``["en-de"]`` for a bilingual one."""
-    if info.get("directions"):
-        return list(info["directions"])
-    return [f"{info.get('src_lang') or '?'}-{info.get('tgt_lang') or '?'}"]

@@ -9,7 +9,7 @@ A bilingual model needs no mark. A multilingual one marks the direction in one o
   tokenizer keeps it whole, so prepare, training, validation and decoding add it the same way
   (``tagged``).
 - ``decoder_token``: the target language's token as the decoder's first forced token, after
-  ``<s>`` (tfm.decoding.search.decoder_start): fed, never scored, never output.
+  ``<s>`` (tfm.decoding.steps.decoder_start): fed, never scored, never output.
 - ``source_and_decoder``: both of the above (`tfm prepare --language-token both`).
 - ``language_codes``: the model's own language codes (NLLB-200's ``eng_Latn``, M2M100's
   ``en``, spelled in its vocabulary as ``LanguageMarking.spelling`` says: ``__en__``): the

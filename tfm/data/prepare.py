@@ -28,7 +28,13 @@ from tfm.data.corpus import (
     iter_pairs,
     resolve_corpus,
 )
-from tfm.data.dataset import PREPARE_FILE, read_prepare_info
+from tfm.data.dataset import (
+    PREPARE_FILE,
+    PREPARE_VERSION,
+    PrepareInfo,
+    read_prepare_info,
+    write_prepare_info,
+)
 from tfm.data.directions import (
     Corpora,
     Corpus,
@@ -61,10 +67,10 @@ from tfm.data.tokenizer import (
     train_tokenizer,
     vocabulary_files,
 )
-from tfm.errors import DataError, TfmError, UsageError, WriteError
-from tfm.layout import TOKENIZER_FILE
+from tfm.errors import DataError, UsageError, WriteError
+from tfm.layout import CONFIG_FILE, TOKENIZER_FILE
+from tfm.model_info import read_model_info
 
-PREPARE_VERSION = 3  # 2: control and zero-width characters removed; 3: directions
 _CHUNK = 20_000  # pairs tokenized at a time
 
 
@@ -149,9 +155,9 @@ def prepare(
     fingerprint = _fingerprint(corpora, Path(tokenizer_path), clean, marking)
 
     previous = _previous_info(output)
-    if previous and previous.get("fingerprint") == fingerprint and not force:
+    if previous and previous.fingerprint == fingerprint and not force:
         return PrepareReport(str(output), True, {
-            name: SplitReport(**report) for name, report in previous["splits"].items()},
+            name: SplitReport(**report) for name, report in previous.splits.items()},
             _by_direction(previous))
 
     import datasets
@@ -174,9 +180,9 @@ def _splits(corpora: Corpora) -> dict[str, list[Corpus]]:
     return splits
 
 
-def _by_direction(info: dict[str, Any]) -> dict[str, dict[str, SplitReport]]:
+def _by_direction(info: PrepareInfo) -> dict[str, dict[str, SplitReport]]:
     return {name: {d: SplitReport(**r) for d, r in reports.items()}
-            for name, reports in info.get("direction_splits", {}).items()}
+            for name, reports in info.direction_splits.items()}
 
 
 @dataclass
@@ -198,16 +204,13 @@ class _Job:
 
 def tokenizer_marking(tokenizer_path: Path) -> LanguageMarking | None:
     """The language_codes marking of the model whose tokenizer ``tokenizer_path`` is (its
-    config.json beside it: an imported NLLB-200 or M2M100 model's directory), else None."""
-    config = tokenizer_path.parent / "config.json"
-    if not config.is_file():
+    config.json beside it: an imported NLLB-200 or M2M100 model's directory), else None (a
+    tokenizer of `tfm train-tokenizer`, without one). A config.json there that is not a tfm
+    model's, or of a newer format, is refused in one line naming it (read_model_info)."""
+    if not (tokenizer_path.parent / CONFIG_FILE).is_file():
         return None
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-        marking = LanguageMarking.from_json(data["language_marking"])
-    except (ValueError, OSError, KeyError, TypeError, TfmError):
-        return None
-    return marking if marking.where == "language_codes" else None
+    marking = read_model_info(tokenizer_path.parent).language_marking
+    return marking if marking is not None and marking.where == "language_codes" else None
 
 
 def tag_marking(tags: list[str], language_token: str) -> LanguageMarking | None:
@@ -242,7 +245,7 @@ def direction_codes(marking: LanguageMarking, vocabs: Vocabularies, direction: D
                         ) from None
 
 
-def _previous_info(output: Path) -> dict[str, Any] | None:
+def _previous_info(output: Path) -> PrepareInfo | None:
     """The prepare.json of an earlier prepare into ``output``, or None if there is none to
     reuse. Refuses an ``output`` that holds something else: replacing it would delete it."""
     if output.exists() and not output.is_dir():
@@ -253,10 +256,9 @@ def _previous_info(output: Path) -> dict[str, Any] | None:
                             f"(no {PREPARE_FILE}); give another --output or empty it")
         return None
     try:
-        previous = read_prepare_info(output)
-    except DataError:  # unreadable: prepare again, over it
+        return read_prepare_info(output)
+    except DataError:  # unreadable (or of a newer format): prepare again, over it
         return None
-    return previous if isinstance(previous, dict) else None
 
 
 @contextmanager
@@ -333,29 +335,7 @@ def _write_in(work: Path, job: _Job, output: Path, datasets: Any, pa: Any, num_p
     final = work / "dataset"
     datasets.DatasetDict(tables).save_to_disk(str(final))
     save_vocabularies(job.vocabs, final / TOKENIZER_FILE)
-    one = directions[0] if len(directions) == 1 else None
-    info = {
-        "prepare_version": PREPARE_VERSION,
-        "fingerprint": job.fingerprint,
-        "src_lang": one.src if one else None,
-        "tgt_lang": one.tgt if one else None,
-        "directions": direction_names(directions),
-        "tags": job.tags,
-        "weights": job.corpora.weights(),
-        "inputs": {name: [f"{c.direction}: {r.description}" for c, r in
-                          zip(job.splits[name], job.resolved[name])] if one is None else
-                   job.resolved[name][0].description for name in job.splits},
-        "clean": asdict(job.clean),
-        "splits": {name: asdict(r) for name, r in reports.items()},
-        "direction_splits": {name: {d: asdict(r) for d, r in mine.items()}
-                             for name, mine in by_direction.items()},
-    }
-    if job.marking is not None and job.codes is not None:
-        # Each direction's forced decoder start, which training feeds (tfm.data.batching);
-        # a model of language codes or of a decoder-side tag
-        info["language_marking"] = job.marking.to_json()
-        info["decoder_starts"] = [list(m.start) for m in job.codes]
-    (final / PREPARE_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+    write_prepare_info(final, _prepare_info(job, reports, by_direction))
     # Swap the finished directory in: an interrupted prepare leaves the old one intact.
     # The old one is moved aside (a rename, not a slow delete) and removed with ``work``.
     if output.exists():
@@ -368,6 +348,31 @@ def _write_in(work: Path, job: _Job, output: Path, datasets: Any, pa: Any, num_p
     else:
         final.rename(output)
     return reports, by_direction
+
+
+def _prepare_info(job: _Job, reports: dict[str, SplitReport],
+                  by_direction: dict[str, dict[str, SplitReport]]) -> PrepareInfo:
+    """What prepare.json records of ``job`` and what became of its pairs."""
+    directions = list(job.corpora.directions)
+    one = directions[0] if len(directions) == 1 else None
+    coded = job.marking is not None and job.codes is not None
+    return PrepareInfo(
+        fingerprint=job.fingerprint,
+        src_lang=one.src if one else None,
+        tgt_lang=one.tgt if one else None,
+        directions=direction_names(directions),
+        tags=job.tags,
+        weights=job.corpora.weights(),
+        inputs={name: [f"{c.direction}: {r.description}" for c, r in
+                       zip(job.splits[name], job.resolved[name])] if one is None else
+                job.resolved[name][0].description for name in job.splits},
+        clean=asdict(job.clean),
+        splits={name: asdict(r) for name, r in reports.items()},
+        direction_splits={name: {d: asdict(r) for d, r in mine.items()}
+                          for name, mine in by_direction.items()},
+        # each direction's forced decoder start, which training feeds (tfm.data.batching)
+        language_marking=job.marking if coded else None,
+        decoder_starts=[m.start for m in job.codes or ()] if coded else None)
 
 
 def _total(reports: Iterable[SplitReport]) -> SplitReport:

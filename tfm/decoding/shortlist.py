@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from tfm.checkpoint import read_model_info, save_recorded
+from tfm.checkpoint import save_recorded
 from tfm.config import SearchOptions, ShortlistConfig
 from tfm.data.dataset import load_split, read_prepare_info
 from tfm.data.shortlist import (
@@ -43,6 +43,7 @@ from tfm.decoding.search import Hypothesis, search
 from tfm.errors import UsageError
 from tfm.layout import TOKENIZER_FILE, ModelDir
 from tfm.model import DecoderState, Transformer
+from tfm.model_info import read_model_info
 
 # --- building: `tfm shortlist` --------------------------------------------------------------
 
@@ -66,7 +67,7 @@ def make_shortlist(data_dir: Path, model_dir: Path, per_token: int = PER_TOKEN,
     shortlist = build_shortlist(split, info.model.src_vocab_size, info.model.tgt_vocab_size,
                                 per_token, frequent, iterations, progress)
     shortlist = replace(shortlist, provenance={
-        **shortlist.provenance, "data_fingerprint": prepared.get("fingerprint"),
+        **shortlist.provenance, "data_fingerprint": prepared.fingerprint,
         "vocabularies": vocabularies_digest(vocabs)})
     save_recorded(files.root, {files.shortlist: shortlist_bytes(shortlist)})
     return shortlist

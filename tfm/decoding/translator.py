@@ -56,7 +56,7 @@ class Source:
     truncated: bool = False  # longer than the model takes, and cut
     constraints: TargetConstraints | None = None  # phrases and prefix its translation must have
     # The tokens its decoder is fed before the search chooses any: never scored, never output
-    # (tfm.decoding.search.decoder_start; a target-language token after <s>, say).
+    # (tfm.decoding.steps.decoder_start; a target-language token after <s>, say).
     start: tuple[int, ...] = (BOS_ID,)
 
     @property

@@ -36,13 +36,13 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
-from tfm.checkpoint import ModelInfo
 from tfm.data.tokenizer import Vocabularies, segmenter_of
 from tfm.errors import UsageError
 from tfm.interop.common import load_source, staged_output, write_export_info
 from tfm.interop.m2m100_import import FAIRSEQ_ORDER, FAIRSEQ_SPECIALS, M2M100_CODES
 from tfm.layout import WEIGHTS_FILE
 from tfm.model import Transformer
+from tfm.model_info import ModelInfo
 
 FORMAT = "m2m100"
 

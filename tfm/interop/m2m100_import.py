@@ -49,7 +49,7 @@ import torch
 from tokenizers import AddedToken, Tokenizer, models
 from torch import Tensor
 
-from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.checkpoint import save_model_dir
 from tfm.config import ModelConfig
 from tfm.data.language_marks import LanguageMarking
 from tfm.data.sentencepiece import vocabulary_decoder
@@ -63,6 +63,7 @@ from tfm.interop.marian_import import (
     read_weights,
 )
 from tfm.model import Transformer
+from tfm.model_info import ModelInfo
 from tfm.special_tokens import BOS, EOS, PAD, SPECIAL_TOKENS, UNK
 
 # fairseq's special tokens, in its ids' order.
@@ -101,8 +102,8 @@ def import_m2m100(source: Path, output: Path, overwrite: bool = False) -> Path:
                          f"model.{missing[0]}); {len(missing)} tensors missing in all")
     model.load_state_dict(state, strict=True)
     model.eval()
-    info = ModelInfo(model_config, None, None, generation_defaults(source),
-                     {"imported_from": family, "source_model": source.name},
+    info = ModelInfo(model=model_config, generation=generation_defaults(source),
+                     provenance={"imported_from": family, "source_model": source.name},
                      language_marking=marking)
     with staged_output(output, overwrite) as stage:
         save_model_dir(stage, model, vocabs, info)

@@ -68,7 +68,6 @@ from safetensors.torch import save_file
 from tokenizers import Regex, Tokenizer, decoders, normalizers, processors
 from torch import Tensor
 
-from tfm.checkpoint import ModelInfo
 from tfm.config import ModelConfig
 from tfm.data.text import removed_and_spaced_characters
 from tfm.data.tokenizer import Vocabularies, segmenter_of
@@ -77,6 +76,7 @@ from tfm.interop.common import load_source, staged_output, write_export_info
 from tfm.interop.marian_layout import layer_names, permuted, residual_permutation
 from tfm.model import Transformer
 from tfm.model.layers import sinusoidal_positions
+from tfm.model_info import ModelInfo
 from tfm.special_tokens import (
     BOS,
     BOS_ID,

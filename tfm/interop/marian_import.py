@@ -52,7 +52,7 @@ from safetensors.torch import load as st_load
 from tokenizers import Tokenizer, models
 from torch import Tensor
 
-from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.checkpoint import save_model_dir
 from tfm.config import ACTIVATION_NAMES, GenerationDefaults, ModelConfig
 from tfm.data.sentencepiece import vocabulary_decoder
 from tfm.data.tokenizer import Vocabularies, attach_segmenter, tokenizer_from_json
@@ -61,6 +61,7 @@ from tfm.interop.common import EXPORT_INFO_FILE, read_export_info, read_json, st
 from tfm.interop.marian_layout import layer_names, permuted, residual_permutation
 from tfm.model import Transformer
 from tfm.model.layers import sinusoidal_positions
+from tfm.model_info import ModelInfo
 from tfm.special_tokens import BOS, BOS_ID, EOS, EOS_ID, PAD, PAD_ID, SPECIAL_TOKENS, UNK, UNK_ID
 
 # The logit bias of tfm's <pad> in an import from OPUS-MT's layout: exp(-1e4) is 0 in every
@@ -107,8 +108,10 @@ def import_marian(marian_dir: Path, output: Path, overwrite: bool = False) -> Pa
     model.load_state_dict(tfm_state_dict(weights, config, model_config, maps, marian_dir),
                           strict=True)
     model.eval()
-    info = ModelInfo(model_config, *languages(marian_dir), generation_defaults(marian_dir),
-                     {"imported_from": "marian", "source_model": marian_dir.name})
+    src_lang, tgt_lang = languages(marian_dir)
+    info = ModelInfo(model=model_config, src_lang=src_lang, tgt_lang=tgt_lang,
+                     generation=generation_defaults(marian_dir),
+                     provenance={"imported_from": "marian", "source_model": marian_dir.name})
     with staged_output(output, overwrite) as stage:
         save_model_dir(stage, model, vocabs, info)
     return output

@@ -21,7 +21,10 @@ had, and can rank hypotheses otherwise where that was not negligible. Codes not 
 removed, and refused as languages after.
 
 **Refused**, with one line: a model without language codes, a language the model lacks, a
-corpus in a language (its file's suffix, as ``tfm prepare`` names them) not among those kept.
+corpus in a language (its file's suffix, as ``tfm prepare`` names them) not among those kept,
+and no corpus (or corpora without text): a language code says nothing of the words a language
+uses, NLLB-200's and M2M100's vocabularies are shared by all their languages, so a trim to
+codes alone would keep the specials and the codes only, a model that writes nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from pathlib import Path
 import torch
 from tokenizers import AddedToken, Tokenizer, models
 
-from tfm.checkpoint import ModelInfo, save_model_dir
+from tfm.checkpoint import save_model_dir
 from tfm.data.language_marks import LanguageMarking
 from tfm.data.sentencepiece import vocabulary_decoder
 from tfm.data.tokenizer import (
@@ -49,6 +52,7 @@ from tfm.data.tokenizer import (
 from tfm.errors import DataError, UsageError
 from tfm.interop.common import load_source, staged_output
 from tfm.model import Transformer
+from tfm.model_info import ModelInfo
 from tfm.special_tokens import SPECIAL_TOKENS, UNK
 
 MASK = "<mask>"
@@ -59,12 +63,19 @@ def trim(model_dir: Path, output: Path, corpora: Sequence[Path], languages: Sequ
     """Write ``model_dir`` trimmed to ``corpora`` and ``languages`` (codes; with those the
     corpora's file names give) as the model directory ``output``; returns the rows before
     and after."""
+    if not corpora:
+        raise UsageError("--corpus: give the text whose entries to keep (the train sides); "
+                         "--languages alone keeps only the language codes, a model that "
+                         "writes nothing")
     model, vocabs, info, marking = _coded_model(
         Path(model_dir), Path(output), "the model being trimmed",
         "tfm trim cuts the vocabulary of NLLB-200 and M2M100 models")
     chosen = _languages(marking, corpora, languages)
     tok = vocabs.src
     used = {i for ids in encode_batch(tok, list(_texts(tok, corpora))) for i in ids}
+    if not used:
+        raise UsageError(f"--corpus {', '.join(map(str, corpora))}: no text to keep the "
+                         "entries of")
     named = [*SPECIAL_TOKENS, MASK, *(marking.token(code) for code in chosen)]
     kept = used | {tok.token_to_id(t) for t in named if tok.token_to_id(t) is not None}
     if segmenter_of(tok) is None:
@@ -75,8 +86,8 @@ def trim(model_dir: Path, output: Path, corpora: Sequence[Path], languages: Sequ
     trimmed = _trimmed_model(model, order)
     provenance = {**info.provenance, "trimmed_from": model_dir.name,
                   "rows_before": tok.get_vocab_size(), "rows_kept": len(order)}
-    new_info = ModelInfo(trimmed.config, info.src_lang, info.tgt_lang, info.generation,
-                         provenance, info.directions, trimmed_marking)
+    new_info = replace(info, model=trimmed.config, provenance=provenance,
+                       language_marking=trimmed_marking)
     with staged_output(output, overwrite) as stage:
         save_model_dir(stage, trimmed, Vocabularies(new_tok, new_tok,
                                                     one_vocabulary=True), new_info)
@@ -199,9 +210,10 @@ def add_language(model_dir: Path, output: Path, code: str, like: str,
     tok.add_special_tokens([AddedToken(token, special=True, normalized=False)])
     assert tok.token_to_id(token) == new_id
     grown = _grown_model(model, source)
-    new_info = ModelInfo(grown.config, info.src_lang, info.tgt_lang, info.generation,
-                         {**info.provenance, "language_added": code, "started_from": like},
-                         info.directions, replace(marking, codes=(*marking.codes, code)))
+    new_info = replace(
+        info, model=grown.config,
+        provenance={**info.provenance, "language_added": code, "started_from": like},
+        language_marking=replace(marking, codes=(*marking.codes, code)))
     with staged_output(output, overwrite) as stage:
         save_model_dir(stage, grown, Vocabularies(tok, tok, one_vocabulary=True), new_info)
     return new_id

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import torch
 
-from tfm.checkpoint import load_weights, read_model_info, save_model_dir, save_recorded
+from tfm.checkpoint import load_weights, save_model_dir, save_recorded
 from tfm.data.tokenizer import load_vocabularies
 from tfm.errors import ModelError, UsageError
 from tfm.integrity import Manifest
 from tfm.layout import ModelDir
 from tfm.model import Transformer
+from tfm.model_info import read_model_info
 
 # Provenance that describes the best checkpoint, not an average.
 _NOT_INHERITED = ("best_step", "valid_bleu", "valid_bleu_signature", "valid_loss")

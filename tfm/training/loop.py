@@ -36,7 +36,6 @@ import torch
 
 from tfm.atomic import AppendLog, atomic_write_bytes, remove_stale_temporaries
 from tfm.checkpoint import (
-    ModelInfo,
     load_weights,
     save_model_dir,
     save_model_info,
@@ -46,9 +45,9 @@ from tfm.checkpoint import (
 )
 from tfm.config import ModelConfig, TrainConfig
 from tfm.data.batching import Batch, collate, make_batches, shard
-from tfm.data.dataset import TokenizedSplit, dataset_directions, load_split, read_prepare_info
+from tfm.data.dataset import PrepareInfo, TokenizedSplit, load_split, read_prepare_info
 from tfm.data.directions import Direction
-from tfm.data.language_marks import LanguageMarking, ModelLanguages
+from tfm.data.language_marks import ModelLanguages
 from tfm.data.sampling import direction_probabilities, epoch_rows
 from tfm.data.tokenizer import Vocabularies, load_vocabularies
 from tfm.device import (
@@ -61,6 +60,7 @@ from tfm.device import (
 from tfm.errors import ResourceError, TfmError, UsageError, WriteError
 from tfm.layout import TOKENIZER_FILE, ModelDir
 from tfm.model import Transformer, count_parameters
+from tfm.model_info import ModelInfo
 from tfm.training import distributed
 from tfm.training.bf16 import BATCH_WIDTH_MULTIPLE, Bf16Copy
 from tfm.training.multilingual import BackTranslator, LanguageLoss
@@ -184,7 +184,7 @@ def _run(data_dir: Path, output: Path, start: RunStart, reporter: TrainReporter,
          ) -> TrainResult:
     """Train the run that ``start`` describes, in each process of a torchrun job."""
     config, run = start.config, start.run
-    if config.patience and "valid" not in read_prepare_info(data_dir)["splits"]:
+    if config.patience and "valid" not in read_prepare_info(data_dir).splits:
         raise UsageError(f"--patience counts validations, but {data_dir} has no validation "
                          "split: prepare it with --valid, or stop with --max-steps, "
                          "--max-epochs or --max-time")
@@ -304,15 +304,14 @@ class _Trainer:
             return model_config
         return ModelConfig(**{**asdict(model_config), **sizes})
 
-    def _read_data(self, data_dir: Path, prep: dict[str, Any]) -> None:
+    def _read_data(self, data_dir: Path, prep: PrepareInfo) -> None:
         """The splits, their directions and how they are drawn, what the best model is judged by."""
         self.train_split = load_split(data_dir, "train")
-        self.valid_split = load_split(data_dir, "valid") if "valid" in prep["splits"] else None
-        self.directions = dataset_directions(prep)
+        self.valid_split = load_split(data_dir, "valid") if "valid" in prep.splits else None
+        self.directions = prep.direction_names
         # A model of language codes: each direction's forced decoder start (tfm prepare)
-        self.starts = prep.get("decoder_starts")
-        self.marking = LanguageMarking.from_json(prep["language_marking"]) \
-            if prep.get("language_marking") else None
+        self.starts = prep.decoder_starts
+        self.marking = prep.language_marking
         self.probabilities, self.sampling = _sampling(prep, self.directions,
                                                       self.train_split, self.config)
         c = self.config
@@ -394,16 +393,16 @@ class _Trainer:
             run.batch_in_epoch = min(position, len(self.epoch_updates(run.epoch)) - 1)
         run.world_size = dist.world_size
 
-    def _describe(self, prep: dict[str, Any], init_from: Path | None) -> ModelInfo:
+    def _describe(self, prep: PrepareInfo, init_from: Path | None) -> ModelInfo:
         """The model's config.json: architecture, languages, directions and provenance."""
-        provenance: dict[str, Any] = {"data_fingerprint": prep["fingerprint"],
+        provenance: dict[str, Any] = {"data_fingerprint": prep.fingerprint,
                                       "seed": self.config.seed}
         if init_from is None and self.resumed:  # a resumed run keeps where it started from
             init_from = recorded_init_from(self.output)
         if init_from is not None:
             provenance["init_from"] = str(init_from)
-        return ModelInfo(self.model_config, prep.get("src_lang"), prep.get("tgt_lang"),
-                         provenance=provenance,
+        return ModelInfo(model=self.model_config, src_lang=prep.src_lang,
+                         tgt_lang=prep.tgt_lang, provenance=provenance,
                          directions=self.directions if len(self.directions) > 1 else [],
                          language_marking=self.marking)
 
@@ -726,13 +725,13 @@ class _Window:
         self.src_tokens += src_tokens
 
 
-def _sampling(prep: dict[str, Any], directions: list[str], split: TokenizedSplit,
+def _sampling(prep: PrepareInfo, directions: list[str], split: TokenizedSplit,
               config: TrainConfig) -> tuple[np.ndarray, dict[str, Any]]:
     """How the run draws its directions (tfm.data.sampling): their probabilities, and as the
     run reports them: each direction's pairs and probability, and by what (the temperature,
     or the corpora's weights)."""
     sizes = np.bincount(split.directions, minlength=len(directions))
-    weights = prep.get("weights")
+    weights = prep.weights
     if weights is not None and config.sampling_temperature != 1.0:
         raise UsageError("--sampling-temperature: the corpora of this dataset give weights, "
                          "which decide the sampling; give one or the other")

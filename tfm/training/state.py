@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tfm.atomic import link_over
-from tfm.checkpoint import load_train_state, read_model_info
+from tfm.checkpoint import load_train_state
 from tfm.config import (
     PRESETS,
     ModelConfig,
@@ -26,6 +26,7 @@ from tfm.config import (
 from tfm.errors import ModelError, UsageError
 from tfm.integrity import Manifest
 from tfm.layout import ModelDir
+from tfm.model_info import read_model_info
 from tfm.training.distributed import launched_by_torchrun
 from tfm.training.schedule import SCHEDULES
 
