@@ -26,8 +26,9 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from tfm.documents import inline
 from tfm.documents.formats import Limits
-from tfm.documents.segments import Segment, Tag
+from tfm.documents.segments import Segment
 from tfm.errors import DataError
 
 LINE_WIDTH = 42  # characters a subtitle line holds (the Netflix and BBC guidelines' limit)
@@ -40,7 +41,6 @@ _VTT_MARKUP = re.compile(r"<[^<>]*>|&(?:amp|lt|gt|nbsp|lrm|rlm);")
 _ENTITIES = {"&amp;": "&", "&lt;": "<", "&gt;": ">", "&nbsp;": "\u00a0", "&lrm;": "\u200e",
              "&rlm;": "\u200f"}
 _KEPT = re.compile(r"(NOTE|STYLE|REGION)([ \t\r\n]|$)")  # WebVTT's blocks that are not cues
-_TAG_NAME = re.compile(r"<\s*(/?)\s*([A-Za-z][^\s.>/]*)")
 _DASHES = "-\u2013\u2014"  # a speaker's turn in a two-speaker cue
 
 
@@ -63,7 +63,7 @@ class SubtitleDocument:
     segments: list[Segment]
     vtt: bool
     parts: list[str | _Cue] = field(repr=False)  # verbatim text and cues, in file order
-    markup: list[str | tuple[str, str]] = field(repr=False)  # a tag's ref: markup or a pair
+    markup: list[inline.Markup] = field(repr=False)  # what a tag's ref writes
     escape: str = ""  # WebVTT: the characters written back as entities
 
     def write(self, translations: Sequence[Segment]) -> bytes:
@@ -90,10 +90,7 @@ class SubtitleDocument:
                     out.append(cue.eol if position in breaks else self._escaped(char))
                     position += 1
             else:
-                markup = self.markup[piece.ref]
-                if isinstance(markup, tuple):
-                    markup = {"open": markup[0], "close": markup[1]}.get(kind, "".join(markup))
-                out.append(markup)
+                out.append(inline.written(kind, self.markup[piece.ref]))
         return "".join(out) + cue.tail
 
     def _escaped(self, char: str) -> str:
@@ -219,8 +216,17 @@ class _Reader:
 
     def _segment(self, body: list[str]) -> Segment:
         """The cue's lines as one segment: joined by spaces, markup held apart as tags."""
-        joined = "\n".join(line.strip() for line in body)
-        return _Markup(self.doc.markup, self.vtt).segment(joined)
+        joined = " ".join(line.strip() for line in body)
+        if self.vtt:
+            return inline.segment(joined, _VTT_MARKUP, self.doc.markup, _vtt_markup)
+        return inline.segment(joined, _SRT_MARKUP, self.doc.markup)
+
+
+def _vtt_markup(match: str) -> tuple[str, str]:
+    """WebVTT's entities are text; its tags are HTML-like (``<c.loud>`` opens ``c``)."""
+    if match.startswith("&"):
+        return "text", _ENTITIES[match]
+    return inline.html_like(match)
 
 
 def _ending(line: str) -> str:
@@ -239,77 +245,6 @@ def _valid_timestamp(stamp: str, vtt: bool) -> bool:
         return True
     import srt
     return srt.TS_REGEX.match(stamp) is not None  # what srt_timestamp_to_timedelta reads
-
-
-class _Markup:
-    """A cue's text with its markup taken out: spans for paired tags, empties for the rest."""
-
-    def __init__(self, markup: list[str | tuple[str, str]], vtt: bool) -> None:
-        self.markup, self.vtt = markup, vtt
-        self.text: list[str] = []
-        self.length = 0
-        self.tags: list[Tag | None] = []  # in document order; a span's slot filled at its close
-        self.open: list[tuple[str, int, int, str]] = []  # name, slot, start, open markup
-        self.parents: dict[int, list[int]] = {}  # an empty tag's slot: the spans open over it
-
-    def segment(self, joined: str) -> Segment:
-        pattern = _VTT_MARKUP if self.vtt else _SRT_MARKUP
-        position = 0
-        for match in pattern.finditer(joined):
-            self._add_text(joined[position:match.start()])
-            self._add_markup(match.group())
-            position = match.end()
-        self._add_text(joined[position:])
-        for _, slot, start, markup in self.open:  # never closed: kept where it stood
-            self._empty(markup, slot, start)
-        return Segment("".join(self.text), self._finished())
-
-    def _add_text(self, text: str) -> None:
-        text = text.replace("\n", " ")
-        self.text.append(text)
-        self.length += len(text)
-
-    def _add_markup(self, markup: str) -> None:
-        if markup.startswith("&"):
-            self._add_text(_ENTITIES[markup])
-            return
-        match = _TAG_NAME.match(markup)
-        if match is None:  # a code, a timestamp: not a span
-            self._empty(markup, None, self.length)
-            return
-        closing, name = match.group(1), match.group(2).lower()
-        if not closing:
-            self.open.append((name, len(self.tags), self.length, markup))
-            self.tags.append(None)
-            return
-        if self.open and self.open[-1][0] == name:
-            _, slot, start, opening = self.open.pop()
-            self.markup.append((opening, markup))
-            self.tags[slot] = Tag(start, self.length, len(self.markup) - 1)
-            return
-        self._empty(markup, None, self.length)  # a close that closes nothing open
-
-    def _empty(self, markup: str, slot: int | None, offset: int) -> None:
-        self.markup.append(markup)
-        tag = Tag(offset, offset, len(self.markup) - 1)
-        if slot is None:
-            slot = len(self.tags)
-            self.tags.append(tag)
-        else:
-            self.tags[slot] = tag
-        self.parents[slot] = [s for _, s, _, _ in self.open if s < slot]
-
-    def _finished(self) -> tuple[Tag, ...]:
-        """The tags, each empty one inside the innermost span that was open over it."""
-        tags: list[Tag] = []
-        for slot, tag in enumerate(self.tags):
-            assert tag is not None
-            holders = [self.tags[s] for s in self.parents.get(slot, [])]
-            holders = [h for h in holders if h is not None and not h.empty]
-            if tag.empty and holders:
-                tag = Tag(tag.start, tag.end, tag.ref, parent=holders[-1].ref)
-            tags.append(tag)
-        return tuple(tags)
 
 
 def wrap_points(text: str, lines: int, dialogue: bool = False) -> list[int]:
