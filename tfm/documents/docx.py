@@ -164,8 +164,9 @@ def _parts(document: Any) -> list[Any]:
     footnotes and endnotes, in a fixed order (a write finds them as the read did)."""
     parts = [part for part in document.part.package.iter_parts()
              if _PARTS.fullmatch(str(part.partname)) and hasattr(part, "element")]
-    return sorted(parts, key=lambda part: (str(part.partname) != "/word/document.xml",
-                                           str(part.partname)))
+    kinds = ["document", "header", "footer", "footnotes", "endnotes"]
+    return sorted(parts, key=lambda part: (
+        kinds.index(re.sub(r"\d+$", "", str(part.partname)[6:-4])), str(part.partname)))
 
 
 def _paragraphs(part: Any) -> Iterator[Any]:

@@ -1,0 +1,267 @@
+"""Specification of Word files (tfm/documents/docx.py): a segment per paragraph (body, tables,
+headers, footers), runs' formatting and hyperlinks as tags rebuilt around the translated words;
+tables, styles, sections and fields kept; the zip checked before python-docx opens it."""
+
+from __future__ import annotations
+
+import io
+import re
+import zipfile
+
+import pytest
+
+docx = pytest.importorskip("docx")
+
+from docx.oxml import OxmlElement  # noqa: E402
+from docx.oxml.ns import qn  # noqa: E402
+from docx.shared import Pt, RGBColor  # noqa: E402
+
+from tfm.documents import docx as word  # noqa: E402
+from tfm.documents.formats import Limits  # noqa: E402
+from tfm.documents.segments import Segment  # noqa: E402
+from tfm.errors import DataError  # noqa: E402
+
+LINK = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/hyperlink"
+
+
+def add_hyperlink(paragraph, url: str, text: str, italic: bool = False) -> None:
+    """A hyperlink as Word writes it: w:hyperlink r:id="..." around a run styled Hyperlink."""
+    link = OxmlElement("w:hyperlink")
+    link.set(qn("r:id"), paragraph.part.relate_to(url, LINK, is_external=True))
+    run, rpr, style = OxmlElement("w:r"), OxmlElement("w:rPr"), OxmlElement("w:rStyle")
+    style.set(qn("w:val"), "Hyperlink")
+    rpr.append(style)
+    if italic:
+        rpr.append(OxmlElement("w:i"))
+    t = OxmlElement("w:t")
+    t.text = text
+    run.extend([rpr, t])
+    link.append(run)
+    paragraph._p.append(link)
+
+
+def add_page_field(paragraph) -> None:
+    """A PAGE field: begin, instruction, separate, its result, end (five runs)."""
+    for kind, text in [("begin", None), ("instr", " PAGE "), ("separate", None),
+                       ("text", "1"), ("end", None)]:
+        run = OxmlElement("w:r")
+        if kind in ("begin", "separate", "end"):
+            child = OxmlElement("w:fldChar")
+            child.set(qn("w:fldCharType"), kind)
+        else:
+            child = OxmlElement("w:instrText" if kind == "instr" else "w:t")
+            child.text = text
+        run.append(child)
+        paragraph._p.append(run)
+
+
+def make_docx() -> bytes:
+    """A small report: a heading, paragraphs with bold, italic, underlined, coloured and
+    sized runs, a hyperlink, a tab and a line break, a table with a formatted cell, a header
+    and a footer with a page number."""
+    document = docx.Document()
+    document.add_heading("The garden report", 1)
+    p = document.add_paragraph("The ")
+    p.add_run("dog").bold = True
+    p.add_run(" sleeps in the ")
+    add_hyperlink(p, "https://example.org/garden", "garden", italic=True)
+    p.add_run(". My sister ")
+    run = p.add_run("buys bread")
+    run.italic, run.font.color.rgb = True, RGBColor(0xC0, 0x10, 0x10)
+    p.add_run("\tat the market.")
+    p = document.add_paragraph("Two men are ", style="List Bullet")
+    run = p.add_run("climbing")
+    run.underline, run.font.name, run.font.size = True, "Courier New", Pt(14)
+    p.add_run(" a mountain.")
+    p.add_run().add_break()
+    p.add_run("A second line after a break.")
+    document.add_paragraph()  # an empty paragraph: nothing to translate
+    table = document.add_table(rows=3, cols=2)
+    table.style = "Table Grid"
+    for row, (animal, place) in enumerate([("Animal", "Place"), ("A dog", "the garden"),
+                                           ("A cat", "the roof")]):
+        table.cell(row, 0).text = animal
+        table.cell(row, 1).paragraphs[0].add_run(place).bold = row == 0
+    table.cell(2, 1).paragraphs[0].add_run(" at night").italic = True
+    section = document.sections[0]
+    section.header.paragraphs[0].text = "Annual report of the garden club"
+    footer = section.footer.paragraphs[0]
+    footer.add_run("Page ")
+    add_page_field(footer)
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def upper(segment: Segment) -> Segment:
+    return Segment(segment.text.upper(), segment.tags)
+
+
+def runs(paragraph) -> list[tuple]:
+    """The paragraph as formatted stretches: text, bold, italic, underline, font, size,
+    colour and the hyperlink it lies in, adjacent runs of the same formatting merged."""
+    out: list[list] = []
+    for item in paragraph.iter_inner_content():
+        link = getattr(item, "url", None)
+        for run in (item.runs if link is not None else [item]):
+            f = run.font
+            key = (run.bold, run.italic, run.underline, f.name, f.size,
+                   f.color.rgb if f.color.type else None, link)
+            if out and out[-1][1] == key:
+                out[-1][0] += run.text
+            else:
+                out.append([run.text, key])
+    return [(text, key) for text, key in out]
+
+
+def all_paragraphs(document) -> list:
+    cells = [p for t in document.tables for row in t.rows for c in row.cells
+             for p in c.paragraphs]
+    section = document.sections[0]
+    return [*document.paragraphs, *cells, *section.header.paragraphs,
+            *section.footer.paragraphs]
+
+
+def test_paragraphs_cells_headers_and_footers_are_segments():
+    doc = word.read(make_docx(), Limits())
+    texts = [s.text for s in doc.segments]
+    assert texts[:3] == [
+        "The garden report",
+        "The dog sleeps in the garden. My sister buys bread at the market.",
+        "Two men are climbing a mountain. A second line after a break."]
+    assert "A cat" in texts and "the roof at night" in texts
+    assert texts[-2:] == ["Annual report of the garden club", "Page "]  # the field kept out
+    for segment in doc.segments:
+        segment.check()
+
+
+def test_runs_formatting_and_hyperlinks_are_tags_over_their_words():
+    doc = word.read(make_docx(), Limits())
+    segment = doc.segments[1]
+    spans = [segment.text[t.start:t.end] for t in segment.tags if not t.empty]
+    assert spans == ["dog", "garden", "garden", "buys bread "]  # link, then its italic run
+    [tab] = [t for t in segment.tags if t.empty]
+    assert segment.text[tab.start - 1:tab.start + 2] == " at"  # a space stands for the tab
+
+
+def test_writing_the_sources_back_keeps_the_document():
+    data = make_docx()
+    doc = word.read(data, Limits())
+    before, after = docx.Document(io.BytesIO(data)), docx.Document(io.BytesIO(
+        doc.write(doc.segments)))
+    assert [p._p.xml for p in all_paragraphs(after)] == [p._p.xml for p in
+                                                         all_paragraphs(before)]
+    assert [len(t.rows) for t in after.tables] == [3] and len(after.tables[0].columns) == 2
+    assert after.tables[0].style.name == "Table Grid"
+
+
+def test_upper_casing_changes_only_the_words_and_keeps_every_runs_formatting():
+    data = make_docx()
+    doc = word.read(data, Limits())
+    out = doc.write([upper(s) for s in doc.segments])
+    before, after = docx.Document(io.BytesIO(data)), docx.Document(io.BytesIO(out))
+    for a, b in zip(all_paragraphs(before), all_paragraphs(after), strict=True):
+        assert b.style.name == a.style.name
+        assert [(text.upper(), key) for text, key in runs(a)] == runs(b)
+    assert [h.url for h in after.paragraphs[1].hyperlinks] == ["https://example.org/garden"]
+    assert after.paragraphs[2].runs[-2]._r.xml.count("<w:br/>") == 1
+    footer = after.sections[0].footer.paragraphs[0]._p.xml
+    assert "PAGE" in footer and footer.count("w:fldChar ") == 3
+    assert [[c.text for c in row.cells] for row in after.tables[0].rows] == [
+        [c.text.upper() for c in row.cells] for row in before.tables[0].rows]
+
+
+def test_a_translation_that_moves_words_carries_their_formatting():
+    doc = word.read(make_docx(), Limits())
+    segment = doc.segments[1]
+    dog, link, italic, bread, tab = segment.tags
+    # "Der Hund schläft im Garten. Meine Schwester kauft Brot auf dem Markt."
+    text = "Der Hund schläft im Garten. Meine Schwester kauft Brot auf dem Markt."
+    moved = Segment(text, (
+        type(dog)(4, 8, dog.ref), type(link)(20, 26, link.ref), type(italic)(20, 26, italic.ref),
+        type(bread)(44, 55, bread.ref), type(tab)(55, 55, tab.ref, bread.ref)))
+    out = doc.write([moved if s is segment else s for s in doc.segments])
+    paragraph = docx.Document(io.BytesIO(out)).paragraphs[1]
+    stretches = runs(paragraph)
+    assert ("Hund", (True, None, None, None, None, None, None)) in stretches
+    assert [text for text, key in stretches if key[6]] == ["Garten"]
+    assert paragraph.text == "Der Hund schläft im Garten. Meine Schwester kauft Brot\tauf dem " \
+        "Markt."
+
+
+def zipped(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    return out.getvalue()
+
+
+def replaced(data: bytes, name: str, content: bytes) -> bytes:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = {m: archive.read(m) for m in archive.namelist()}
+    members[name] = content
+    return zipped(members)
+
+
+XXE = (b'<?xml version="1.0"?>\n<!DOCTYPE w:document [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>'
+       b'<w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main">'
+       b"<w:body><w:p><w:r><w:t>&xxe;</w:t></w:r></w:p></w:body></w:document>")
+LAUGHS = (b'<?xml version="1.0"?>\n<!DOCTYPE lolz [<!ENTITY lol "lol">'
+          + b"".join(b'<!ENTITY lol%d "%s">' % (i, (b"&lol%d;" % (i - 1) if i > 1 else b"&lol;")
+                                                 * 10) for i in range(1, 10))
+          + b']><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/'
+            b'main"><w:body><w:p><w:r><w:t>&lol9;</w:t></w:r></w:p></w:body></w:document>')
+
+
+@pytest.mark.parametrize("xml", [XXE, LAUGHS], ids=["external entity", "billion laughs"])
+def test_xml_with_a_dtd_is_refused(xml):
+    data = replaced(make_docx(), "word/document.xml", xml)
+    with pytest.raises(DataError, match="word/document.xml declares a DTD"):
+        word.read(data, Limits())
+
+
+def test_python_docx_parser_never_reads_an_external_entity(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP SECRET")
+    from docx.oxml.parser import parse_xml
+    xml = XXE.replace(b"file:///etc/passwd", secret.as_uri().encode())
+    assert "TOP SECRET" not in "".join(parse_xml(xml).itertext())
+
+
+def test_a_truncated_or_foreign_file_is_refused_in_one_line():
+    data = make_docx()
+    for bad in (data[:len(data) // 2], b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4,
+                b"The dog sleeps in the garden.\n"):
+        with pytest.raises(DataError, match="truncated or not a DOCX"):
+            word.read(bad, Limits())
+    with pytest.raises(DataError, match="not a DOCX: a zip without word/document.xml"):
+        word.read(zipped({"mimetype": b"application/epub+zip"}), Limits())
+
+
+def test_a_zip_bomb_is_refused_before_python_docx_reads_it():
+    bomb = replaced(make_docx(), "word/media/zeros.bin", bytes(4_000_000))
+    assert len(bomb) < 100_000
+    with pytest.raises(DataError, match="over the limit of 1000000 .a zip bomb"):
+        word.read(bomb, Limits(max_unpacked_bytes=1_000_000))
+
+
+def test_a_member_that_lies_about_its_size_is_refused():
+    bomb = replaced(make_docx(), "word/media/zeros.bin", bytes(4_000_000))
+    with zipfile.ZipFile(io.BytesIO(bomb)) as archive:
+        info = archive.getinfo("word/media/zeros.bin")
+    # the central directory's and the local header's uncompressed size say 1000 bytes
+    lying = bytearray(bomb)
+    real = (4_000_000).to_bytes(4, "little")
+    for match in [m.start() for m in re.finditer(re.escape(real), bytes(lying))]:
+        lying[match:match + 4] = (1000).to_bytes(4, "little")
+    assert info.file_size == 4_000_000
+    with pytest.raises(DataError, match="zeros.bin"):
+        word.read(bytes(lying), Limits(max_unpacked_bytes=1_000_000))
+
+
+def test_limits_refuse_too_many_paragraphs_and_too_many_bytes():
+    with pytest.raises(DataError, match="more than 5 paragraphs"):
+        word.read(make_docx(), Limits(max_segments=5))
+    with pytest.raises(DataError, match="over the limit of 1000"):
+        word.read(make_docx(), Limits(max_bytes=1000))
