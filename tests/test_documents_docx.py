@@ -239,6 +239,19 @@ def test_a_truncated_or_foreign_file_is_refused_in_one_line():
         word.read(zipped({"mimetype": b"application/epub+zip"}), Limits())
 
 
+def test_a_macro_file_or_broken_xml_is_refused_in_one_line():
+    data = make_docx()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        types = archive.read("[Content_Types].xml")
+    docm = replaced(data, "[Content_Types].xml", types.replace(
+        b"document.main+xml", b"document.macroEnabled.main+xml"))
+    with pytest.raises(DataError, match=r"not a Word document python-docx opens \(its main "):
+        word.read(docm, Limits())
+    broken = replaced(data, "word/document.xml", b"<w:document><w:body>")
+    with pytest.raises(DataError, match=r"^DOCX XML does not parse: .*line 1, column \d+$"):
+        word.read(broken, Limits())
+
+
 def test_a_zip_bomb_is_refused_before_python_docx_reads_it():
     bomb = replaced(make_docx(), "word/media/zeros.bin", bytes(4_000_000))
     assert len(bomb) < 100_000

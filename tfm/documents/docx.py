@@ -154,9 +154,12 @@ def _open(data: bytes) -> Any:
     try:
         return docx.Document(io.BytesIO(data))
     except (PackageNotFoundError, KeyError, ValueError, zipfile.BadZipFile) as error:
-        raise DataError(f"not a Word document: {error}".splitlines()[0]) from None
+        kind = re.search(r"content type is '([^']*)'", str(error))
+        problem = f"its main part is {kind.group(1)}" if kind else str(error).splitlines()[0]
+        raise DataError(f"not a Word document python-docx opens ({problem})") from None
     except etree.LxmlError as error:
-        raise DataError(f"DOCX XML does not parse: {error}".splitlines()[0]) from None
+        message = re.sub(r" \(<string>, line \d+\)", "", str(error).splitlines()[0])
+        raise DataError(f"DOCX XML does not parse: {message}") from None
 
 
 def _parts(document: Any) -> list[Any]:
