@@ -209,6 +209,17 @@ def test_upper_casing_changes_only_the_cue_text_in_vtt():
     assert kept.findall(out) == kept.findall(data)
 
 
+def test_a_missing_blank_line_between_cues_still_separates_them():
+    data = (b"1\n00:00:01,000 --> 00:00:02,000\nHello there,\nmy friend.\n"
+            b"2\n00:00:03,000 --> 00:00:04,000\nGoodbye.\n")
+    doc = subtitles.read_srt(data, Limits())
+    assert [s.text for s in doc.segments] == ["Hello there, my friend.", "Goodbye."]
+    assert doc.write(doc.segments) == data
+    out = doc.write([upper(s) for s in doc.segments])
+    assert out == data.replace(b"Hello there,\nmy friend.", b"HELLO THERE,\nMY FRIEND."
+                               ).replace(b"Goodbye.", b"GOODBYE.")
+
+
 def test_a_file_without_a_final_line_break_keeps_none():
     data = b"1\n00:00:01,000 --> 00:00:02,000\nHello there."
     doc = subtitles.read_srt(data, Limits())

@@ -34,7 +34,7 @@ from tfm.errors import DataError
 LINE_WIDTH = 42  # characters a subtitle line holds (the Netflix and BBC guidelines' limit)
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
-_TIMING = re.compile(r"^\s*(\S+)[ \t]*-[ -]>[ \t]*(\S+)(.*)$")
+_TIMING = re.compile(r"^\s*(\S+?)[ \t]*-->[ \t]*(\S+)(.*)$")
 # Markup inside a cue: a tag, an ASS override code ({\an8}); WebVTT also has entities.
 _SRT_MARKUP = re.compile(r"<\s*/?\s*[A-Za-z][^<>]*>|\{\\[^{}]*\}")
 _VTT_MARKUP = re.compile(r"<[^<>]*>|&(?:amp|lt|gt|nbsp|lrm|rlm);")
@@ -176,7 +176,8 @@ class _Reader:
                 header = header and blank
                 self.doc.parts.append("".join(lines))
                 continue
-            self._cue(number, lines)
+            for first, cue in self._cues(number, lines):
+                self._cue(first, cue)
         self.doc.escape = "".join(
             value for entity, value in _ENTITIES.items()
             if self.vtt and (value in "&<>" or entity in self.text))
@@ -185,6 +186,18 @@ class _Reader:
     def _kept_block(self, first: str) -> bool:
         """WebVTT's blocks that are not cues: comments, style sheets, regions."""
         return self.vtt and _KEPT.match(first) is not None
+
+    def _cues(self, number: int, lines: list[str]) -> Iterator[tuple[int, list[str]]]:
+        """The cues of a block: a timing line after a cue's own starts the next cue (with its
+        number in SubRip), as both formats' parsers read a missing blank line."""
+        start = 0
+        for i in range(2, len(lines)):
+            if "-->" in lines[i] and _TIMING.match(lines[i].strip()):
+                cut = i - 1 if not self.vtt and lines[i - 1].strip().isdigit() else i
+                if cut - start >= 2 and "-->" in "".join(lines[start:start + 2]):
+                    yield number + start, lines[start:cut]
+                    start = cut
+        yield number + start, lines[start:]
 
     def _cue(self, number: int, lines: list[str]) -> None:
         self.cues += 1
@@ -209,10 +222,11 @@ class _Reader:
     def _check_timing(self, line: str, where: str) -> None:
         match = _TIMING.match(line)
         if match is None:
-            raise DataError(f"{where}: expected a timing line 'start --> end', found {line!r}")
+            raise DataError(f"{where}: expected a timing line 'start --> end', found "
+                            f"{line[:60]!r}")
         for stamp in match.group(1, 2):
             if not _valid_timestamp(stamp, self.vtt):
-                raise DataError(f"{where}: broken timestamp {stamp!r}")
+                raise DataError(f"{where}: broken timestamp {stamp[:30]!r}")
 
     def _segment(self, body: list[str]) -> Segment:
         """The cue's lines as one segment: joined by spaces, markup held apart as tags."""
