@@ -273,6 +273,18 @@ def test_a_member_that_lies_about_its_size_is_refused():
         word.read(bytes(lying), Limits(max_unpacked_bytes=1_000_000))
 
 
+def test_a_member_claiming_an_impossible_ratio_or_too_many_files_are_refused(monkeypatch):
+    bomb = replaced(make_docx(), "word/media/zeros.bin", bytes(4_000_000))
+    size = (4_000_000).to_bytes(4, "little")
+    lying = bomb.replace(size, (40_000_000).to_bytes(4, "little"))  # 10,000 times its bytes
+    with pytest.raises(DataError, match="zeros.bin claims a 40000000-byte content"):
+        word.read(lying, Limits())
+    monkeypatch.setattr(word, "MAX_MEMBERS", 20)  # a Word file holds tens; a bomb, millions
+    many = zipped({f"word/media/{i}.png": b"" for i in range(21)})
+    with pytest.raises(DataError, match="holds 21 files, over the limit of 20"):
+        word.read(many, Limits())
+
+
 def test_limits_refuse_too_many_paragraphs_and_too_many_bytes():
     with pytest.raises(DataError, match="more than 5 paragraphs"):
         word.read(make_docx(), Limits(max_segments=5))

@@ -38,6 +38,7 @@ from tfm.documents.segments import Segment, Tag
 from tfm.errors import DataError
 
 MAX_MEMBERS = 10_000  # files in the zip (a Word file has tens)
+MAX_RATIO = 1100  # uncompressed to compressed size of a member, above what deflate reaches
 _CHUNK = 1 << 20
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
@@ -107,17 +108,22 @@ def _check_zip(data: bytes, limits: Limits) -> None:
     than the limit, or XML with a document type declaration."""
     if len(data) > limits.max_bytes:
         raise DataError(f"DOCX of {len(data)} bytes is over the limit of {limits.max_bytes}")
+    entries = data.count(b"PK\x01\x02")  # the central directory's, before zipfile reads it
+    if entries > MAX_MEMBERS:
+        raise DataError(f"DOCX holds {entries} files, over the limit of {MAX_MEMBERS}")
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         members = archive.infolist()
     except (zipfile.BadZipFile, OSError, ValueError, EOFError):
         raise DataError("truncated or not a DOCX (not a zip archive)") from None
-    if len(members) > MAX_MEMBERS:
-        raise DataError(f"DOCX holds {len(members)} files, over the limit of {MAX_MEMBERS}")
     declared = sum(m.file_size for m in members)
     if declared > limits.max_unpacked_bytes:
         raise DataError(f"DOCX unpacks to {declared} bytes, over the limit of "
                         f"{limits.max_unpacked_bytes} (a zip bomb?)")
+    for m in members:  # deflate cannot pass about 1032:1: a header saying more lies
+        if m.file_size > _CHUNK and m.file_size > MAX_RATIO * max(m.compress_size, 1):
+            raise DataError(f"DOCX member {m.filename} claims a {m.file_size}-byte content "
+                            f"from {m.compress_size} bytes (a zip bomb?)")
     names = {m.filename for m in members}
     if "word/document.xml" not in names or "[Content_Types].xml" not in names:
         raise DataError("not a DOCX: a zip without word/document.xml")
@@ -141,7 +147,8 @@ def _inflate(archive: zipfile.ZipFile, member: zipfile.ZipInfo, room: int) -> in
                     raise DataError(f"DOCX part {member.filename} declares a DTD, which Word "
                                     "never writes (external entities, entity bombs): refused")
                 tail = chunk[-16:]
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError):
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError,
+            RuntimeError):  # RuntimeError: encrypted
         raise DataError(f"truncated or not a DOCX (member {member.filename} is damaged)"
                         ) from None
     return size
