@@ -4,6 +4,7 @@ tables, styles, sections and fields kept; the zip checked before python-docx ope
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import zipfile
@@ -55,6 +56,7 @@ def add_page_field(paragraph) -> None:
         paragraph._p.append(run)
 
 
+@functools.cache
 def make_docx() -> bytes:
     """A small report: a heading, paragraphs with bold, italic, underlined, coloured and
     sized runs, a hyperlink, a tab and a line break, a table with a formatted cell, a header
@@ -187,6 +189,47 @@ def test_a_translation_that_moves_words_carries_their_formatting():
     assert [text for text, key in stretches if key[6]] == ["Garten"]
     assert paragraph.text == "Der Hund schläft im Garten. Meine Schwester kauft Brot\tauf dem " \
         "Markt."
+
+
+FOOTNOTES = (
+    b'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<w:footnotes xmlns:w="http://'
+    b'schemas.openxmlformats.org/wordprocessingml/2006/main"><w:footnote w:type="separator" '
+    b'w:id="-1"><w:p><w:r><w:separator/></w:r></w:p></w:footnote><w:footnote w:id="1"><w:p>'
+    b'<w:r><w:footnoteRef/></w:r><w:r><w:t xml:space="preserve"> The club meets on </w:t></w:r>'
+    b'<w:r><w:rPr><w:b/></w:rPr><w:t>Sundays</w:t></w:r><w:r><w:t>.</w:t></w:r></w:p>'
+    b"</w:footnote></w:footnotes>")
+
+
+def with_footnote(data: bytes) -> bytes:
+    """The report with a footnote on its first paragraph: a footnotes part (which python-docx
+    keeps as bytes), its content type, its relationship and the reference in the text."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = {m: archive.read(m) for m in archive.namelist()}
+    members["word/footnotes.xml"] = FOOTNOTES
+    members["[Content_Types].xml"] = members["[Content_Types].xml"].replace(
+        b"</Types>", b'<Override PartName="/word/footnotes.xml" ContentType="application/vnd.'
+        b'openxmlformats-officedocument.wordprocessingml.footnotes+xml"/></Types>')
+    members["word/_rels/document.xml.rels"] = members["word/_rels/document.xml.rels"].replace(
+        b"</Relationships>", b'<Relationship Id="rIdFoot" Type="http://schemas.openxmlformats'
+        b'.org/officeDocument/2006/relationships/footnotes" Target="footnotes.xml"/>'
+        b"</Relationships>")
+    members["word/document.xml"] = members["word/document.xml"].replace(
+        b"<w:t>The garden report</w:t></w:r>", b"<w:t>The garden report</w:t></w:r><w:r>"
+        b'<w:footnoteReference w:id="1"/></w:r>', 1)
+    return zipped(members)
+
+
+def test_footnotes_are_translated_and_their_marks_kept():
+    data = with_footnote(make_docx())
+    doc = word.read(data, Limits())
+    assert doc.segments[-1].text == " The club meets on Sundays."
+    assert [t.empty for t in doc.segments[0].tags] == [True]  # the footnote's mark
+    out = doc.write([upper(s) for s in doc.segments])
+    with zipfile.ZipFile(io.BytesIO(out)) as archive:
+        notes, body = archive.read("word/footnotes.xml"), archive.read("word/document.xml")
+    assert b"<w:t>SUNDAYS</w:t>" in notes and b"<w:b/>" in notes and b"<w:separator/>" in notes
+    assert b'<w:footnoteReference w:id="1"/>' in body
+    assert docx.Document(io.BytesIO(out)).paragraphs[0].text == "THE GARDEN REPORT"
 
 
 def zipped(members: dict[str, bytes]) -> bytes:

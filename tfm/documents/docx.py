@@ -29,7 +29,7 @@ import copy
 import io
 import re
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,11 +73,14 @@ class WordDocument:
             raise ValueError(f"{len(translations)} translations for {len(self.segments)} "
                              "paragraphs")
         document = _open(self.data)  # afresh: each write starts from the file as read
-        paragraphs = [list(_paragraphs(part)) for part in _parts(document)]
+        parts = _parts(document)
+        paragraphs = [_paragraphs(root) for _, root in parts]
         for (part, index), source, target in zip(self.where, self.segments, translations):
             if target != source:
                 paragraph = paragraphs[part][index]
                 _rebuild(paragraph, target, _Paragraph().read(paragraph)[1])
+        for part, root in parts:
+            _store(part, root)
         out = io.BytesIO()
         document.save(out)
         return out.getvalue()
@@ -90,8 +93,8 @@ def read(data: bytes, limits: Limits) -> WordDocument:
     document = _open(data)
     doc = WordDocument([], data, [])
     count = 0
-    for p, part in enumerate(_parts(document)):
-        for i, paragraph in enumerate(_paragraphs(part)):
+    for p, (_, root) in enumerate(_parts(document)):
+        for i, paragraph in enumerate(_paragraphs(root)):
             count += 1
             if count > limits.max_segments:
                 raise DataError(f"DOCX holds more than {limits.max_segments} paragraphs "
@@ -169,18 +172,31 @@ def _open(data: bytes) -> Any:
         raise DataError(f"DOCX XML does not parse: {message}") from None
 
 
-def _parts(document: Any) -> list[Any]:
-    """The XML parts with paragraphs to translate: the body first, then headers, footers,
-    footnotes and endnotes, in a fixed order (a write finds them as the read did)."""
+def _parts(document: Any) -> list[tuple[Any, Any]]:
+    """The XML parts with paragraphs to translate, each with its root element: the body
+    first, then headers, footers, footnotes and endnotes, in a fixed order (a write finds them
+    as the read did). python-docx keeps footnotes and endnotes as bytes: they are parsed by its
+    parser here, and written back by :func:`_store`."""
+    from docx.oxml.parser import parse_xml
     parts = [part for part in document.part.package.iter_parts()
-             if _PARTS.fullmatch(str(part.partname)) and hasattr(part, "element")]
+             if _PARTS.fullmatch(str(part.partname))]
     kinds = ["document", "header", "footer", "footnotes", "endnotes"]
-    return sorted(parts, key=lambda part: (
-        kinds.index(re.sub(r"\d+$", "", str(part.partname)[6:-4])), str(part.partname)))
+    parts.sort(key=lambda part: (kinds.index(re.sub(r"\d+$", "", str(part.partname)[6:-4])),
+                                 str(part.partname)))
+    return [(part, part.element if hasattr(part, "element") else parse_xml(part.blob))
+            for part in parts]
 
 
-def _paragraphs(part: Any) -> Iterator[Any]:
-    return iter(list(part.element.iter(f"{_W}p")))
+def _store(part: Any, root: Any) -> None:
+    """A part python-docx holds as bytes takes its rebuilt XML back."""
+    if not hasattr(part, "element"):
+        from lxml import etree
+        part._blob = etree.tostring(root, xml_declaration=True, encoding="UTF-8",
+                                    standalone=True)
+
+
+def _paragraphs(root: Any) -> list[Any]:
+    return list(root.iter(f"{_W}p"))
 
 
 class _Paragraph:
@@ -224,6 +240,8 @@ class _Paragraph:
             if child.tag == f"{_W}t":
                 if child.text:
                     self._text(child.text, key, rpr)
+            elif child.tag == f"{_W}noBreakHyphen":  # a hyphen, to the model and in the run
+                self._text("\u2011", key, rpr)
             elif child.tag in _SPACES:  # words on either side stay apart for the model
                 space = not "".join(self.text[-1:]).endswith((" ", "\u00a0"))
                 if space:
