@@ -2,25 +2,27 @@
 formatting a tag over the words it covers.
 
 Every paragraph with words is a segment: the body's, tables' cells' (nested tables too), text
-boxes', and the headers' and footers'. A paragraph's runs are grouped by their formatting (the
-run properties ``w:rPr``: bold, italic, underline, font, size, colour, style...): each group of
-formatted text is a span tag, and a hyperlink (or a tracked insertion) is a span holding its
-runs' spans. What is not text is an empty tag kept as it is: a tab, a line break, a picture, a
-footnote mark, a bookmark, a field (a page number, a table of contents entry: the whole field,
-from its beginning to its end, stays as it was), a content control. The translated paragraph is
-rebuilt as runs: each piece of text a run with the formatting of the span it lands in, inside
-a copy of the hyperlink it lands in, and every empty tag's elements moved back where the
-translation puts it. The paragraph's own properties (its style, numbering, alignment), the
-tables, styles, sections, pictures and every other part of the package are python-docx's to
-keep; a paragraph whose translation is its source unchanged is not touched at all.
+boxes', and the headers', footers', footnotes' and endnotes'. A paragraph's runs are grouped by
+their formatting (the run properties ``w:rPr``: bold, italic, underline, font, size, colour,
+style...): each group of formatted text is a span tag, and a hyperlink (or a tracked insertion)
+is a span holding its runs' spans. What is not text is an empty tag kept as it is: a tab, a
+line break, a picture, a footnote mark, a bookmark, a field (a page number, a table of contents
+entry: the whole field, from its beginning to its end, stays as it was), a content control. The
+translated paragraph is rebuilt as runs: each piece of text a run with the formatting of the
+span it lands in, inside a copy of the hyperlink it lands in, and every empty tag's elements
+moved back where the translation puts it. The paragraph's own properties (its style,
+numbering, alignment), the tables, styles, sections, pictures and every other part of the
+package are python-docx's to keep; a paragraph whose translation is its source unchanged is not
+touched at all.
 
 A DOCX is a zip read from anyone, so it is checked with ``zipfile`` before python-docx opens it:
-a zip at all ("truncated or not a DOCX"), at most :data:`MAX_MEMBERS` members, its members'
+at most :data:`MAX_MEMBERS` members, a zip at all ("truncated or not a DOCX"), its members'
 declared sizes and the bytes they really inflate to within ``Limits.max_unpacked_bytes`` (each
 member read in chunks and counted, so a member that lies about its size is caught before it
-fills memory), and no XML part with a document type declaration (Word never writes one; it is
-how external entities and entity expansion get in). python-docx parses its XML with lxml,
-``resolve_entities=False``, no DTD loaded and no network.
+fills memory), no member claiming a ratio deflate cannot reach (:data:`MAX_RATIO`), and no XML
+part with a document type declaration (Word never writes one; it is how external entities and
+entity expansion get in). python-docx parses its XML with lxml, ``resolve_entities=False``, no
+DTD loaded and no network.
 """
 
 from __future__ import annotations
