@@ -93,14 +93,26 @@ def test_every_untranslated_msgid_is_a_segment_and_nothing_else_is():
 def test_placeholders_are_empty_tags_and_markup_a_span_over_its_words():
     doc = gettext.read(catalogue(entries=8), Limits())
     by_text = {s.text: s for s in doc.segments}
-    deleted = by_text["Deleted  files from  (1)."]
-    assert [doc.markup[t.ref] for t in deleted.tags] == ["%(count)d", "%s"]
+    deleted = by_text["Deleted files from (1)."]  # a placeholder takes a space along
+    assert [doc.markup[t.ref] for t in deleted.tags] == ["%(count)d ", "%s "]
     assert all(t.empty for t in deleted.tags)
+    assert [doc.markup[t.ref] for t in by_text["Hello, you have 5 new messages."].tags] == [
+        " {name}"]  # before punctuation: the space before it
+    assert not any("  " in s.text for s in doc.segments)
     link = by_text["Read the manual first."]
     [span] = link.tags
     assert link.text[span.start:span.end] == "manual"
     assert doc.markup[span.ref] == ('<a href="https://example.org/4">', "</a>")
     assert "A long text 7 that starts a paragraph." in by_text  # its "\n"s kept aside
+
+
+def test_a_placeholder_lands_beside_a_moved_word_with_its_space():
+    doc = gettext.read(b'#, python-format\nmsgid "Deleted %(count)d files."\nmsgstr ""\n',
+                       Limits())
+    [segment] = doc.segments
+    [tag] = segment.tags
+    moved = Segment("Dateien gelöscht.", (type(tag)(0, 0, tag.ref),))  # before "Dateien"
+    assert parsed(doc.write([moved]))[0].msgstr == "%(count)d Dateien gelöscht."
 
 
 def test_writing_the_sources_back_fills_msgstrs_and_keeps_everything_else():
@@ -168,7 +180,7 @@ def test_plural_forms_follow_the_catalogues_header(forms, filled):
     head = f'msgid ""\nmsgstr ""\n"Plural-Forms: {forms}\\n"\n\n' if forms else ""
     data = (head + 'msgid "%d file"\nmsgid_plural "%d files"\nmsgstr[0] ""\n').encode()
     doc = gettext.read(data, Limits())
-    out = doc.write([Segment("P" if s.text == " files" else "S", ()) for s in doc.segments])
+    out = doc.write([Segment("P" if s.text == "files" else "S", ()) for s in doc.segments])
     assert parsed(out)[0].msgstr_plural == filled
 
 

@@ -179,6 +179,10 @@ def _add(doc: CatalogueDocument, entry: Any, msgid: str, forms: tuple[int, ...] 
     formats = [f for f in entry.flags if f.endswith("-format") and not f.startswith("no-")]
     printf = _PRINTF if any(f != "python-brace-format" for f in formats) else _STRICT_PRINTF
     braces = _BRACES if "python-brace-format" in formats else _STRICT_BRACES
-    pattern = re.compile(f"{printf}|{braces}|{_MARKUP}")
+    held = f"(?:{printf}|{braces})"
+    # A placeholder stands for a word: it takes a space beside it along (the one after it, or
+    # before it at a sentence's end), so the model sees "Deleted files", not "Deleted  files",
+    # and the placeholder comes back apart from the word it lands beside.
+    pattern = re.compile(f"{held} (?=\\S)| {held}(?=[^\\w\\s]|$)|{held}|{_MARKUP}")
     doc.segments.append(inline.segment(stripped, pattern, doc.markup, _placeholder_or_markup))
     doc.slots.append(_Slot(entry, forms, before, after))
