@@ -22,6 +22,7 @@ timestamp is read by its format's library (``srt.srt_timestamp_to_timedelta``, w
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -82,21 +83,22 @@ class SubtitleDocument:
     def _cue_text(self, segment: Segment, cue: _Cue) -> str:
         """The translated cue's lines: wrapped, markup put back, each line ended as before."""
         text = re.sub(r"[\r\n]", " ", segment.text)  # the same length: tags stay in place
-        breaks = set(wrap_points(text, cue.lines, cue.dialogue))
+        breaks = wrap_points(text, cue.lines, cue.dialogue)
+        table = {ord(value): entity for entity, value in _ENTITIES.items()
+                 if value in self.escape}
         out, position = [], 0
         for kind, piece in segment.pieces():
-            if kind == "text":
-                for char in piece:
-                    out.append(cue.eol if position in breaks else self._escaped(char))
-                    position += 1
-            else:
+            if kind != "text":
                 out.append(inline.written(kind, self.markup[piece.ref]))
+                continue
+            end = position + len(piece)
+            for cut in breaks[bisect.bisect_left(breaks, position):
+                              bisect.bisect_left(breaks, end)]:
+                out += [text[position:cut].translate(table), cue.eol]
+                position = cut + 1
+            out.append(text[position:end].translate(table))
+            position = end
         return "".join(out) + cue.tail
-
-    def _escaped(self, char: str) -> str:
-        if char not in self.escape:
-            return char
-        return next(entity for entity, value in _ENTITIES.items() if value == char)
 
 
 def read(data: bytes, limits: Limits) -> SubtitleDocument:
@@ -261,6 +263,11 @@ def _valid_timestamp(stamp: str, vtt: bool) -> bool:
     return srt.TS_REGEX.match(stamp) is not None  # what srt_timestamp_to_timedelta reads
 
 
+def _nearest(sorted_values: list[int], value: int) -> int:
+    i = bisect.bisect_left(sorted_values, value)
+    return min(sorted_values[max(0, i - 1):i + 1], key=lambda v: abs(v - value))
+
+
 def wrap_points(text: str, lines: int, dialogue: bool = False) -> list[int]:
     """The offsets of the spaces in ``text`` to break at for ``lines`` lines: before each
     speaker's dash in a two-speaker cue, else those that balance the lines' lengths (the sum of
@@ -274,9 +281,8 @@ def wrap_points(text: str, lines: int, dialogue: bool = False) -> list[int]:
         return []
     if len(spaces) <= lines - 1:
         return spaces
-    if lines * len(spaces) ** 2 > 100_000:  # a cue far longer than a screen: even thirds
-        return sorted({min(spaces, key=lambda s: abs(s - k * len(text) // lines))
-                       for k in range(1, lines)})
+    if lines * len(spaces) ** 2 > 100_000:  # a cue far longer than a screen: even parts
+        return sorted({_nearest(spaces, k * len(text) // lines) for k in range(1, lines)})
 
     def cost(start: int, end: int) -> int:
         width = end - start
