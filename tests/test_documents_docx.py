@@ -328,6 +328,39 @@ def test_a_member_claiming_an_impossible_ratio_or_too_many_files_are_refused(mon
         word.read(many, Limits())
 
 
+NAMESPACE = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+
+
+def nested(depth: int) -> bytes:
+    """A paragraph whose words lie ``depth`` inline elements deep."""
+    inner = ('<w:customXml w:element="x">' * depth + "<w:r><w:t>deep</w:t></w:r>"
+             + "</w:customXml>" * depth)
+    return (f'<?xml version="1.0"?><w:document {NAMESPACE}><w:body><w:p>{inner}</w:p>'
+            "</w:body></w:document>").encode()
+
+
+def test_inline_elements_nested_deep_are_kept_whole_or_refused():
+    doc = word.read(replaced(make_docx(), "word/document.xml", nested(200)), Limits())
+    assert "deep" not in [s.text for s in doc.segments]  # past 8 deep: kept as it is
+    out = doc.write([upper(s) for s in doc.segments])
+    with zipfile.ZipFile(io.BytesIO(out)) as archive:
+        assert b"<w:t>deep</w:t>" in archive.read("word/document.xml")
+    assert word.read(replaced(make_docx(), "word/document.xml", nested(4)),
+                     Limits()).segments[0].text == "deep"
+    with pytest.raises(DataError, match="DOCX XML does not parse: Excessive depth"):
+        word.read(replaced(make_docx(), "word/document.xml", nested(5000)), Limits())
+
+
+def test_a_paragraph_of_thousands_of_formatting_changes_is_refused():
+    runs = "".join(f"<w:r>{'<w:rPr><w:b/></w:rPr>' if i % 2 else ''}<w:t>w{i} </w:t></w:r>"
+                   for i in range(2010))
+    xml = (f'<?xml version="1.0"?><w:document {NAMESPACE}><w:body><w:p>{runs}</w:p>'
+           "</w:body></w:document>").encode()
+    with pytest.raises(DataError, match="DOCX paragraph 1 of /word/document.xml holds 1005 "
+                                        "inline tags"):
+        word.read(replaced(make_docx(), "word/document.xml", xml), Limits())
+
+
 def test_limits_refuse_too_many_paragraphs_and_too_many_bytes():
     with pytest.raises(DataError, match="more than 5 paragraphs"):
         word.read(make_docx(), Limits(max_segments=5))

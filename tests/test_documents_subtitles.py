@@ -265,6 +265,13 @@ def test_a_million_cues_are_refused_before_any_is_built():
         subtitles.read_srt(make_srt(101), Limits(max_segments=100))
 
 
+def test_a_cue_of_thousands_of_tags_is_refused_in_one_line():
+    data = b"1\n00:00:01,000 --> 00:00:02,000\nHi " + b"<i>x</i>" * 1001 + b"\n"
+    with pytest.raises(DataError, match=r"SRT cue 1 \(line 2\) holds 1001 inline tags, over "
+                                        r"the limit of 1000"):
+        subtitles.read_srt(data, Limits())
+
+
 def test_a_file_over_the_byte_limit_is_refused():
     with pytest.raises(DataError, match="over the limit of 1000"):
         subtitles.read_srt(make_srt(100), Limits(max_bytes=1000))

@@ -35,16 +35,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfm.documents import inline
 from tfm.documents.formats import Limits
 from tfm.documents.segments import Segment, Tag
 from tfm.errors import DataError
 
 MAX_MEMBERS = 10_000  # files in the zip (a Word file has tens)
+MAX_NESTING = 8  # hyperlinks, insertions, smart tags inside each other; deeper: kept whole
 MAX_RATIO = 1100  # uncompressed to compressed size of a member, above what deflate reaches
 _CHUNK = 1 << 20
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 _XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 _CONTAINERS = {f"{_W}hyperlink", f"{_W}ins", f"{_W}smartTag", f"{_W}customXml"}
+_DROPPED = {f"{_W}proofErr", f"{_W}lastRenderedPageBreak"}  # where Word last saw them
 _SPACES = {f"{_W}tab", f"{_W}br", f"{_W}cr", f"{_W}ptab"}
 _PARTS = re.compile(r"/word/(document|header\d*|footer\d*|footnotes|endnotes)\.xml")
 
@@ -95,13 +98,14 @@ def read(data: bytes, limits: Limits) -> WordDocument:
     document = _open(data)
     doc = WordDocument([], data, [])
     count = 0
-    for p, (_, root) in enumerate(_parts(document)):
+    for p, (part, root) in enumerate(_parts(document)):
         for i, paragraph in enumerate(_paragraphs(root)):
             count += 1
             if count > limits.max_segments:
                 raise DataError(f"DOCX holds more than {limits.max_segments} paragraphs "
                                 "(the limit)")
             segment, _ = _Paragraph().read(paragraph)
+            inline.check_tags(segment, f"DOCX paragraph {i + 1} of {part.partname}")
             if segment.text.strip():
                 doc.segments.append(segment)
                 doc.where.append((p, i))
@@ -213,6 +217,7 @@ class _Paragraph:
         self.format: bytes | None = None  # the open format span's key
         self.field: list[Any] | None = None  # a field's elements, from its beginning
         self.depth = 0  # fields nested in it
+        self.depth_open = 0  # containers open (deeper ones are kept whole)
 
     def read(self, paragraph: Any) -> tuple[Segment, list[_Item]]:
         self._children(paragraph)
@@ -230,7 +235,9 @@ class _Paragraph:
                 self._in_field(child)
             elif child.tag == f"{_W}r":
                 self._run(child)
-            elif child.tag in _CONTAINERS:
+            elif child.tag in _DROPPED:  # spelling marks: Word's to find again
+                continue
+            elif child.tag in _CONTAINERS and self.depth_open < MAX_NESTING:
                 self._container(child)
             else:  # a bookmark, a proofing mark, a content control, a simple field, math
                 self._empty(_Item("kept", kept=[child]))
@@ -250,7 +257,7 @@ class _Paragraph:
                     self.text.append(" ")
                     self.length += 1
                 self._empty(_Item("child", rpr, [child], space))
-            elif child.tag != f"{_W}rPr":
+            elif child.tag not in _DROPPED and child.tag != f"{_W}rPr":
                 self._empty(_Item("child", rpr, [child]))
 
     def _in_field(self, element: Any) -> None:
@@ -271,7 +278,9 @@ class _Paragraph:
         self._close_format()
         index = self._open(_Item("container", element))
         start = self.length
+        self.depth_open += 1
         self._children(element)
+        self.depth_open -= 1
         self._flush_field()
         self._close_format()
         self.spans.pop()

@@ -184,5 +184,6 @@ def _add(doc: CatalogueDocument, entry: Any, msgid: str, forms: tuple[int, ...] 
     # before it at a sentence's end), so the model sees "Deleted files", not "Deleted  files",
     # and the placeholder comes back apart from the word it lands beside.
     pattern = re.compile(f"{held} (?=\\S)| {held}(?=[^\\w\\s]|$)|{held}|{_MARKUP}")
-    doc.segments.append(inline.segment(stripped, pattern, doc.markup, _placeholder_or_markup))
+    doc.segments.append(inline.segment(stripped, pattern, doc.markup, _placeholder_or_markup,
+                                       f"PO entry at line {entry.linenum}"))
     doc.slots.append(_Slot(entry, forms, before, after))

@@ -15,11 +15,13 @@ import re
 from collections.abc import Callable
 
 from tfm.documents.segments import Segment, Tag
+from tfm.errors import DataError
 
 Markup = str | tuple[str, str]  # an empty tag's verbatim text; a span's opening and closing
 # What a match is: ("open", name), ("close", name), ("text", its characters), ("empty", "")
 Classify = Callable[[str], tuple[str, str]]
 
+MAX_TAGS = 1000  # inline tags in one segment (a subtitle or a paragraph has a handful)
 _TAG = re.compile(r"<\s*(/?)\s*([A-Za-z][^\s.>/]*)")
 
 
@@ -32,10 +34,21 @@ def html_like(match: str) -> tuple[str, str]:
 
 
 def segment(text: str, pattern: re.Pattern[str], markup: list[Markup],
-            classify: Classify = html_like) -> Segment:
+            classify: Classify = html_like, where: str = "a segment") -> Segment:
     """``text`` without the matches of ``pattern``, each held apart as a tag whose markup is
-    appended to ``markup``."""
-    return _Reader(markup, classify).read(text, pattern)
+    appended to ``markup``; refused when it holds more than :data:`MAX_TAGS` (``where``
+    names it)."""
+    read = _Reader(markup, classify).read(text, pattern)
+    check_tags(read, where)
+    return read
+
+
+def check_tags(segment: Segment, where: str) -> None:
+    """Refuse a segment of more than :data:`MAX_TAGS` tags: placing and writing tags costs
+    more than linear time in their number, and no real sentence holds so many."""
+    if len(segment.tags) > MAX_TAGS:
+        raise DataError(f"{where} holds {len(segment.tags)} inline tags, over the limit of "
+                        f"{MAX_TAGS}")
 
 
 def render(segment: Segment, markup: list[Markup]) -> str:

@@ -211,7 +211,7 @@ class _Reader:
         self.doc.parts.append("".join(head))
         if not body:
             return
-        segment = self._segment(body)
+        segment = self._segment(body, where)
         if not segment.text.strip():
             self.doc.parts.append("".join(body))
             return
@@ -230,12 +230,12 @@ class _Reader:
             if not _valid_timestamp(stamp, self.vtt):
                 raise DataError(f"{where}: broken timestamp {stamp[:30]!r}")
 
-    def _segment(self, body: list[str]) -> Segment:
+    def _segment(self, body: list[str], where: str) -> Segment:
         """The cue's lines as one segment: joined by spaces, markup held apart as tags."""
         joined = " ".join(line.strip() for line in body)
         if self.vtt:
-            return inline.segment(joined, _VTT_MARKUP, self.doc.markup, _vtt_markup)
-        return inline.segment(joined, _SRT_MARKUP, self.doc.markup)
+            return inline.segment(joined, _VTT_MARKUP, self.doc.markup, _vtt_markup, where)
+        return inline.segment(joined, _SRT_MARKUP, self.doc.markup, where=where)
 
 
 def _vtt_markup(match: str) -> tuple[str, str]:
