@@ -45,10 +45,11 @@ class Format:
     name: str
     extensions: tuple[str, ...]
     module: str  # tfm.documents.<module>, with its read()
+    function: str = "read"  # the module's reader of this format (subtitles: read_srt, read_vtt)
 
     def read(self, data: bytes, limits: Limits | None = None) -> Document:
         reader = importlib.import_module(f"tfm.documents.{self.module}")
-        return reader.read(data, limits or Limits())
+        return getattr(reader, self.function)(data, limits or Limits())
 
 
 FORMATS: tuple[Format, ...] = (
@@ -56,8 +57,8 @@ FORMATS: tuple[Format, ...] = (
     Format("html", (".html", ".htm", ".xhtml"), "html"),
     Format("xml", (".xml", ".dita", ".ditamap"), "xml"),
     Format("markdown", (".md", ".markdown"), "markdown"),
-    Format("srt", (".srt",), "subtitles"),
-    Format("vtt", (".vtt",), "subtitles"),
+    Format("srt", (".srt",), "subtitles", "read_srt"),
+    Format("vtt", (".vtt",), "subtitles", "read_vtt"),
     Format("po", (".po", ".pot"), "gettext"),
     Format("xliff", (".xlf", ".xliff"), "xliff"),
     Format("docx", (".docx",), "docx"),
