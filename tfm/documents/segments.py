@@ -61,13 +61,14 @@ class Segment:
             if tag.parent is not None and (parent is None or parent.empty or not (
                     parent.start <= tag.start <= parent.end)):
                 raise ValueError(f"tag {tag.ref}'s parent {tag.parent} does not hold it")
-        for i, a in enumerate(spans):
-            for b in spans[i + 1:]:
-                disjoint = a.end <= b.start or b.end <= a.start
-                nested = (a.start <= b.start and b.end <= a.end) or (
-                    b.start <= a.start and a.end <= b.end)
-                if not (disjoint or nested):
-                    raise ValueError(f"tags {a.ref} and {b.ref} overlap without nesting")
+        # Outermost first, each span must lie inside the innermost still open or after it.
+        stack: list[Tag] = []
+        for span in sorted(spans, key=lambda t: (t.start, -t.end)):
+            while stack and stack[-1].end <= span.start:
+                stack.pop()
+            if stack and span.end > stack[-1].end:
+                raise ValueError(f"tags {stack[-1].ref} and {span.ref} overlap without nesting")
+            stack.append(span)
 
     def pieces(self) -> Iterator[tuple[str, str | Tag]]:
         """The segment as a writer walks it, in document order: ``("text", str)``,
@@ -76,41 +77,48 @@ class Segment:
         yield from _walk(self.text, children, None, 0, len(self.text))
 
 
-def _holder(tag: Tag, spans: list[Tag]) -> int | None:
-    """The ref of the innermost span that holds ``tag`` (None: the segment itself)."""
-    if tag.empty and tag.parent is not None:
-        return tag.parent
-    best = None
-    for span in spans:
-        if span is tag:
-            continue
-        if tag.empty:
-            holds = span.start < tag.start < span.end
-        else:  # for equal spans, the one listed first holds the other
-            holds = span.start <= tag.start and tag.end <= span.end and (
-                (span.start, span.end) != (tag.start, tag.end) or spans.index(span) <
-                spans.index(tag))
-        if holds and (best is None or _inside(span, best, spans)):
-            best = span
-    return None if best is None else best.ref
-
-
-def _inside(a: Tag, b: Tag, spans: list[Tag]) -> bool:
-    """Whether span ``a`` lies inside span ``b`` (equal spans: the later one is inside)."""
-    if (a.start, a.end) == (b.start, b.end):
-        return spans.index(a) > spans.index(b)
-    return b.start <= a.start and a.end <= b.end
-
-
 def _tree(tags: tuple[Tag, ...]) -> dict[int | None, list[Tag]]:
-    """Each tag under its holder's ref (None: the top), in document order."""
-    spans = [t for t in tags if not t.empty]
+    """Each tag under its holder's ref (None: the top), in document order.
+
+    Spans sorted outermost first (start, then the farther end, then the order given) meet their
+    holder on a stack of open spans, as a parser meets elements; each empty tag is held by its
+    ``parent`` or else the innermost span that holds its offset strictly. O(n log n) for n tags.
+    """
+    order = {id(tag): i for i, tag in enumerate(tags)}
+    spans = sorted((t for t in tags if not t.empty),
+                   key=lambda t: (t.start, -t.end, order[id(t)]))
+    empties = sorted((t for t in tags if t.empty), key=lambda t: (t.start, order[id(t)]))
     children: dict[int | None, list[Tag]] = {}
-    for tag in tags:
-        children.setdefault(_holder(tag, spans), []).append(tag)
+    stack: list[Tag] = []
+    waiting = iter(empties)
+    empty = next(waiting, None)
+    for span in [*spans, None]:
+        start = span.start if span is not None else None
+        # empty tags before this span opens (or at its start, which is outside it)
+        while empty is not None and (start is None or empty.start <= start):
+            _place_empty(empty, stack, children)
+            empty = next(waiting, None)
+        if span is None:
+            break
+        while stack and stack[-1].end <= span.start:
+            stack.pop()
+        holder = stack[-1].ref if stack else None
+        children.setdefault(holder, []).append(span)
+        stack.append(span)
     for siblings in children.values():
-        siblings.sort(key=lambda tag: tag.start)  # stable: equal starts keep the order given
+        siblings.sort(key=lambda tag: (tag.start, order[id(tag)]))
     return children
+
+
+def _place_empty(tag: Tag, stack: list[Tag], children: dict[int | None, list[Tag]]) -> None:
+    """An empty tag under its parent, or the innermost open span holding it strictly."""
+    if tag.parent is not None:
+        children.setdefault(tag.parent, []).append(tag)
+        return
+    while stack and stack[-1].end <= tag.start:
+        stack.pop()
+    holder = next((s.ref for s in reversed(stack) if s.start < tag.start < s.end), None)
+    children.setdefault(holder, []).append(tag)
 
 
 def _walk(text: str, children: dict[int | None, list[Tag]], ref: int | None, start: int,
