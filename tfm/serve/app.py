@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException
 
 from tfm import __version__
 from tfm.config import SearchOptions
+from tfm.data.sentences import Passage, split_sentences
 from tfm.decoding.constraints import MAX_CONSTRAINTS, ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import constraint_record, prepare_request, translation_record
@@ -45,7 +46,6 @@ from tfm.serve.schema import (
     TranslateResponse,
     given_options,
 )
-from tfm.serve.sentences import Passage, split_sentences
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]  # ASGI's receive
 
@@ -165,7 +165,8 @@ class _Service:
         config = self.config
         texts = [body.text] if isinstance(body.text, str) else body.text
         phrases, prefixes = _per_text(body, len(texts))
-        passages = [split_sentences(t) if body.split and not phrases[i] and not prefixes[i]
+        passages = [split_sentences(t, body.source_lang)
+                    if body.split and not phrases[i] and not prefixes[i]
                     else Passage.whole(t) for i, t in enumerate(texts)]
         sentences = [s for p in passages for s in p.sentences]
         if len(sentences) > config.max_sentences:
