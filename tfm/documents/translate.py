@@ -44,13 +44,15 @@ Alignment = list[tuple[int, int]]  # (source word, target word), words split at 
 def translate_document(document: Document, translator: Translator, options: SearchOptions, *,
                        target_lang: str | None = None, source_lang: str | None = None,
                        split: bool = True, glossary: Glossary | None = None,
-                       progress: Callable[[int], None] | None = None) -> bytes:
+                       progress: Callable[[int], None] | None = None,
+                       passages: list[Passage] | None = None) -> bytes:
     """The document's file with every segment translated and its tags put back (see the
     module). ``target_lang``, ``source_lang``, ``glossary``: as ``prepare_request`` takes
     them; ``split``: cut segments into sentences (False: each segment is one);
-    ``progress``: called with the number of sentences done, as they are."""
-    passages = [split_sentences(s.text, source_lang) if split else Passage.whole(s.text)
-                for s in document.segments]
+    ``progress``: called with the number of sentences done, as they are; ``passages``: the
+    segments as ``cut_document`` cut them, if already done (to count them first)."""
+    if passages is None:
+        passages = cut_document(document, split, source_lang)
     found = [(k, sentence) for k, p in enumerate(passages) for sentence in p.sentences]
     tagged = [bool(document.segments[k].tags) for k, _ in found]
     results: list[Translation | None] = [None] * len(found)
@@ -73,6 +75,14 @@ def translate_document(document: Document, translator: Translator, options: Sear
                       for r, s in zip(mine, passage.sentences)]
         segments.append(project(segment, passage, texts, alignments))
     return document.write(segments)
+
+
+def cut_document(document: Document, split: bool = True, language: str | None = None
+                 ) -> list[Passage]:
+    """Each segment's text as the sentences to translate (``split``: by ``language``'s rules;
+    else the segment whole)."""
+    return [split_sentences(s.text, language) if split else Passage.whole(s.text)
+            for s in document.segments]
 
 
 def text_alignment(result: Translation, sentence: str) -> Alignment | None:
