@@ -71,3 +71,32 @@ def test_splitting_then_joining_the_sentences_gives_back_the_text(text: str, lan
     assert passage.join(passage.sentences) == text
     assert all(s and s == s.strip() for s in passage.sentences)
     assert not any("\n" in s or "\r" in s for s in passage.sentences)
+
+
+# --- lines translated sentence by sentence (tfm/decoding/passages.py) ------------------------
+
+def test_a_line_s_target_language_tag_goes_to_each_of_its_sentences():
+    from tfm.decoding.passages import cut
+
+    (passage,) = cut(["  >>de<< One dog. Two cats."], split=True)
+    assert passage.sentences == [">>de<< One dog.", ">>de<< Two cats."]
+    assert passage.join(["Ein Hund.", "Zwei Katzen."]) == "  Ein Hund. Zwei Katzen."
+
+
+def test_lines_are_rejoined_from_their_sentences_translations():
+    from tfm.decoding.passages import cut, passage_record, rejoined, sentences
+    from tfm.decoding.translator import Translation
+
+    passages = cut(["One. Two.", "", "  Three."], split=True)
+    found = sentences(passages)
+    assert found == ["One.", "Two.", "Three."]
+    results = [Translation(s, [(s.upper(), -1.0)], target_tokens=2) for s in found]
+    lines = rejoined(passages, results)
+    assert [line.text for line, _ in lines] == ["ONE. TWO.", "", "  THREE."]
+    first, parts = lines[0]
+    assert first.hypotheses[0][1] == -2.0 and first.target_tokens == 4
+    record = passage_record(first, parts)
+    assert [s["source"] for s in record["sentences"]] == ["One.", "Two."]
+    one = passage_record(*lines[2])
+    assert one["source"] == "Three." and one["translation"] == "  THREE."
+    assert [p.sentences for p in cut(["One. Two."], split=False)] == [["One. Two."]]

@@ -45,6 +45,8 @@ def decode_text(data: bytes, limits: Limits) -> str:
     if len(data) > limits.max_bytes:
         raise DataError(f"{len(data):,} bytes is more than the {limits.max_bytes:,} a document "
                         "may have")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise DataError("UTF-16 text (its byte-order mark): convert it to UTF-8 first")
     nul = data.find(b"\0")
     if nul != -1:
         raise DataError(f"not a text file (a NUL byte at byte {nul}): a binary file?")
