@@ -209,3 +209,31 @@ def test_only_the_sentences_of_tagged_segments_are_translated_with_attention():
     assert translate_document(doc, translator, SearchOptions()) == b"ok"
     assert translator.calls == [(["Plain text."], False), (["The dog sleeps."], True)]
     assert shown(doc.written[1]) == "THE <0>DOG</0> SLEEPS."
+
+
+def test_a_real_model_s_alignment_places_every_tag(tmp_path, tokenizer):
+    from conftest import random_model_dir
+
+    from tfm.decoding.engines import load_translator
+
+    translator = load_translator(random_model_dir(tmp_path / "m", tokenizer), "cpu")
+
+    @dataclass
+    class Doc:
+        segments: list[Segment]
+        written: list[Segment] = field(default_factory=list)
+
+        def write(self, translations):
+            self.written = list(translations)
+            return b""
+
+    doc = Doc([SOURCE, Segment("A cat.", (Tag(2, 2, 0),))])
+    translate_document(doc, translator, translator.default_options(beam=1))
+    for before, after in zip(doc.segments, doc.written):
+        after.check()
+        assert [t.ref for t in after.tags] == [t.ref for t in before.tags]
+    sentence = "The dog sleeps in the garden."
+    (result,) = translator.translate([sentence], translator.default_options(beam=1,
+                                                                              attention=True))
+    pairs = text_alignment(result, sentence)
+    assert pairs and all(0 <= i < 6 and 0 <= j < len(result.text.split()) for i, j in pairs)
