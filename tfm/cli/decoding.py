@@ -421,7 +421,7 @@ def _translate_document(translator: Translator, options: SearchOptions, ask: _As
     written in its format: to --output whole once done (an error or Ctrl-C leaves nothing
     half-written), or to standard output."""
     from tfm.atomic import atomic_write_bytes
-    from tfm.documents.translate import cut_document, translate_document
+    from tfm.documents.translate import DocumentWork, translate_document
     from tfm.errors import DataError
 
     try:
@@ -438,12 +438,11 @@ def _translate_document(translator: Translator, options: SearchOptions, ask: _As
         raise UsageError(f"{input}: this tfm cannot read {document.name} documents yet; "
                          "--input-format text reads it as lines") from None
     language = ask.source or translator.info.src_lang
-    passages = cut_document(doc, ask.split, language)
-    total = sum(len(p.sentences) for p in passages)
-    with _translating(total, _search_name(options, engine)) as progress:
+    work = DocumentWork.of(doc, ask.split, language)
+    with _translating(len(work.sentences), _search_name(options, engine)) as progress:
         written = translate_document(doc, translator, options, target_lang=ask.language,
                                      source_lang=ask.source, glossary=ask.glossary,
-                                     progress=progress, passages=passages)
+                                     progress=progress, work=work)
     if output is not None:
         atomic_write_bytes(output, written)
     else:

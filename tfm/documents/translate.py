@@ -45,44 +45,70 @@ def translate_document(document: Document, translator: Translator, options: Sear
                        target_lang: str | None = None, source_lang: str | None = None,
                        split: bool = True, glossary: Glossary | None = None,
                        progress: Callable[[int], None] | None = None,
-                       passages: list[Passage] | None = None) -> bytes:
+                       work: DocumentWork | None = None) -> bytes:
     """The document's file with every segment translated and its tags put back (see the
     module). ``target_lang``, ``source_lang``, ``glossary``: as ``prepare_request`` takes
     them; ``split``: cut segments into sentences (False: each segment is one);
-    ``progress``: called with the number of sentences done, as they are; ``passages``: the
-    segments as ``cut_document`` cut them, if already done (to count them first)."""
-    if passages is None:
-        passages = cut_document(document, split, source_lang)
-    found = [(k, sentence) for k, p in enumerate(passages) for sentence in p.sentences]
-    tagged = [bool(document.segments[k].tags) for k, _ in found]
-    results: list[Translation | None] = [None] * len(found)
-    aligned = translator.supports_attention
-    for with_tags in (False, True):  # attention (slower) only where there are tags to place
-        chosen = [i for i, t in enumerate(tagged) if t == with_tags]
-        if not chosen:
-            continue
-        wanted = replace(options, attention=options.attention or (with_tags and aligned))
-        sources = prepare_request(translator, [found[i][1] for i in chosen], wanted, None,
-                                  glossary, target_lang, source_lang=source_lang)
+    ``progress``: called with the number of sentences done, as they are; ``work``: the
+    document as ``DocumentWork.of`` cut it, if already done (to count its sentences first)."""
+    work = work or DocumentWork.of(document, split, source_lang)
+    results: list[Translation | None] = [None] * len(work.sentences)
+    for chosen, with_tags in work.groups():
+        wanted = work.options(options, with_tags, translator.supports_attention)
+        sources = prepare_request(translator, [work.sentences[i] for i in chosen], wanted,
+                                  None, glossary, target_lang, source_lang=source_lang)
         for i, result in zip(chosen, translator.translate_prepared(sources, wanted, progress)):
             results[i] = result
-    segments, position = [], 0
-    for segment, passage in zip(document.segments, passages):
-        mine = results[position: position + len(passage.sentences)]
-        position += len(passage.sentences)
-        texts = [r.text for r in mine if r is not None]
-        alignments = [text_alignment(r, s) if r is not None else None
-                      for r, s in zip(mine, passage.sentences)]
-        segments.append(project(segment, passage, texts, alignments))
-    return document.write(segments)
+    return work.write([r for r in results if r is not None])
 
 
-def cut_document(document: Document, split: bool = True, language: str | None = None
-                 ) -> list[Passage]:
-    """Each segment's text as the sentences to translate (``split``: by ``language``'s rules;
-    else the segment whole)."""
-    return [split_sentences(s.text, language) if split else Passage.whole(s.text)
-            for s in document.segments]
+@dataclass
+class DocumentWork:
+    """A document as translation takes it: each segment cut into sentences (``passages``),
+    and all its sentences in order; ``write`` puts their translations back. The server
+    decodes them through its batcher, the command line through the translator."""
+
+    document: Document
+    passages: list[Passage]
+
+    @classmethod
+    def of(cls, document: Document, split: bool = True, language: str | None = None
+           ) -> DocumentWork:
+        """``document``'s segments cut into sentences (``split``: by ``language``'s rules;
+        else each segment whole)."""
+        return cls(document, [split_sentences(s.text, language) if split else
+                              Passage.whole(s.text) for s in document.segments])
+
+    @property
+    def sentences(self) -> list[str]:
+        return [sentence for p in self.passages for sentence in p.sentences]
+
+    def groups(self) -> list[tuple[list[int], bool]]:
+        """The sentences (their positions) to decode without and with attention: those of
+        segments with tags need the alignment that places them (slower)."""
+        tagged = [bool(segment.tags) for segment, p in zip(self.document.segments,
+                                                           self.passages) for _ in p.sentences]
+        groups = [([i for i, t in enumerate(tagged) if t == want], want)
+                  for want in (False, True)]
+        return [(chosen, want) for chosen, want in groups if chosen]
+
+    @staticmethod
+    def options(options: SearchOptions, with_tags: bool, aligned: bool) -> SearchOptions:
+        """The search options of a group: attention on for tags, where the engine has it."""
+        return replace(options, attention=options.attention or (with_tags and aligned))
+
+    def write(self, results: Sequence[Translation]) -> bytes:
+        """The file with the translations (of ``sentences``, in order) in place."""
+        if len(results) != len(self.sentences):
+            raise ValueError(f"{len(results)} translations for {len(self.sentences)} "
+                             "sentences")
+        segments, position = [], 0
+        for segment, passage in zip(self.document.segments, self.passages):
+            mine = results[position: position + len(passage.sentences)]
+            position += len(passage.sentences)
+            alignments = [text_alignment(r, s) for r, s in zip(mine, passage.sentences)]
+            segments.append(project(segment, passage, [r.text for r in mine], alignments))
+        return self.document.write(segments)
 
 
 def text_alignment(result: Translation, sentence: str) -> Alignment | None:
