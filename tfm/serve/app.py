@@ -172,7 +172,8 @@ class _Service:
         config = self.config
         texts = [body.text] if isinstance(body.text, str) else body.text
         phrases, prefixes = _per_text(body, len(texts))
-        passages = [split_sentences(t, body.source_lang)
+        language = body.source_lang or self.translator.info.src_lang  # whose rules cut
+        passages = [split_sentences(t, language)
                     if body.split and not phrases[i] and not prefixes[i]
                     else Passage.whole(t) for i, t in enumerate(texts)]
         sentences = [s for p in passages for s in p.sentences]
@@ -256,7 +257,8 @@ class _Service:
         batcher = self.ready_batcher()
         assert self.translator is not None
         options = self.options(body)
-        works = [DocumentWork.of(d, body.split, body.source_lang) for d in documents]
+        language = body.source_lang or self.translator.info.src_lang
+        works = [DocumentWork.of(d, body.split, language) for d in documents]
         sentences = [s for w in works for s in w.sentences]
         if len(sentences) > self.config.max_sentences:
             raise ApiError(413, f"{len(sentences)} sentences are more than this server takes "
