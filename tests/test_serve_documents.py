@@ -107,3 +107,10 @@ def test_the_file_s_name_is_the_upload_s_with_the_target_language():
     assert download_name(None, text, ">>fr<<") == "document.fr.txt"
     assert download_name("C:\\docs\\a b.txt", text, None) == "a_b.translated.txt"
 
+
+
+def test_the_page_is_told_the_formats_a_text_can_hold(url: str):
+    page = local_http.get(f"{url}/").text
+    assert '"formats": [{"name": "text", "extensions": [".txt", ".text"]}' in page
+    assert '"name": "html"' in page and '"name": "docx"' not in page
+    assert 'id="file"' in page and 'id="download"' in page

@@ -38,13 +38,14 @@ from tfm.decoding.constraints import MAX_CONSTRAINTS, ConstraintError, Constrain
 from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import constraint_record, prepare_request, translation_record
 from tfm.decoding.translator import Source, Translation, Translator
-from tfm.documents.formats import Document, Format, Limits, format_for
+from tfm.documents.formats import FORMATS, Document, Format, Limits, format_for
 from tfm.documents.translate import DocumentWork
 from tfm.errors import DataError, OptionError, UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
 from tfm.serve.metrics import ServeMetrics
 from tfm.serve.schema import (
+    BINARY_FORMATS,
     REQUEST_OPTIONS,
     TranslateRequest,
     TranslateResponse,
@@ -427,6 +428,7 @@ def _problem(error: dict[str, Any]) -> dict[str, str]:
 
 def _add_routes(app: FastAPI, service: _Service) -> None:
     config = service.config
+    _add_document_route(app, service)
 
     @app.post("/v1/translate", response_model=None,
               responses={200: {"model": TranslateResponse}, 401: {}, 413: {}, 422: {},
@@ -434,29 +436,6 @@ def _add_routes(app: FastAPI, service: _Service) -> None:
     async def translate(body: TranslateRequest, request: Request) -> Response:
         """Translate a text or a list of texts; the answers come in the same order."""
         return await service.translate(body, request.receive)
-
-    @app.post("/v1/document", response_class=Response,
-              responses={200: {"content": {"application/octet-stream": {}}}, 401: {},
-                         413: {}, 415: {}, 422: {}, 503: {}})
-    async def document(request: Request, filename: Optional[str] = None,
-                       format: Optional[str] = None, target_lang: Optional[str] = None,
-                       source_lang: Optional[str] = None, beam: Optional[int] = None,
-                       split: bool = True, glossary: bool = True) -> Response:
-        """Translate a file sent as the body (its format by ``format``, else by the
-        extension of ``filename``); the answer is the translated file, in the same format."""
-        try:
-            fmt = format_for(Path(filename) if filename else None, format)
-        except UsageError as e:
-            raise ApiError(415, str(e).replace("--format", "format")) from e
-        try:
-            body = TranslateRequest(text="", beam=beam, target_lang=target_lang,
-                                    source_lang=source_lang, split=split, glossary=glossary)
-        except ValidationError as e:
-            raise ApiError(422, f"invalid request: {e.errors()[0]['msg']}") from e
-        data = await request.body()
-        return await service.document(data, fmt, body,
-                                      download_name(filename, fmt, target_lang),
-                                      request.receive)
 
     @app.get("/v1/info")
     async def info() -> dict[str, Any]:
@@ -481,10 +460,37 @@ def _add_routes(app: FastAPI, service: _Service) -> None:
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
-        facts = {**service.languages(), "api_key_required": config.api_key is not None}
+        facts = {**service.languages(), "api_key_required": config.api_key is not None,
+                 "formats": TEXT_FORMATS}
         # JSON inside <script>: "<" escaped so no text can close the element.
         blob = json.dumps(facts).replace("<", "\\u003c")
         return HTMLResponse(page.replace("__SERVER__", blob), headers=_PAGE_HEADERS)
+
+
+def _add_document_route(app: FastAPI, service: _Service) -> None:
+    """POST /v1/document: a file in its format as the body, its translation as the answer."""
+    @app.post("/v1/document", response_class=Response,
+              responses={200: {"content": {"application/octet-stream": {}}}, 401: {},
+                         413: {}, 415: {}, 422: {}, 503: {}})
+    async def document(request: Request, filename: Optional[str] = None,
+                       format: Optional[str] = None, target_lang: Optional[str] = None,
+                       source_lang: Optional[str] = None, beam: Optional[int] = None,
+                       split: bool = True, glossary: bool = True) -> Response:
+        """Translate a file sent as the body (its format by ``format``, else by the
+        extension of ``filename``); the answer is the translated file, in the same format."""
+        try:
+            fmt = format_for(Path(filename) if filename else None, format)
+        except UsageError as e:
+            raise ApiError(415, str(e).replace("--format", "format")) from e
+        try:
+            body = TranslateRequest(text="", beam=beam, target_lang=target_lang,
+                                    source_lang=source_lang, split=split, glossary=glossary)
+        except ValidationError as e:
+            raise ApiError(422, f"invalid request: {e.errors()[0]['msg']}") from e
+        data = await request.body()
+        return await service.document(data, fmt, body,
+                                      download_name(filename, fmt, target_lang),
+                                      request.receive)
 
 
 async def _unless_disconnected(job: Job, batcher: Batcher, receive: Receive
@@ -517,6 +523,11 @@ MEDIA_TYPES = {
     "po": "text/x-gettext-translation", "xliff": "application/xliff+xml",
     "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
 }
+
+
+# The formats the page offers, and their extensions: those a text can hold (not DOCX).
+TEXT_FORMATS = [{"name": f.name, "extensions": list(f.extensions)} for f in FORMATS
+                if f.name not in BINARY_FORMATS]
 
 
 def _groups(works: list[DocumentWork]) -> list[tuple[list[int], bool]]:
