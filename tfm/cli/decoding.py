@@ -56,9 +56,10 @@ def translate(
         "requests, one a line), or a document (docs/DOCUMENTS.md).",
         rich_help_panel=IO)] = None,
     input_format: Annotated[str, typer.Option(
-        "--input-format", help="auto (by extension: jsonl for .jsonl[.gz], a document for "
-        "its format's, else text), text (lines), jsonl, or a document format: html, xml, "
-        "markdown, srt, vtt, po, xliff, docx.", rich_help_panel=IO)] = "auto",
+        "--input-format", help="auto (by --input's extension: .jsonl[.gz] jsonl, a document "
+        "format's that document, any other lines of text), text (lines), jsonl, or a document "
+        "format: html, xml, markdown, srt, vtt, po, xliff, docx.", rich_help_panel=IO)
+    ] = "auto",
     no_split: Annotated[bool, typer.Option(
         "--no-split", help="Translate each line (or text) whole, as one sentence: for a "
         "corpus already one sentence a line.", rich_help_panel=IO)] = False,
