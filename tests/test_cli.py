@@ -145,7 +145,7 @@ def test_translate_from_arguments_file_and_stdin_agree(demo_model: Path, tmp_pat
 def test_translating_a_file_says_how_many_sentences_took_how_long(
         demo_model: Path, tmp_path: Path) -> None:
     # A file can take minutes: a bar on a terminal, and in any case one line at the end.
-    (tmp_path / "in.en").write_text("The dog sleeps.\n\nMy sister buys bread.\n")
+    (tmp_path / "in.en").write_text("The dog sleeps. The cat eats.\n\nMy sister buys bread.\n")
     result = tfm("translate", "-m", str(demo_model), "-b", "2", "--input",
                  str(tmp_path / "in.en"), "--output", str(tmp_path / "out.de"))
     assert result.returncode == 0, result.stderr
@@ -185,6 +185,110 @@ def test_eval_prints_the_same_bleu_as_sacrebleu(demo_model: Path, tmp_path: Path
     assert ours["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp")
     rescored = tfm("eval", "--hyp", str(hyp), "--ref", str(DEMO / "test.de"), "--json")
     assert json.loads(rescored.stdout)[0]["score"] == ours["score"]
+
+
+# --- lines of several sentences, and documents ------------------------------------------------
+
+ONE, TWO = "The dog sleeps in the garden.", "My sister buys bread at the market."
+
+
+def translations_apart(model: Path, *sentences: str) -> list[str]:
+    """Each sentence's translation, translated alone."""
+    result = tfm("translate", "-m", str(model), "-b", "1", *sentences)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")[:-1]
+    assert len(lines) == len(sentences)
+    return lines
+
+
+def test_every_sentence_of_a_line_is_translated(demo_model: Path, tmp_path: Path) -> None:
+    # The lost sentence: a line was one segment, and the model translated its first sentence.
+    one, two = translations_apart(demo_model, ONE, TWO)
+    together = tfm("translate", "-m", str(demo_model), "-b", "1", f"{ONE} {TWO}")
+    assert together.returncode == 0, together.stderr
+    assert together.stdout == f"{one} {two}\n"
+    (tmp_path / "doc.en").write_text(f"{ONE}  {TWO}\n\n  {ONE}\n")
+    expected = f"{one}  {two}\n\n  {one}\n"  # whitespace between and before sentences kept
+    from_file = tfm("translate", "-m", str(demo_model), "-b", "1", "--input",
+                    str(tmp_path / "doc.en"))
+    assert from_file.returncode == 0, from_file.stderr
+    assert from_file.stdout == expected
+    assert "Translated 3 sentences" in from_file.stderr
+    from_stdin = tfm("translate", "-m", str(demo_model), "-b", "1",
+                     stdin=(tmp_path / "doc.en").read_text())
+    assert from_stdin.stdout == expected
+    record = json.loads(tfm("translate", "-m", str(demo_model), "-b", "1", "--format", "jsonl",
+                            f"{ONE} {TWO}").stdout)
+    assert record["translation"] == f"{one} {two}"
+    assert [s["source"] for s in record["sentences"]] == [ONE, TWO]
+
+
+def test_no_split_translates_a_line_whole(demo_model: Path) -> None:
+    result = tfm("translate", "-m", str(demo_model), "-b", "1", "--no-split", "--format",
+                 "jsonl", f"{ONE} {TWO}")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["source"] == f"{ONE} {TWO}" and "sentences" not in record
+
+
+def test_eval_keeps_a_line_a_line(demo_model: Path, tmp_path: Path) -> None:
+    one, two = translations_apart(demo_model, ONE, TWO)
+    (tmp_path / "src.en").write_text(f"{ONE} {TWO}\n{TWO}\n")
+    (tmp_path / "ref.de").write_text("Der Hund schläft im Garten. Sie kauft Brot.\nBrot.\n")
+    result = tfm("eval", "-m", str(demo_model), "-b", "1", "--src", str(tmp_path / "src.en"),
+                 "--ref", str(tmp_path / "ref.de"), "--save-hyp", str(tmp_path / "hyp.de"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "hyp.de").read_text() == f"{one} {two}\n{two}\n"
+
+
+def test_a_text_document_comes_back_byte_for_byte_but_its_words(demo_model: Path,
+                                                                 tmp_path: Path) -> None:
+    one, two = translations_apart(demo_model, ONE, TWO)
+    doc = tmp_path / "doc.txt"  # a BOM, CRLF line ends, a line of spaces, indentation
+    doc.write_bytes(f"\ufeff{ONE} {TWO}\r\n\r\n   \r\n\t{TWO}  \r\n".encode())
+    result = tfm("translate", "-m", str(demo_model), "-b", "1", "--input", str(doc),
+                 "--output", str(tmp_path / "doc.de.txt"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "doc.de.txt").read_bytes() == \
+        f"\ufeff{one} {two}\r\n\r\n   \r\n\t{two}  \r\n".encode()
+    assert "Translated 3 sentences" in result.stderr
+    to_stdout = tfm("translate", "-m", str(demo_model), "-b", "1", "--input", str(doc),
+                    "--no-split")
+    assert to_stdout.returncode == 0, to_stdout.stderr
+    assert to_stdout.stdout.count("\n") == 4 and "Translated 2 sentences" in to_stdout.stderr
+
+
+def test_a_document_is_refused_what_only_lines_can_take(demo_model: Path,
+                                                          tmp_path: Path) -> None:
+    page = tmp_path / "page.html"
+    page.write_text("<p>The dog sleeps.</p>")
+    assert_user_error(tfm("translate", "-m", str(demo_model), "--input", str(page),
+                          "--format", "jsonl"), "own format (html)")
+    assert_user_error(tfm("translate", "-m", str(demo_model), "--input", str(page),
+                          "--constraint", "Hund"), "--constraint")
+    word = tmp_path / "doc.docx"
+    word.write_bytes(b"PK\x03\x04")
+    assert_user_error(tfm("translate", "-m", str(demo_model), "--input", str(word)),
+                      "--output")
+    assert_user_error(tfm("translate", "-m", str(demo_model), "--input", str(page),
+                          "--input-format", "pdf"), "--input-format pdf", "html", "docx")
+
+
+@pytest.mark.parametrize("name, data", [
+    ("doc.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"),  # a document: binary
+    ("doc.en", b"A line.\nB\x00\x01\x02 line.\n"),  # lines: text with a NUL
+    ("doc.txt", "Ein Satz in Latin-1: Stra\u00dfe.\n".encode("latin-1")),  # not UTF-8
+])
+def test_a_binary_or_foreign_file_is_refused_and_nothing_written(
+        demo_model: Path, tmp_path: Path, name: str, data: bytes) -> None:
+    (tmp_path / name).write_bytes(data)
+    out = tmp_path / "out.txt"
+    out.write_text("before\n")
+    result = tfm("translate", "-m", str(demo_model), "--input", str(tmp_path / name),
+                 "--output", str(out))
+    assert_user_error(result, name)
+    assert out.read_text() == "before\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "out.txt"])
 
 
 # --- user errors: one line on stderr, a non-zero exit, no traceback --------------------------

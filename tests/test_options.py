@@ -170,12 +170,12 @@ def test_tfm_translate_hands_the_search_the_options_given(monkeypatch: pytest.Mo
     """``beam`` and ``batch_tokens`` from the command line to the SearchOptions the search
     gets, the model's defaults filling what was not given."""
     from tfm.config import GenerationDefaults
-    from tfm.decoding.translator import Translator
+    from tfm.decoding.translator import Source, Translation, Translator
 
     seen: list[SearchOptions] = []
 
     class Fake:
-        info = SimpleNamespace(generation=GenerationDefaults(max_len_b=7))
+        info = SimpleNamespace(generation=GenerationDefaults(max_len_b=7), src_lang=None)
         vocabs = SimpleNamespace(src=SimpleNamespace(get_vocab=dict))  # no language tags
         supports_attention, engine, reranker = True, "fake", None
         languages = ModelLanguages(LanguageMarking("none"), (), {}.get, {}.get)  # bilingual
@@ -184,10 +184,10 @@ def test_tfm_translate_hands_the_search_the_options_given(monkeypatch: pytest.Mo
         def prepare(self, sentences: list[str], specs: Any, options: SearchOptions,
                     *direction: Any) -> list:
             seen.append(options)
-            return []
+            return [Source(s, []) for s in sentences]
 
         def translate_prepared(self, sources: list, options: SearchOptions) -> list:
-            return []
+            return [Translation(s.sentence, [("", 0.0)]) for s in sources]
 
     monkeypatch.setattr("tfm.decoding.engines.load_translator", lambda *a, **k: Fake())
     result = CliRunner().invoke(app, ["translate", "-m", "m", "--beam", "3",

@@ -1,5 +1,5 @@
-"""Specifications of ``tfm serve``: the dynamic batcher on its own, the sentence splitter, and
-the HTTP server as clients meet it.
+"""Specifications of ``tfm serve``: the dynamic batcher on its own and the HTTP server as
+clients meet it (its sentence splitter: test_sentences.py).
 
 The server runs for real: ``tfm serve`` in a subprocess on a free loopback port, or uvicorn in
 a thread where a test must hold the decoding worker at a known point (a translator whose
@@ -35,8 +35,6 @@ import local_http
 import pytest
 import torch
 from conftest import PAIRS, tfm
-from hypothesis import given
-from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from tfm.checkpoint import save_model_dir
@@ -51,7 +49,6 @@ from tfm.model import Transformer
 from tfm.model_info import ModelInfo
 from tfm.serve.batcher import Batcher, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
-from tfm.serve.sentences import split_sentences
 
 API_KEY = "test-key-5b1f"
 SENTENCES = [source for source, _ in PAIRS[:12]]
@@ -518,34 +515,6 @@ def test_a_request_of_many_sentences_may_span_batches_and_is_answered_in_order()
     results = asyncio.run(scenario())
     assert len(calls) == 3
     assert [r.text for r in results] == [f"W{i} X" for i in range(5)]
-
-
-# --- splitting pasted text ------------------------------------------------------------------
-
-def test_a_pasted_text_is_cut_into_sentences_and_its_layout_kept():
-    text = "Hello world. How are you?  Fine!\n\n  Mr. Smith met J. Doe.\r\nA dog runs . A cat .\n"
-    passage = split_sentences(text)
-    assert passage.sentences == ["Hello world.", "How are you?", "Fine!",
-                                 "Mr. Smith met J. Doe.", "A dog runs .", "A cat ."]
-    assert passage.join([f"<{i}>" for i in range(6)]) == \
-        "<0> <1>  <2>\n\n  <3>\r\n<4> <5>\n"
-
-
-@pytest.mark.parametrize("text, sentences", [
-    ("", []), ("\n \n", []), ("no end", ["no end"]), ("e.g. this. And 3.5 that.",
-                                                      ["e.g. this.", "And 3.5 that."]),
-    ('He said "Stop." Then left.', ['He said "Stop."', "Then left."]),
-    ("Wait... what? yes", ["Wait... what? yes"]), ("你好。我很好！", ["你好。", "我很好！"]),
-])
-def test_sentence_boundaries(text: str, sentences: list[str]):
-    assert split_sentences(text).sentences == sentences
-
-
-@given(st.text(alphabet=st.sampled_from(list("ab .!?\n\r\t…。\"'")), max_size=40))
-def test_splitting_then_joining_the_sentences_gives_back_the_text(text: str):
-    passage = split_sentences(text)
-    assert passage.join(passage.sentences) == text
-    assert all(s and s == s.strip() for s in passage.sentences)
 
 
 # --- the HTTP server ------------------------------------------------------------------------

@@ -193,3 +193,31 @@ def test_the_page_file_ships_inside_the_package():
     import tfm.serve
 
     assert (Path(tfm.serve.__file__).parent / "page.html").is_file()
+
+
+def test_a_file_opened_on_the_page_is_translated_and_offered_as_a_file(
+        browser, translator: Translator):
+    from playwright.sync_api import expect
+
+    from tfm.serve.app import create_app
+
+    first, second = PAIRS[0][0], PAIRS[1][0]
+    with serving(create_app(translator, ServeConfig())) as url:
+        posts: list[Any] = []
+        page = open_page(browser, url + "/", posts=posts)
+        formats = page.locator("#format option")
+        assert "html" in [formats.nth(i).get_attribute("value") for i in range(formats.count())]
+        page.set_input_files("#file", files=[{"name": "notes.txt", "mimeType": "text/plain",
+                                              "buffer": f"{first}\n\n{second}\n".encode()}])
+        expect(page.locator("#source")).to_have_value(f"{first}\n\n{second}\n")
+        assert page.input_value("#format") == "text"
+        page.click("#translate")
+        expect(page.locator("#download")).to_be_visible()
+        assert page.input_value("#target") == \
+            f"{expected(translator, first)}\n\n{expected(translator, second)}\n"
+        assert page.get_attribute("#download", "download") == "notes.de.txt"
+        assert posts == [{"text": f"{first}\n\n{second}\n"}]  # plain text: no format sent
+        page.set_input_files("#file", files=[{"name": "page.html", "mimeType": "text/html",
+                                              "buffer": b"<p>x</p>"}])
+        assert page.input_value("#format") == "html" and page.is_hidden("#download")
+        page.close()

@@ -37,10 +37,12 @@ IO, CONSTRAINTS, LANGUAGES = "Input and output", "Constraints", "Languages"
 
 if TYPE_CHECKING:
     from tfm.data.language_marks import ResolvedLanguage
+    from tfm.data.sentences import Passage
     from tfm.decoding.constraints import ConstraintSpec
     from tfm.decoding.glossary import Glossary
     from tfm.decoding.language_id import TargetLanguageCheck
     from tfm.decoding.translator import Source, Translation, Translator
+    from tfm.documents.formats import Format
 
 
 @app.command()
@@ -48,14 +50,20 @@ if TYPE_CHECKING:
 @derive(search=Fields(SearchOptions, given_only=True), engine=Fields(EngineOptions))
 def translate(
     text: Annotated[Optional[list[str]], typer.Argument(
-        help="Sentences to translate. Without any, reads --input or standard input, one "
-        "sentence a line.", show_default=False)] = None,
+        help="Texts to translate, each cut into its sentences. Without any, reads --input "
+        "or standard input, a line at a time.", show_default=False)] = None,
     input: Annotated[Optional[Path], typer.Option(
-        "--input", "-i", help="File to translate, one sentence (or jsonl request) a line.",
+        "--input", "-i", help="File to translate: text a line at a time (or jsonl "
+        "requests, one a line), or a document (docs/DOCUMENTS.md).",
         rich_help_panel=IO)] = None,
     input_format: Annotated[str, typer.Option(
-        "--input-format", help="auto (jsonl for a .jsonl[.gz] file), text or jsonl.",
-        rich_help_panel=IO)] = "auto",
+        "--input-format", help="auto (by --input's extension: .jsonl[.gz] jsonl, a document "
+        "format's that document, any other lines of text), text (lines), jsonl, or a document "
+        "format: html, xml, markdown, srt, vtt, po, xliff, docx.", rich_help_panel=IO)
+    ] = "auto",
+    no_split: Annotated[bool, typer.Option(
+        "--no-split", help="Translate each line (or text) whole, as one sentence: for a "
+        "corpus already one sentence a line.", rich_help_panel=IO)] = False,
     glossary: GlossaryOpt = None,
     prefix: Annotated[Optional[str], typer.Option(
         "--prefix", help="Each translation starts with this text.", show_default=False,
@@ -64,8 +72,8 @@ def translate(
         "--constraint", help="A phrase each translation must contain; repeat for more.",
         show_default=False, rich_help_panel=CONSTRAINTS)] = None,
     output: Annotated[Optional[Path], typer.Option(
-        "--output", help="Write translations here instead of standard output.",
-        rich_help_panel=IO)] = None,
+        "--output", help="Write translations here instead of standard output (whole, once "
+        "done: nothing on an error).", rich_help_panel=IO)] = None,
     fmt: Annotated[str, typer.Option(
         "--format", help="text, or jsonl: scores and n-best too.", rich_help_panel=IO)
     ] = "text",
@@ -95,28 +103,59 @@ def translate(
     _check_options(text, input, fmt, alignments, show_attention, plot)
     check_output_file(output, "--output")
     check_output_file(plot, "--plot")
-    jsonl = _input_is_jsonl(input, input_format)
+    document = _document_format(input, input_format, per_line=bool(
+        fmt != "text" or alignments or constraint or prefix))
+    if document is not None:
+        _check_document_options(document, input, output, fmt, constraint, prefix, alignments)
+    jsonl = document is None and _input_is_jsonl(input, input_format)
     terms = _load_glossary(glossary)
     translator, options = _load_decoder(
         engine, search, attention=alignments or show_attention or plot is not None)
     ask = _Asks(constraint, prefix, terms, _resolve(translator, target_lang, source_lang))
-    # Everything read and checked before the output is opened: bad input writes nothing.
-    sources = (_read_request(translator, options, ask, text, input, jsonl)
-               if text or input is not None else None)
-    sink = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
-    try:
-        if sources is None:  # standard input: translated line by line as it arrives
-            results: Iterable[Translation] = _stream(translator, options, ask)
-        else:
-            results = _translated(translator, sources, options, engine, progress=not text)
-        unmet = _write(results, sink, fmt, alignments, show_attention, plot)
-    finally:
-        if output:
-            sink.close()
+    # A line is cut into its sentences, unless it is one (--no-split, a jsonl request) or what
+    # is asked of it holds for it whole (constraints, a prefix, its attention drawn).
+    ask.split = not (no_split or jsonl or constraint or prefix or show_attention or plot)
+    if document is not None:
+        assert input is not None
+        _translate_document(translator, options, ask, engine, document, input, output)
+        return
+    unmet = _translate_lines(translator, options, ask, engine, text, input, jsonl, output,
+                             (fmt, alignments, show_attention, plot))
     if unmet:
         err.print(f"[yellow]warning[/]: {unmet} translation{'s' if unmet > 1 else ''} miss a "
                   "constraint: the phrases do not all fit the length limit (--max-len-a/b); "
                   "--format jsonl says which", highlight=False)
+
+
+def _translate_lines(translator: Translator, options: SearchOptions, ask: _Asks,
+                     engine: EngineOptions, text: list[str] | None, input: Path | None,
+                     jsonl: bool, output: Path | None,
+                     how: tuple[str, bool, bool, Path | None]) -> int:
+    """The arguments, --input's lines or standard input's, each line translated sentence by
+    sentence and written as a line (``how``: --format, --alignments, --show-attention,
+    --plot); --output written whole at the end, so that an error or Ctrl-C leaves it as it
+    was. Returns the number of sentences that miss a constraint."""
+    import io
+
+    from tfm.decoding.passages import rejoined
+
+    # Everything read and checked before anything is written: bad input writes nothing.
+    request = (_read_request(translator, options, ask, text, input, jsonl)
+               if text or input is not None else None)
+    sink = io.StringIO() if output else sys.stdout
+    if request is None:  # standard input: translated line by line as it arrives
+        results: Iterable[tuple[Translation, list[Translation]]] = _stream(
+            translator, options, ask)
+    else:
+        passages, sources = request
+        results = rejoined(passages, _translated(translator, sources, options, engine,
+                                                 progress=not text))
+    unmet = _write(results, sink, *how)
+    if output:
+        from tfm.atomic import atomic_write_bytes
+
+        atomic_write_bytes(output, sink.getvalue().encode("utf-8"))
+    return unmet
 
 
 def _check_options(text: list[str] | None, input: Path | None, fmt: str, alignments: bool,
@@ -146,13 +185,22 @@ def _load_glossary(path: Path | None) -> Glossary | None:
 @dataclass
 class _Asks:
     """What ``translate``'s options ask of every sentence: --constraint phrases (added to a
-    jsonl line's own), --prefix (a jsonl line's own wins), --glossary terms, and the
-    languages of --target-lang and --source-lang, resolved once."""
+    jsonl line's own), --prefix (a jsonl line's own wins), --glossary terms, the languages of
+    --target-lang and --source-lang, resolved once; whether a line is cut into its sentences
+    (``split``)."""
 
     phrases: list[str] | None
     prefix: str | None
     glossary: Glossary | None
     language: ResolvedLanguage
+    split: bool = True
+
+    def passages(self, translator: Translator, texts: list[str]) -> list[Passage]:
+        """The texts as the sentences to translate, cut by the rules of the source's language
+        (--source-lang's, else the model's)."""
+        from tfm.decoding.passages import cut
+
+        return cut(texts, self.split, self.language.source or translator.info.src_lang)
 
     def of(self, own: list[ConstraintSpec | None]) -> list[ConstraintSpec | None]:
         """Each sentence's phrases and prefix, from its own request (``own``) and the
@@ -165,20 +213,30 @@ class _Asks:
 
 
 def _read_request(translator: Translator, options: SearchOptions, ask: _Asks,
-                  text: list[str] | None, input: Path | None, jsonl: bool) -> list[Source]:
-    """The sentences given as arguments, or read from --input (text or jsonl requests),
-    prepared with what they ask; a bad one is one line naming it."""
+                  text: list[str] | None, input: Path | None, jsonl: bool
+                  ) -> tuple[list[Passage], list[Source]]:
+    """The texts given as arguments, or read from --input (lines of text or jsonl requests),
+    cut into sentences and prepared with what they ask; a bad one is one line naming it."""
+    from tfm.decoding.passages import sentences
+
     if text:
-        sentences, own = list(text), [None] * len(text)
+        lines, own = list(text), [None] * len(text)
     elif jsonl:
         from tfm.decoding.requests import read_requests
 
-        sentences, own = read_requests(input)
+        lines, own = read_requests(input)
     else:
-        sentences = _read_lines(input, allow_empty=True)
-        own = [None] * len(sentences)
-    return _prepared(translator, options, ask, sentences, own,
-                     lambda n: f"{input}, line {n}" if input is not None else f"sentence {n}")
+        lines = _read_lines(input, allow_empty=True)
+        own = [None] * len(lines)
+        _refuse_binary(input, lines)
+    passages = ask.passages(translator, lines)
+    # Each sentence asks what its line asks (a line with asks of its own is never cut).
+    own = [o for o, p in zip(own, passages) for _ in p.sentences]
+    line = [n for n, p in enumerate(passages, 1) for _ in p.sentences]
+    sources = _prepared(translator, options, ask, sentences(passages), own,
+                        lambda n: f"{input}, line {line[n - 1]}" if input is not None
+                        else f"sentence {line[n - 1]}")
+    return passages, sources
 
 
 def _prepared(translator: Translator, options: SearchOptions, ask: _Asks, sentences: list[str],
@@ -200,15 +258,20 @@ def _prepared(translator: Translator, options: SearchOptions, ask: _Asks, senten
 
 
 def _stream(translator: Translator, options: SearchOptions, ask: _Asks
-            ) -> Iterator[Translation]:
+            ) -> Iterator[tuple[Translation, list[Translation]]]:
     """Standard input translated as it arrives: a line typed is translated at once, and the
     lines of a file piped in, read while the previous ones are translated, go in batches."""
+    from tfm.decoding.passages import rejoined, sentences
+
     n = 0
     for lines in arriving_lines(sys.stdin):
-        sources = _prepared(translator, options, ask, [line.rstrip("\r\n") for line in lines],
-                            [None] * len(lines), lambda k: f"standard input, line {k}", first=n)
+        passages = ask.passages(translator, [line.rstrip("\r\n") for line in lines])
+        line = [n + k for k, p in enumerate(passages, 1) for _ in p.sentences]
+        found = sentences(passages)
+        sources = _prepared(translator, options, ask, found, [None] * len(found),
+                            lambda k, line=line: f"standard input, line {line[k - 1]}")
         n += len(lines)
-        yield from translator.translate_prepared(sources, options)
+        yield from rejoined(passages, translator.translate_prepared(sources, options))
 
 
 def arriving_lines(stream: TextIO, most: int = 512) -> Iterator[list[str]]:
@@ -256,22 +319,23 @@ def _translated(translator: Translator, sources: list[Source], options: SearchOp
         return translator.translate_prepared(sources, options, advance)
 
 
-def _write(results: Iterable[Translation], sink: TextIO, fmt: str, alignments: bool,
-           show_attention: bool, plot: Path | None) -> int:
-    """Each translation written as it comes (a line of text, or its JSON record), its
-    attention drawn or plotted if asked; the number of those that miss a constraint."""
-    from tfm.decoding.requests import translation_record
+def _write(results: Iterable[tuple[Translation, list[Translation]]], sink: TextIO, fmt: str,
+           alignments: bool, show_attention: bool, plot: Path | None) -> int:
+    """Each line's translation written as it comes (a line of text, or its JSON record), its
+    attention drawn or plotted if asked; the number of sentences that miss a constraint."""
+    from tfm.decoding.passages import passage_record
 
     unmet = 0
-    for r in results:
-        unmet += r.constraints_met is False
+    for r, parts in results:
+        unmet += sum(p.constraints_met is False for p in parts)
         if r.truncated:
             err.print("[yellow]warning[/]: a sentence longer than the model's maximum "
                       "length was truncated")
         if fmt == "text":
             sink.write(r.text + "\n")
         else:
-            sink.write(json.dumps(translation_record(r, alignments), ensure_ascii=False) + "\n")
+            record = passage_record(r, parts, alignments)
+            sink.write(json.dumps(record, ensure_ascii=False) + "\n")
         sink.flush()
         if show_attention and r.attention:
             err.print(_attention_table(r))
@@ -304,8 +368,6 @@ def _resolve(translator: Translator, target_lang: str | None, source_lang: str |
 
 def _input_is_jsonl(path: Path | None, input_format: str) -> bool:
     """Whether --input holds JSONL requests (``auto``: by its extension)."""
-    if input_format not in ("auto", "text", "jsonl"):
-        raise UsageError(f"--input-format {input_format}: choose auto, text or jsonl")
     if path is None:
         if input_format == "jsonl":
             raise UsageError("--input-format jsonl needs --input FILE")
@@ -313,6 +375,97 @@ def _input_is_jsonl(path: Path | None, input_format: str) -> bool:
     if input_format == "auto":
         return path.name.endswith((".jsonl", ".jsonl.gz"))
     return input_format == "jsonl"
+
+
+def _document_format(path: Path | None, input_format: str, per_line: bool = False
+                     ) -> Format | None:
+    """The document format --input is read in, or None for lines of text or jsonl requests:
+    one named by --input-format, or with ``auto`` the one of --input's extension. A file of
+    no format tfm knows (``test.en``) is lines; a .txt file is a plain-text document (its line
+    endings, a BOM, blank lines kept byte for byte), or lines where ``per_line`` options ask
+    for a record, constraints or a prefix a line: the translation is the same."""
+    from tfm.documents.formats import FORMATS, format_for, format_names
+
+    names = {f.name for f in FORMATS} - {"text"}  # --input-format text: lines
+    if input_format not in {"auto", "text", "jsonl", *names}:
+        raise UsageError(f"--input-format {input_format}: choose auto, text, jsonl or a "
+                         f"document format ({format_names()})")
+    if input_format in names:
+        if path is None:
+            raise UsageError(f"--input-format {input_format} needs --input FILE")
+        return format_for(None, input_format)
+    if input_format != "auto" or path is None:
+        return None
+    suffix = path.suffix.lower()
+    found = next((f for f in FORMATS if suffix in f.extensions), None)
+    return None if found is None or (found.name == "text" and per_line) else found
+
+
+def _check_document_options(document: Format, input: Path | None, output: Path | None,
+                            fmt: str, constraint: list[str] | None, prefix: str | None,
+                            alignments: bool) -> None:
+    """Options that a document cannot take, refused before the model loads."""
+    if fmt != "text" or alignments:
+        raise UsageError(f"--format {fmt} and --alignments are for lines: a document is "
+                         f"written in its own format ({document.name})")
+    if constraint or prefix:
+        raise UsageError("--constraint and --prefix are for sentences, not a document; "
+                         "--glossary applies to every sentence of a document")
+    if output is None and document.name in BINARY_FORMATS:
+        raise UsageError(f"{input}: a {document.name} file is not text: write it to a file "
+                         "with --output FILE")
+
+
+BINARY_FORMATS = ("docx",)  # written to --output only, never to a terminal
+
+
+def _translate_document(translator: Translator, options: SearchOptions, ask: _Asks,
+                        engine: EngineOptions, document: Format, input: Path,
+                        output: Path | None) -> None:
+    """--input read as a document, translated sentence by sentence with a progress bar, and
+    written in its format: to --output whole once done (an error or Ctrl-C leaves nothing
+    half-written), or to standard output."""
+    from tfm.atomic import atomic_write_bytes
+    from tfm.data.language_marks import LanguageError
+    from tfm.documents.translate import DocumentWork, translate_document
+    from tfm.errors import DataError
+
+    try:
+        data = input.read_bytes()
+    except OSError as e:
+        raise DataError(f"{input}: cannot read ({e.strerror or e})") from None
+    try:
+        doc = document.read(data)
+    except DataError as e:
+        raise DataError(f"{input}: {e}") from None
+    except ModuleNotFoundError as e:  # a format this installation lacks
+        if not (e.name or "").startswith("tfm."):
+            raise
+        raise UsageError(f"{input}: this tfm cannot read {document.name} documents yet; "
+                         "--input-format text reads it as lines") from None
+    work = DocumentWork.of(doc, ask.split, ask.language.source or translator.info.src_lang)
+    try:
+        with _translating(len(work.sentences), _search_name(options, engine)) as progress:
+            written = translate_document(doc, translator, options, language=ask.language,
+                                         glossary=ask.glossary, progress=progress, work=work)
+    except LanguageError as e:  # a model of several targets asked none
+        raise UsageError(e.worded(OPTIONS[e.side])) from None
+    if output is not None:
+        atomic_write_bytes(output, written)
+    else:
+        sys.stdout.buffer.write(written)
+        sys.stdout.flush()
+
+
+def _refuse_binary(path: Path | None, lines: list[str]) -> None:
+    """A file that decodes as UTF-8 yet holds NUL bytes (UTF-16 text, a binary file) is not
+    text to translate: refused in one line, naming the line."""
+    from tfm.errors import DataError
+
+    for number, line in enumerate(lines, 1):
+        if "\0" in line:
+            raise DataError(f"{path}, line {number}: a NUL byte: not a text file (a binary "
+                            "file, or text in UTF-16?); tfm translates UTF-8 text")
 
 
 def _readable(symbols: list[str] | None) -> list[str]:
@@ -399,6 +552,9 @@ def eval_cmd(
     source_lang: Annotated[Optional[str], typer.Option(
         "--source-lang", help="NLLB-200 and M2M100 models: the language of --src, by the "
         "model's code (e.g. eng_Latn).", show_default=False, rich_help_panel=LANGUAGES)] = None,
+    no_split: Annotated[bool, typer.Option("--no-split", help="Translate each line of --src "
+        "whole (else its sentences apart, joined back into the line).", rich_help_panel=IO)
+    ] = False,
     *,
     report: ScoreOptions,  # which scores
     search: dict[str, Any],  # SearchOptions' options, those given
@@ -423,7 +579,6 @@ def eval_cmd(
     # The options that need the translations' language.
     needs_lang = " and ".join(o for o, on in (("--lc-tok", lc_tok),
                                               ("--off-target", report.off_target)) if on)
-
     _check_eval_options(src, ref, hyp, save_hyp, engine, report, metrics, needs_lang,
                         source_lang)
     assert ref is not None
@@ -437,7 +592,7 @@ def eval_cmd(
             raise UsageError(f"{src} has {len(sources)} lines but {ref} has "
                              f"{len(references)}: they must be aligned line by line")
         hypotheses, tgt_lang, language_check = _eval_translations(
-            sources, engine, search, report, target_lang, needs_lang, source_lang)
+            sources, engine, search, report, target_lang, needs_lang, source_lang, not no_split)
         if save_hyp:
             from tfm.atomic import atomic_write_bytes
 
@@ -482,15 +637,17 @@ def _check_eval_options(src: Path | None, ref: Path | None, hyp: Path | None,
 
 def _eval_translations(sources: list[str], engine: EngineOptions, search: dict[str, Any],
                        report: ScoreOptions, target_lang: str | None, needs_lang: str,
-                       source_lang: str | None = None
+                       source_lang: str | None = None, split: bool = True
                        ) -> tuple[list[str], str | None, TargetLanguageCheck | None]:
     """``tfm eval``'s translations of --src, through the request path as ``translate``'s;
     with the language they are scored in (--target-lang's, else the model's where --lc-tok
     or --off-target needs one) and --off-target's check of it, made (and an unknown language
     refused) before anything is translated. A model of one target language takes
-    --target-lang as that language's name, refused where it records another."""
+    --target-lang as that language's name, refused where it records another. A line's
+    sentences are translated apart (``split``) and joined back into that line."""
     from tfm.data.language_marks import LanguageError
     from tfm.data.tokenizer import lowercases
+    from tfm.decoding.passages import cut, rejoined, sentences
     from tfm.decoding.requests import prepare_request
 
     translator, options = _load_decoder(engine, search)
@@ -506,12 +663,14 @@ def _eval_translations(sources: list[str], engine: EngineOptions, search: dict[s
         err.print(f"[yellow]note:[/] {engine.model} writes lowercased text (its tokenizer "
                   "lowercases): its cased scores compare that with the cased references; "
                   "--lc-tok scores it as the Multi30k papers do")
+    passages = cut(sources, split, language.source or translator.info.src_lang)
     try:
-        prepared = prepare_request(translator, sources, options, language=language)
+        prepared = prepare_request(translator, sentences(passages), options, language=language)
     except LanguageError as e:  # a sentence's tag: missing or misplaced
         raise UsageError(e.worded(OPTIONS[e.side])) from None
     with _translating(len(prepared), _search_name(options, engine)) as progress:
-        hypotheses = [t.text for t in translator.translate_prepared(prepared, options, progress)]
+        results = translator.translate_prepared(prepared, options, progress)
+    hypotheses = [line.text for line, _ in rejoined(passages, results)]
     return hypotheses, tgt_lang, language_check
 
 

@@ -16,12 +16,14 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, replace
 from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -31,29 +33,33 @@ from starlette.exceptions import HTTPException
 
 from tfm import __version__
 from tfm.config import SearchOptions
-from tfm.data.language_marks import LanguageError
+from tfm.data.language_marks import LanguageError, ResolvedLanguage
+from tfm.data.sentences import Passage, split_sentences
 from tfm.decoding.constraints import MAX_CONSTRAINTS, ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import constraint_record, prepare_request, translation_record
 from tfm.decoding.translator import Source, Translation, Translator
-from tfm.errors import OptionError, UsageError
+from tfm.documents.formats import FORMATS, Document, Format, Limits, format_for
+from tfm.documents.translate import DocumentWork
+from tfm.errors import DataError, OptionError, UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
 from tfm.serve.metrics import ServeMetrics
 from tfm.serve.schema import (
+    BINARY_FORMATS,
     REQUEST_OPTIONS,
     TranslateRequest,
     TranslateResponse,
     given_options,
 )
-from tfm.serve.sentences import Passage, split_sentences
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]  # ASGI's receive
 
 _log = logging.getLogger("uvicorn.error")  # the app runs under uvicorn: log where it logs
 
 # Paths counted under their own name in the metrics; any other path counts as "other".
-_ENDPOINTS = frozenset({"/", "/health", "/metrics", "/v1/translate", "/v1/info", "/docs",
+_ENDPOINTS = frozenset({"/", "/health", "/metrics", "/v1/translate", "/v1/document",
+                        "/v1/info", "/docs",
                         "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
 _PAGE_HEADERS = {
     # The page loads nothing from elsewhere and talks only to this server.
@@ -162,13 +168,18 @@ class _Service:
     async def translate(self, body: TranslateRequest, receive: Receive) -> Response:
         """POST /v1/translate: the answer, or ApiError. ``receive`` tells when the client
         goes away (its body already read)."""
+        if body.format != "text":
+            return await self.translate_formatted(body, receive)
         batcher = self.ready_batcher()
         assert self.translator is not None
         options = self.options(body)
         config = self.config
         texts = [body.text] if isinstance(body.text, str) else body.text
         phrases, prefixes = _per_text(body, len(texts))
-        passages = [split_sentences(t) if body.split and not phrases[i] and not prefixes[i]
+        language = self.resolve(body)
+        rules = language.source or self.translator.info.src_lang  # whose rules cut
+        passages = [split_sentences(t, rules)
+                    if body.split and not phrases[i] and not prefixes[i]
                     else Passage.whole(t) for i, t in enumerate(texts)]
         sentences = [s for p in passages for s in p.sentences]
         if len(sentences) > config.max_sentences:
@@ -178,7 +189,6 @@ class _Service:
         owner = [i for i, p in enumerate(passages) for _ in p.sentences]  # text of each
         asks = [ConstraintSpec(phrases[t], prefixes[t]) for t in owner]
         try:
-            language = self.translator.languages.resolve(body.target_lang, body.source_lang)
             sources = prepare_request(self.translator, sentences, options, asks,
                                       self.glossary if body.glossary else None, language)
         except ConstraintError as e:
@@ -189,17 +199,108 @@ class _Service:
             raise ApiError(422, f"invalid request: {e.worded(FIELDS[e.side])}") from e
         except UsageError as e:
             raise ApiError(422, f"invalid request: {e}") from e
-        try:
-            job = batcher.enqueue(sources, options)
-        except QueueFull as e:
-            raise ApiError(503, str(e), "max_queue", config.max_queue,
-                           headers={"Retry-After": str(e.retry_after)}) from e
-        except ShuttingDown as e:
-            raise ApiError(503, str(e), headers={"Retry-After": "1"}) from e
+        job = self.enqueue(batcher, sources, options)
         results = await _unless_disconnected(job, batcher, receive)
         if results is None:
             return Response(status_code=CLIENT_CLOSED)
         return JSONResponse({"translations": _results(passages, results, body, options)})
+
+    def resolve(self, body: TranslateRequest) -> ResolvedLanguage:
+        """The request's ``target_lang`` and ``source_lang`` resolved against the model, once,
+        or a 422 naming the field."""
+        assert self.translator is not None
+        try:
+            return self.translator.languages.resolve(body.target_lang, body.source_lang)
+        except LanguageError as e:
+            raise ApiError(422, f"invalid request: {e.worded(FIELDS[e.side])}") from e
+
+    async def translate_formatted(self, body: TranslateRequest, receive: Receive) -> Response:
+        """POST /v1/translate with a ``format``: each text read as a document of that format
+        (HTML, Markdown, ...), its markup kept and its words translated."""
+        if body.constraints or body.prefix:
+            raise ApiError(422, "invalid request: constraints and prefix are for plain text, "
+                           "not a document's")
+        fmt = format_for(None, body.format)
+        texts = [body.text] if isinstance(body.text, str) else body.text
+        documents = [self.read_document(fmt, t.encode("utf-8")) for t in texts]
+        written = await self.translate_documents(documents, body, receive)
+        if written is None:
+            return Response(status_code=CLIENT_CLOSED)
+        return JSONResponse({"translations": [
+            {"text": data.decode("utf-8"), "truncated": truncated} for data, truncated in written]})
+
+    async def document(self, data: bytes, fmt: Format, body: TranslateRequest, name: str,
+                       receive: Receive) -> Response:
+        """POST /v1/document: the file translated, in its format, as a download."""
+        document = await asyncio.to_thread(self.read_document, fmt, data)
+        written = await self.translate_documents([document], body, receive)
+        if written is None:
+            return Response(status_code=CLIENT_CLOSED)
+        ((data, truncated),) = written
+        return Response(data, media_type=MEDIA_TYPES.get(fmt.name, "application/octet-stream"),
+                        headers={"Content-Disposition": f'attachment; filename="{name}"',
+                                 "X-Content-Type-Options": "nosniff",
+                                 "X-Truncated": "true" if truncated else "false"})
+
+    def enqueue(self, batcher: Batcher, sources: list[Source], options: SearchOptions) -> Job:
+        """The sources queued for decoding, or a 503 (the queue full, the server stopping)."""
+        try:
+            return batcher.enqueue(sources, options)
+        except QueueFull as e:
+            raise ApiError(503, str(e), "max_queue", self.config.max_queue,
+                           headers={"Retry-After": str(e.retry_after)}) from e
+        except ShuttingDown as e:
+            raise ApiError(503, str(e), headers={"Retry-After": "1"}) from e
+
+    def read_document(self, fmt: Format, data: bytes) -> Document:
+        """``data`` read in its format, or a 422 in one line (what the format says is wrong,
+        where) or 413 (over the server's limits)."""
+        limits = Limits(max_bytes=self.config.max_request_bytes)
+        try:
+            return fmt.read(data, limits)
+        except DataError as e:
+            raise ApiError(422, f"invalid {fmt.name} document: {e}") from e
+        except ModuleNotFoundError as e:  # a format this installation lacks
+            raise ApiError(415, f"this server cannot read {fmt.name} documents") from e
+
+    async def translate_documents(self, documents: list[Document], body: TranslateRequest,
+                                  receive: Receive) -> list[tuple[bytes, bool]] | None:
+        """Each document written back translated, with whether a sentence was truncated;
+        their sentences decoded through the batcher as a text's are (the same limits and
+        errors), with attention for those of segments with tags. None: the client left."""
+        batcher = self.ready_batcher()
+        assert self.translator is not None
+        options = self.options(body)
+        language = self.resolve(body)
+        rules = language.source or self.translator.info.src_lang  # whose rules cut
+        works = [DocumentWork.of(d, body.split, rules) for d in documents]
+        sentences = [s for w in works for s in w.sentences]
+        if len(sentences) > self.config.max_sentences:
+            raise ApiError(413, f"{len(sentences)} sentences are more than this server takes "
+                           f"in one request ({self.config.max_sentences}): send fewer at a "
+                           "time", "max_sentences", self.config.max_sentences)
+        jobs = []
+        for chosen, with_tags in _groups(works):
+            wanted = DocumentWork.options(options, with_tags, self.translator.supports_attention)
+            try:
+                sources = prepare_request(self.translator, [sentences[i] for i in chosen],
+                                          wanted, None, self.glossary if body.glossary else None,
+                                          language)
+            except LanguageError as e:  # a sentence's own tag: missing or misplaced
+                raise ApiError(422, f"invalid request: {e.worded(FIELDS[e.side])}") from e
+            except UsageError as e:
+                raise ApiError(422, f"invalid request: {e}") from e
+            jobs.append((chosen, self.enqueue(batcher, sources, wanted)))
+        results: list[Translation] = [None] * len(sentences)  # type: ignore[list-item]
+        for chosen, job in jobs:
+            found = await _unless_disconnected(job, batcher, receive)
+            if found is None:
+                for _, other in jobs:
+                    batcher.cancel(other)
+                return None
+            for i, result in zip(chosen, found):
+                results[i] = result
+        return _written(works, results)
 
     def languages(self) -> dict[str, Any]:
         """The model's languages, for /v1/info and the page: ``src_lang`` and ``tgt_lang``
@@ -341,6 +442,7 @@ def _problem(error: dict[str, Any]) -> dict[str, str]:
 
 def _add_routes(app: FastAPI, service: _Service) -> None:
     config = service.config
+    _add_document_route(app, service)
 
     @app.post("/v1/translate", response_model=None,
               responses={200: {"model": TranslateResponse}, 401: {}, 413: {}, 422: {},
@@ -372,10 +474,37 @@ def _add_routes(app: FastAPI, service: _Service) -> None:
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
-        facts = {**service.languages(), "api_key_required": config.api_key is not None}
+        facts = {**service.languages(), "api_key_required": config.api_key is not None,
+                 "formats": TEXT_FORMATS}
         # JSON inside <script>: "<" escaped so no text can close the element.
         blob = json.dumps(facts).replace("<", "\\u003c")
         return HTMLResponse(page.replace("__SERVER__", blob), headers=_PAGE_HEADERS)
+
+
+def _add_document_route(app: FastAPI, service: _Service) -> None:
+    """POST /v1/document: a file in its format as the body, its translation as the answer."""
+    @app.post("/v1/document", response_class=Response,
+              responses={200: {"content": {"application/octet-stream": {}}}, 401: {},
+                         413: {}, 415: {}, 422: {}, 503: {}})
+    async def document(request: Request, filename: Optional[str] = None,
+                       format: Optional[str] = None, target_lang: Optional[str] = None,
+                       source_lang: Optional[str] = None, beam: Optional[int] = None,
+                       split: bool = True, glossary: bool = True) -> Response:
+        """Translate a file sent as the body (its format by ``format``, else by the
+        extension of ``filename``); the answer is the translated file, in the same format."""
+        try:
+            fmt = format_for(Path(filename) if filename else None, format)
+        except UsageError as e:
+            raise ApiError(415, str(e).replace("--format", "format")) from e
+        try:
+            body = TranslateRequest(text="", beam=beam, target_lang=target_lang,
+                                    source_lang=source_lang, split=split, glossary=glossary)
+        except ValidationError as e:
+            raise ApiError(422, f"invalid request: {e.errors()[0]['msg']}") from e
+        data = await request.body()
+        return await service.document(data, fmt, body,
+                                      download_name(filename, fmt, target_lang),
+                                      request.receive)
 
 
 async def _unless_disconnected(job: Job, batcher: Batcher, receive: Receive
@@ -398,6 +527,57 @@ async def _disconnected(receive: Receive) -> None:
     """Returns when the client disconnects (the request body has been read already)."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+# What a translated document is sent as (POST /v1/document).
+MEDIA_TYPES = {
+    "text": "text/plain; charset=utf-8", "html": "text/html; charset=utf-8",
+    "xml": "application/xml", "markdown": "text/markdown; charset=utf-8",
+    "srt": "application/x-subrip", "vtt": "text/vtt; charset=utf-8",
+    "po": "text/x-gettext-translation", "xliff": "application/xliff+xml",
+    "docx": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+}
+
+
+# The formats the page offers, and their extensions: those a text can hold (not DOCX).
+TEXT_FORMATS = [{"name": f.name, "extensions": list(f.extensions)} for f in FORMATS
+                if f.name not in BINARY_FORMATS]
+
+
+def _groups(works: list[DocumentWork]) -> list[tuple[list[int], bool]]:
+    """The sentences of all the documents (their positions, in order) to decode without and
+    with attention."""
+    chosen: dict[bool, list[int]] = {False: [], True: []}
+    offset = 0
+    for work in works:
+        for positions, with_tags in work.groups():
+            chosen[with_tags] += [offset + i for i in positions]
+        offset += len(work.sentences)
+    return [(positions, want) for want, positions in chosen.items() if positions]
+
+
+def _written(works: list[DocumentWork], results: list[Translation]) -> list[tuple[bytes, bool]]:
+    """Each document written back with its sentences' translations, and whether one was
+    truncated; a document its format cannot write is a 500 (a format's fault, not the
+    request's)."""
+    written, offset = [], 0
+    for work in works:
+        mine = results[offset: offset + len(work.sentences)]
+        offset += len(work.sentences)
+        written.append((work.write(mine), any(r.truncated for r in mine)))
+    return written
+
+
+def download_name(filename: str | None, fmt: Format, language: str | None) -> str:
+    """The translated file's name: the uploaded one's stem, the target language and its
+    extension (``page.html`` -> ``page.de.html``), in characters safe in a header."""
+    stem, suffix = "document", fmt.extensions[0]
+    if filename:
+        path = Path(filename.replace("\\", "/")).name
+        stem, suffix = Path(path).stem or stem, Path(path).suffix or suffix
+    tag = language.strip("<>") if language else "translated"
+    name = f"{stem}.{tag}{suffix}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:200]
 
 
 def _source_tokens(sources: list[Source]) -> list[int]:

@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from tfm.config import SearchOptions
 from tfm.data.text import replace_surrogates
+from tfm.documents.formats import FORMATS
 
+BINARY_FORMATS = ("docx",)  # not text: sent to /v1/document, never inside JSON
 # The SearchOptions fields a request may set, under the field's own name.
 REQUEST_OPTIONS = ("beam", "n_best", "length_penalty")
 # What a field's help leaves unsaid for a client of the server, after it.
@@ -54,7 +56,11 @@ class RequestBase(BaseModel):
                          "(translation, score, n-best list, ...: the line `tfm translate "
                          "--format jsonl` writes for it).")
     split: bool = Field(True, description="Split texts into sentences; false: translate "
-                        "each text as one sentence, as `tfm translate` does each line.")
+                        "each text as one sentence, as `tfm translate --no-split` does each "
+                        "line.")
+    format: str = Field("text", description="What each text is: text, or a document format "
+                        "whose markup is kept and words translated: html, xml, markdown, srt, "
+                        "vtt, po, xliff (docx: POST the file to /v1/document).")
     constraints: Optional[list[Any]] = Field(
         None, description="Phrases the translation must contain (beam search): a list of "
         "strings for a text, or one such list per text for a list of texts. A text with "
@@ -72,6 +78,14 @@ class RequestBase(BaseModel):
     source_lang: Optional[str] = Field(None, description="For an NLLB-200 or M2M100 model "
                                        "(GET /v1/info's source_languages, e.g. eng_Latn): the "
                                        "language of the texts; needed with target_lang.")
+
+    @field_validator("format")
+    @classmethod
+    def _text_format(cls, value: str) -> str:
+        names = [f.name for f in FORMATS if f.name not in BINARY_FORMATS]
+        if value not in names:
+            raise ValueError(f"{value!r} is not one of {', '.join(names)}")
+        return value
 
     @field_validator("constraints", mode="before")
     @classmethod

@@ -1,0 +1,331 @@
+"""A document translated: its segments cut into sentences, translated, put back, and their
+inline tags carried across by word alignment.
+
+::
+
+    Document.segments ── each text cut into sentences (tfm.data.sentences), whitespace kept
+         │                            │ all the document's sentences, token-batched together
+         │                 prepare_request ── Translator.translate_prepared (attention on for
+         │                            │         the sentences of segments with tags)
+         └─ Passage.join: each segment's translation, its gaps as they were
+                   │
+              project: each tag from its source span to the target (source characters ->
+              source words -> alignment -> target words -> target characters), then repaired
+              so that tags stay well nested, in source order, none lost or duplicated
+                   │
+    Document.write(translated segments) -> bytes
+
+A tag over whole sentences covers their whole translations; one inside a sentence covers the
+target words aligned to its source words. Whitespace between sentences is copied, so a tag's
+edge that lies there maps exactly. Whatever the alignment says (crossing, garbage, none: an
+engine without attention), the result is a valid segment: the tags' edges, taken in the source's
+document order, are made non-decreasing in the target, which keeps the source's nesting.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from tfm.config import SearchOptions
+from tfm.data.language_marks import ResolvedLanguage
+from tfm.data.sentences import Passage, split_sentences
+from tfm.decoding.alignment import word_ids
+from tfm.decoding.glossary import Glossary
+from tfm.decoding.requests import prepare_request
+from tfm.decoding.translator import Translation, Translator
+from tfm.documents.formats import Document
+from tfm.documents.segments import Segment, Tag
+
+_WORD = re.compile(r"\S+")
+Alignment = list[tuple[int, int]]  # (source word, target word), words split at whitespace
+
+
+def translate_document(document: Document, translator: Translator, options: SearchOptions, *,
+                       language: ResolvedLanguage | None = None, split: bool = True,
+                       glossary: Glossary | None = None,
+                       progress: Callable[[int], None] | None = None,
+                       work: DocumentWork | None = None) -> bytes:
+    """The document's file with every segment translated and its tags put back (see the
+    module). ``language`` (the request's, resolved by the caller: its source language's
+    rules cut the sentences), ``glossary``: as ``prepare_request`` takes them; ``split``:
+    cut segments into sentences (False: each segment is one); ``progress``: called with the
+    number of sentences done, as they are; ``work``: the
+    document as ``DocumentWork.of`` cut it, if already done (to count its sentences first)."""
+    source = (language.source if language else None) or translator.info.src_lang
+    work = work or DocumentWork.of(document, split, source)
+    results: list[Translation | None] = [None] * len(work.sentences)
+    for chosen, with_tags in work.groups():
+        wanted = work.options(options, with_tags, translator.supports_attention)
+        sources = prepare_request(translator, [work.sentences[i] for i in chosen], wanted,
+                                  None, glossary, language)
+        for i, result in zip(chosen, translator.translate_prepared(sources, wanted, progress)):
+            results[i] = result
+    return work.write([r for r in results if r is not None])
+
+
+@dataclass
+class DocumentWork:
+    """A document as translation takes it: each segment cut into sentences (``passages``),
+    and all its sentences in order; ``write`` puts their translations back. The server
+    decodes them through its batcher, the command line through the translator."""
+
+    document: Document
+    passages: list[Passage]
+
+    @classmethod
+    def of(cls, document: Document, split: bool = True, language: str | None = None
+           ) -> DocumentWork:
+        """``document``'s segments cut into sentences (``split``: by ``language``'s rules;
+        else each segment whole)."""
+        return cls(document, [split_sentences(s.text, language) if split else
+                              Passage.whole(s.text) for s in document.segments])
+
+    @property
+    def sentences(self) -> list[str]:
+        return [sentence for p in self.passages for sentence in p.sentences]
+
+    def groups(self) -> list[tuple[list[int], bool]]:
+        """The sentences (their positions) to decode without and with attention: those of
+        segments with tags need the alignment that places them (slower)."""
+        tagged = [bool(segment.tags) for segment, p in zip(self.document.segments,
+                                                           self.passages) for _ in p.sentences]
+        groups = [([i for i, t in enumerate(tagged) if t == want], want)
+                  for want in (False, True)]
+        return [(chosen, want) for chosen, want in groups if chosen]
+
+    @staticmethod
+    def options(options: SearchOptions, with_tags: bool, aligned: bool) -> SearchOptions:
+        """The search options of a group: attention on for tags, where the engine has it."""
+        return replace(options, attention=options.attention or (with_tags and aligned))
+
+    def write(self, results: Sequence[Translation]) -> bytes:
+        """The file with the translations (of ``sentences``, in order) in place."""
+        if len(results) != len(self.sentences):
+            raise ValueError(f"{len(results)} translations for {len(self.sentences)} "
+                             "sentences")
+        segments, position = [], 0
+        for segment, passage in zip(self.document.segments, self.passages):
+            mine = results[position: position + len(passage.sentences)]
+            position += len(passage.sentences)
+            alignments = [text_alignment(r, s) for r, s in zip(mine, passage.sentences)]
+            segments.append(project(segment, passage, [r.text for r in mine], alignments))
+        return self.document.write(segments)
+
+
+def text_alignment(result: Translation, sentence: str) -> Alignment | None:
+    """The engine's word alignment of ``sentence``'s translation, as whitespace words of the
+    sentence and of the translation (a language tag the model read before the sentence, or a
+    token forced before the translation, counts as no word); None without one."""
+    if result.alignment is None or not result.source_symbols or not result.target_symbols:
+        return None
+    source_words = word_ids(result.source_symbols[:-1])[-1] + 1 if \
+        len(result.source_symbols) > 1 else 0
+    target_words = word_ids(result.target_symbols)[-1] + 1
+    shift_s = max(0, source_words - len(_WORD.findall(sentence)))
+    shift_t = max(0, target_words - len(_WORD.findall(result.text)))
+    return [(i - shift_s, j - shift_t) for i, j in result.alignment
+            if i >= shift_s and j >= shift_t]
+
+
+@dataclass
+class _Side:
+    """One side of a segment: its text, where each sentence starts and ends, and the
+    character span of each whitespace word of each sentence."""
+
+    text: str
+    bounds: list[tuple[int, int]]
+    words: list[list[tuple[int, int]]]
+
+    @classmethod
+    def of(cls, passage: Passage, sentences: Sequence[str]) -> _Side:
+        text = passage.join(list(sentences))
+        starts = Passage(list(sentences), passage.gaps).starts()
+        bounds = [(s, s + len(t)) for s, t in zip(starts, sentences)]
+        words = [[(s + m.start(), s + m.end()) for m in _WORD.finditer(t)]
+                 for s, t in zip(starts, sentences)]
+        return cls(text, bounds, words)
+
+    def inside(self, position: int) -> int | None:
+        """The sentence that holds ``position`` strictly (None: it lies in a gap or on a
+        sentence's edge)."""
+        for k, (start, end) in enumerate(self.bounds):
+            if start < position < end:
+                return k
+        return None
+
+
+def project(segment: Segment, passage: Passage, translations: Sequence[str],
+            alignments: Sequence[Alignment | None]) -> Segment:
+    """The translated segment: ``passage`` (the segment's text cut into sentences) with each
+    sentence replaced by its translation, and ``segment``'s tags carried across by each
+    sentence's alignment (None: by position), then repaired to be well nested."""
+    source = _Side.of(passage, passage.sentences)
+    target = _Side.of(passage, translations)
+    if not segment.tags:
+        return Segment(target.text)
+    links = [_links(a, len(s), len(t)) for a, s, t in
+             zip(alignments, source.words, target.words)]
+    wanted: dict[tuple[str, int], int] = {}
+    for tag in segment.tags:
+        if tag.empty:
+            wanted["empty", tag.ref] = _point(tag.start, source, target, links)
+        else:
+            wanted["open", tag.ref], wanted["close", tag.ref] = _span(tag, source, target,
+                                                                      links)
+    events = [(kind, t.ref) for kind, t in segment.pieces() if kind != "text"]
+    placed = _repair(events, wanted, len(target.text))
+    return Segment(target.text, _tags(segment, events, placed))
+
+
+def _links(alignment: Alignment | None, sources: int, targets: int) -> list[list[int]]:
+    """For each source word, the target words aligned to it; without an alignment, the target
+    word at the same relative position (indices out of range are dropped)."""
+    links: list[list[int]] = [[] for _ in range(sources)]
+    if alignment is None:
+        for i in range(sources if targets else 0):
+            links[i].append(min(targets - 1, i * targets // max(sources, 1)))
+        return links
+    for i, j in alignment:
+        if 0 <= i < sources and 0 <= j < targets:
+            links[i].append(j)
+    return links
+
+
+def _gap_position(position: int, source: _Side, target: _Side) -> int:
+    """A position outside every sentence's inside: whitespace is copied, so it maps exactly
+    (a sentence's edge maps to its translation's)."""
+    for (start, end), (t_start, t_end) in zip(source.bounds, target.bounds):
+        if position == start:
+            return t_start
+        if position == end:
+            return t_end
+    before = [k for k, (_, end) in enumerate(source.bounds) if end <= position]
+    if not before:
+        return position
+    k = before[-1]
+    return target.bounds[k][1] + position - source.bounds[k][1]
+
+
+def _target_words(k: int, words: list[int], target: _Side, links: list[list[int]]
+                  ) -> tuple[int, int] | None:
+    """The character span of the target words aligned to source words ``words`` of sentence
+    ``k``; where none is aligned, the nearest aligned word's (None: no word is)."""
+    found = sorted({j for w in words for j in links[k][w]})
+    if not found:
+        order = sorted(range(len(links[k])), key=lambda w: min(abs(w - v) for v in words))
+        found = next((sorted(links[k][w]) for w in order if links[k][w]), [])
+    if not found:
+        return None
+    spans = target.words[k]
+    return spans[found[0]][0], spans[found[-1]][1]
+
+
+def _span(tag: Tag, source: _Side, target: _Side, links: list[list[list[int]]]
+          ) -> tuple[int, int]:
+    """Where a span tag wants to open and close in the target."""
+    starts, ends = [], []
+    for k, (start, end) in enumerate(source.bounds):
+        low, high = max(start, tag.start), min(end, tag.end)
+        if low >= high:
+            continue
+        if (low, high) == (start, end):  # the whole sentence: its whole translation
+            starts.append(target.bounds[k][0])
+            ends.append(target.bounds[k][1])
+            continue
+        words = [w for w, (a, b) in enumerate(source.words[k]) if a < high and low < b]
+        span = _target_words(k, words, target, links) if words else None
+        if span is not None:
+            starts.append(span[0])
+            ends.append(span[1])
+    if starts and ends:  # punctuation the tag left out of its edge words, left out again
+        starts[0], ends[-1] = _trimmed(tag, source, target.text, min(starts), max(ends))
+    if source.inside(tag.start) is None:
+        starts = [_gap_position(tag.start, source, target)]
+    if source.inside(tag.end) is None:
+        ends = [_gap_position(tag.end, source, target)]
+    if not starts or not ends:  # only whitespace or unaligned words: a point, widened later
+        point = _point(tag.start, source, target, links)
+        return min(starts, default=point), max(ends, default=point)
+    return min(starts), max(ends)
+
+
+def _trimmed(tag: Tag, source: _Side, text: str, start: int, end: int) -> tuple[int, int]:
+    """A target span without the punctuation at its edges where the source tag's text has
+    none there ("<b>garden</b>." -> "<b>Garten</b>.", not "<b>Garten.</b>")."""
+    covered = source.text[tag.start:tag.end].strip()
+    if covered and not _punctuation(covered[-1]):
+        while end - 1 > start and _punctuation(text[end - 1]):
+            end -= 1
+    if covered and not _punctuation(covered[0]):
+        while start + 1 < end and _punctuation(text[start]):
+            start += 1
+    return start, end
+
+
+def _punctuation(text: str) -> bool:
+    return bool(text) and all(not c.isalnum() and not c.isspace() for c in text)
+
+
+def _point(position: int, source: _Side, target: _Side, links: list[list[list[int]]]) -> int:
+    """Where an empty tag at ``position`` goes: after the target of the word it follows, or
+    before that of the word it precedes; on a sentence's edge or between sentences, exactly."""
+    k = source.inside(position)
+    if k is None:
+        return _gap_position(position, source, target)
+    words = source.words[k]
+    before = [w for w, (_, end) in enumerate(words) if end <= position]
+    after = [w for w, (start, _) in enumerate(words) if start >= position]
+    if before and words[before[-1]][1] == position or not after:
+        span = _target_words(k, [before[-1]], target, links) if before else None
+        return span[1] if span else target.bounds[k][1]
+    span = _target_words(k, [after[0]], target, links)
+    return span[0] if span else target.bounds[k][0]
+
+
+def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], length: int
+            ) -> dict[tuple[str, int], int]:
+    """The tags' edges, in the source's document order, made non-decreasing (so that they
+    nest as in the source) within the text, a span at least one character wide where the
+    text has room."""
+    placed = dict(wanted)
+    previous = 0
+    for kind, ref in events:  # forward: no edge before the one that came before it
+        position = max(placed[kind, ref], previous)
+        if kind == "close":
+            position = max(position, placed["open", ref] + 1)
+        placed[kind, ref] = previous = min(position, length)
+    following = length
+    for kind, ref in reversed(events):  # backward: none past the text, nor past the next
+        position = min(placed[kind, ref], following)
+        if kind == "open":
+            position = max(0, min(position, placed["close", ref] - 1))
+        placed[kind, ref] = following = position
+    return placed
+
+
+def _tags(segment: Segment, events: list[tuple[str, int]],
+          placed: dict[tuple[str, int], int]) -> tuple[Tag, ...]:
+    """The segment's tags at their placed edges, in their order; an empty tag on the edge of
+    the span that held it in the source names that span as its parent (unless the span closes
+    where it opens: a translation too short to hold every span)."""
+    holder: dict[int, int | None] = {}
+    stack: list[int] = []
+    for kind, ref in events:
+        if kind == "open":
+            stack.append(ref)
+        elif kind == "close":
+            stack.pop()
+        else:
+            holder[ref] = stack[-1] if stack else None
+    tags = []
+    for tag in segment.tags:
+        if not tag.empty:
+            tags.append(Tag(placed["open", tag.ref], placed["close", tag.ref], tag.ref))
+            continue
+        at, parent = placed["empty", tag.ref], holder[tag.ref]
+        edge = parent is not None and at in (placed["open", parent], placed["close", parent]
+                                              ) and placed["open", parent] < placed["close", parent]
+        tags.append(Tag(at, at, tag.ref, parent if edge else None))
+    return tuple(tags)
