@@ -94,15 +94,19 @@ def test_no_module_imports_itself_through_a_cycle() -> None:
 
 
 # The most lines a function of each package may have (its nested functions included); the
-# command line's, which are mostly option declarations, may be longer.
-LONGEST = {"tfm/decoding": 60, "tfm/cli": 80, "tfm/serve": 60}
+# command line's, which are mostly option declarations, may be longer. "tfm": the ground
+# floor's modules (tfm/*.py), the packages below have their own entries.
+LONGEST = {"tfm": 60, "tfm/data": 60, "tfm/model": 60, "tfm/interop": 60, "tfm/decoding": 60,
+           "tfm/training": 60, "tfm/serve": 60, "tfm/cli": 80}
 
 
 @pytest.mark.parametrize("package", sorted(LONGEST))
-def test_no_function_of_the_decoding_side_the_server_or_the_commands_is_too_long(package):
+def test_no_function_is_too_long(package: str) -> None:
     """A function longer than a screen is several jobs: name them (docs/ARCHITECTURE.md)."""
     long = []
-    for path in sorted((PACKAGE.parent / package).rglob("*.py")):
+    folder = PACKAGE.parent / package
+    paths = folder.glob("*.py") if package == "tfm" else folder.rglob("*.py")
+    for path in sorted(paths):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             if function and node.end_lineno - node.lineno + 1 > LONGEST[package]:
