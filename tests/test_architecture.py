@@ -4,6 +4,7 @@ pipeline, and no module imports itself back through a cycle."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -132,4 +133,15 @@ def test_model_and_dataset_metadata_are_imported_from_their_owner_only() -> None
                 stray += [f"{path.relative_to(root)}: {a.name} from {node.module}"
                           for a in node.names
                           if a.name in OWNERS and OWNERS[a.name] != node.module]
+    assert not stray, stray
+
+
+def test_bench_scripts_import_their_helpers_one_way() -> None:
+    """bench/'s scripts run as ``python bench/NAME.py`` (bench/ first on sys.path) and import
+    its helpers by module name; none puts bench/ on sys.path itself (bench/harness.py)."""
+    bench = PACKAGE.parent / "bench"
+    adds_bench = re.compile(r"sys\.path\.insert\(0, str\((?:Path\(__file__\)\.resolve\(\)\.parent"
+                            r"|\w+ / \"bench\")\)\)")
+    stray = [p.name for p in sorted(bench.glob("*.py"))
+             if adds_bench.search(p.read_text(encoding="utf-8"))]
     assert not stray, stray
