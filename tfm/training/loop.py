@@ -516,7 +516,7 @@ class _Trainer:
         # resumed run goes on from there).
         if self.valid_split is not None and not signum and (
                 run.step % config.valid_every == 0 or stopped):
-            stopped = self._validate(stopped)
+            stopped = self._validate_and_check_patience(stopped)
         if at_epoch_end:
             run.epoch += 1
             run.batch_in_epoch = 0
@@ -579,7 +579,7 @@ class _Trainer:
             stopped = f"reached --max-epochs {config.max_epochs}"
         return stopped
 
-    def _validate(self, stopped: str) -> str:
+    def _validate_and_check_patience(self, stopped: str) -> str:
         """Validate; returns why the run stops: ``stopped``, else --patience used up."""
         config = self.config
         self.validate()
