@@ -38,7 +38,6 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 
@@ -181,7 +180,6 @@ def main() -> None:
         return
 
     from machine import describe
-
     from tfm.data.corpus import read_text_lines
 
     print(json.dumps({"machine": describe(measure_peak=False)}), flush=True)

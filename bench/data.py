@@ -30,11 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness import add_corpus_options, run_measured  # noqa: E402
-from machine import describe  # noqa: E402
-
+from harness import add_corpus_options, run_measured
+from machine import describe
 from tfm.data.corpus import CorpusSpec, iter_pairs, iter_texts, read_text_lines
 from tfm.data.dataset import load_split
 from tfm.data.text import normalize_text

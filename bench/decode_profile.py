@@ -21,7 +21,6 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 # Kind of work, by the names of torch's operators (the first match wins).
 KINDS = [
@@ -54,7 +53,6 @@ def main() -> None:
     args = parser.parse_args()
 
     from machine import describe
-
     from tfm.data.corpus import read_text_lines
     from tfm.decoding.engines import load_translator
 

@@ -16,8 +16,8 @@ import argparse
 import time
 
 import torch
-from machine import cpu_name
 
+from machine import cpu_name
 from tfm.config import ModelConfig
 from tfm.model import Transformer
 

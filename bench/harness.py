@@ -5,6 +5,12 @@ its own: the memory is the kernel's ``ru_maxrss`` of that process (and of the pr
 waited for), read by ``os.wait4`` when it is reaped. While it runs it is watched for being
 stopped (SIGSTOP from outside), which would make its timings wrong. Its output goes to files,
 never to pipes, so that a child that writes much can never block on a full pipe.
+
+How bench/'s scripts import their helpers (this module, machine, hf_finetune, peer_logs, ...),
+one way: a script runs as ``python bench/NAME.py``, which puts bench/ first on ``sys.path``,
+so it imports them by module name (``from harness import log``); none adds bench/ to
+``sys.path`` itself (a script that wants the checkout's tfm before an installed one adds the
+repository's root, nothing else). The tests load them the same way (tests/test_bench_peers.py).
 """
 
 from __future__ import annotations

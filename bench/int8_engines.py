@@ -20,10 +20,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import cpu_name  # noqa: E402
-
 from tfm.data.corpus import read_text_lines  # noqa: E402
 from tfm.decoding.engines import load_translator  # noqa: E402
 from tfm.model.int8 import KERNELS, int8_scheme, quantize_linears  # noqa: E402

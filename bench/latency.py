@@ -21,9 +21,9 @@ import statistics
 import time
 
 import torch
+
 from machine import cpu_name
 from serve import percentile
-
 from tfm.data.corpus import read_text_lines
 from tfm.decoding.engines import load_translator
 

@@ -24,18 +24,15 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness import add_corpus_options  # noqa: E402
-from machine import describe  # noqa: E402
-
-from tfm.allocator import keep_freed_memory  # noqa: E402
-from tfm.config import ModelConfig, model_config_from_preset  # noqa: E402
-from tfm.data.batching import Batch, collate, make_batches  # noqa: E402
-from tfm.data.dataset import TokenizedSplit  # noqa: E402
-from tfm.data.tokenizer import EOS_ID, PAD_ID, encode_batch, load_tokenizer  # noqa: E402
-from tfm.device import autocast, resolve_precision  # noqa: E402
-from tfm.model import Transformer  # noqa: E402
+from harness import add_corpus_options
+from machine import describe
+from tfm.allocator import keep_freed_memory
+from tfm.config import ModelConfig, model_config_from_preset
+from tfm.data.batching import Batch, collate, make_batches
+from tfm.data.dataset import TokenizedSplit
+from tfm.data.tokenizer import EOS_ID, PAD_ID, encode_batch, load_tokenizer
+from tfm.device import autocast, resolve_precision
+from tfm.model import Transformer
 
 
 def peak_rss_mb() -> float:

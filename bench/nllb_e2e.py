@@ -20,9 +20,8 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import log, run_measured  # noqa: E402
-from machine import cpu_name  # noqa: E402
+from harness import log, run_measured
+from machine import cpu_name
 
 CODES = {"en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn", "cs": "ces_Latn"}
 PY = sys.executable

@@ -36,32 +36,19 @@ build the tokenizer); tfm itself needs none of them to import the result.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import log  # noqa: E402
-from machine import cpu_name  # noqa: E402
+from harness import log
+from hf_finetune import finetune, line_range, read_lines
+from machine import cpu_name
 
 # Multi30k's languages and NLLB's codes for them.
 LANGUAGE_CODES = {"en": "eng_Latn", "de": "deu_Latn", "fr": "fra_Latn", "cs": "ces_Latn"}
 SPM_NAME = "sentencepiece.bpe.model"  # NllbTokenizer's vocab_file
-
-
-def read_lines(path: Path) -> list[str]:
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
-
-
-def line_range(spec: str, n: int) -> slice:
-    start, _, stop = spec.partition(":")
-    return slice(int(start or 0), int(stop) if stop else n)
 
 
 def code(lang: str) -> str:
@@ -205,9 +192,6 @@ def cmd_train(args) -> None:
     from transformers import (
         DataCollatorForSeq2Seq,
         M2M100ForConditionalGeneration,
-        Seq2SeqTrainer,
-        Seq2SeqTrainingArguments,
-        TrainerCallback,
     )
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -229,50 +213,10 @@ def cmd_train(args) -> None:
     params = sum(p.numel() for p in model.parameters())
     log(f"{params:,} parameters, vocab {model.config.vocab_size}, {args.threads} threads, "
         f"{cpu_name()}")
-    budget = args.minutes * 60
-    start = [0.0]
-
-    def lr_factor(step: int) -> float:
-        warm = min(1.0, (step + 1) / args.warmup) if args.warmup else 1.0
-        if args.max_steps:  # a step budget: decay by steps, whatever else runs on the machine
-            return warm * max(0.0, 1 - step / args.max_steps)
-        if not start[0]:
-            return warm
-        return warm * max(0.0, 1 - (time.perf_counter() - start[0]) / budget)
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98),
-                                  eps=1e-8, weight_decay=0.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-
-    class Budget(TrainerCallback):
-        def on_train_begin(self, a, state, control, **kw):
-            start[0] = time.perf_counter()
-
-        def on_log(self, a, state, control, logs=None, **kw):
-            if logs and "loss" in logs:
-                log(f"step {state.global_step}: loss {logs['loss']:.3f}")
-
-        def on_step_end(self, a, state, control, **kw):
-            elapsed = time.perf_counter() - start[0]
-            if state.global_step % 50 == 0:
-                log(f"step {state.global_step}: {elapsed / 60:.1f} min, "
-                    f"{collator.target / elapsed:,.0f} target tokens/s, "
-                    f"lr {scheduler.get_last_lr()[0]:.2e}")
-            if (args.max_steps and state.global_step >= args.max_steps) or (
-                    not args.max_steps and elapsed >= budget):
-                control.should_training_stop = True
-
-    targs = Seq2SeqTrainingArguments(
-        output_dir=str(args.out / "trainer"), per_device_train_batch_size=args.batch,
-        max_steps=10**7, logging_steps=100, save_strategy="no", report_to="none",
-        use_cpu=True, dataloader_num_workers=0, train_sampling_strategy="group_by_length",
-        seed=args.seed, label_smoothing_factor=0.1, max_grad_norm=1.0, disable_tqdm=True)
-    trainer = Seq2SeqTrainer(model=model, args=targs, train_dataset=train,
-                             data_collator=collator, optimizers=(optimizer, scheduler),
-                             callbacks=[Budget()])
-    trainer.train()
-    elapsed = time.perf_counter() - start[0]
-    steps = trainer.state.global_step
+    steps, elapsed = finetune(
+        model, train, collator, args, adam_eps=1e-8, logging_steps=100,
+        progress=lambda seconds, lr: f"{collator.target / seconds:,.0f} target tokens/s, "
+                                     f"lr {lr:.2e}")
     args.out.mkdir(parents=True, exist_ok=True)
     model.config.use_cache = True  # the Trainer turns it off; NLLB-200's config has it on
     model.save_pretrained(args.out)  # model.safetensors, config.json, generation_config.json

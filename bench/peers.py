@@ -94,7 +94,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 
 from harness import add_corpus_options, log, process_stopped, run_measured  # noqa: E402
 from machine import describe  # noqa: E402
@@ -110,7 +109,6 @@ from peer_logs import (  # noqa: E402
     onmt_throughput,
     reported_seconds,
 )
-
 from tfm.data.text import normalize_text  # noqa: E402
 from tfm.decoding.scoring import bleu  # noqa: E402
 

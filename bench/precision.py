@@ -25,10 +25,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import describe  # noqa: E402
-
 from tfm.allocator import keep_freed_memory  # noqa: E402
 from tfm.config import TrainConfig, model_config_from_preset  # noqa: E402
 from tfm.data.batching import collate, make_batches  # noqa: E402

@@ -28,11 +28,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 
 from harness import Finished, add_corpus_options, log, run_measured  # noqa: E402
 from peers import MODEL, PEER_NAMES  # noqa: E402
-
 from tfm.config import SearchOptions  # noqa: E402
 
 # The peers' noam schedule (bench/peers.py MODEL) is tfm's inverse-sqrt schedule with this peak,

@@ -26,7 +26,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 # (name, engine, precision): what is decoded, in this order. tfm as `tfm translate` decodes
 # (its default workers); "tfm -> CTranslate2": `tfm translate` on the export (tfm's CTranslate2
@@ -276,7 +275,6 @@ def main() -> None:
         parser.error("--model and --ref are needed")
 
     from machine import describe
-
     from tfm.data.corpus import read_text_lines
     from tfm.decoding.scoring import bleu
     from tfm.device import cpu_has_native_bf16

@@ -98,9 +98,9 @@ def main() -> None:
     parser.add_argument("--onednn", action="store_true")
     args = parser.parse_args()
 
-    from machine import cpu_name  # bench/machine.py
     from torch.profiler import ProfilerActivity, profile
 
+    from machine import cpu_name  # bench/machine.py
     from tfm.allocator import keep_freed_memory
 
     keep_freed_memory()

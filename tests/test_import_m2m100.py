@@ -589,7 +589,7 @@ def test_fine_tuning_feeds_the_target_code_first_and_keeps_the_models_codes(
     starts = read_prepare_info(data).decoder_starts
     assert starts == [(3, FROM_FAIRSEQ.get(code_id(variant, "de"), code_id(variant, "de")))]
     batch = collate(split, __import__("numpy").arange(2), starts=starts)
-    assert batch.tgt_in[:, :2].tolist() == [starts[0]] * 2
+    assert batch.tgt_in[:, :2].tolist() == [list(starts[0])] * 2
     assert batch.tgt_out[:, 0].tolist() == [0, 0]  # the code: fed, no label
     assert batch.tgt_out[0, 1:1 + len(split.tgt(0))].tolist() == split.tgt(0).tolist()
     result = tfm_cli("train", "--data", str(data), "--output", str(out), "--init-from",

@@ -299,45 +299,58 @@ def _write_dataset(job: _Job, output: Path, datasets: Any, pa: Any, num_proc: in
 
 def _write_in(work: Path, job: _Job, output: Path, datasets: Any, pa: Any, num_proc: int
               ) -> tuple[dict[str, SplitReport], dict[str, dict[str, SplitReport]]]:
-    reports: dict[str, SplitReport] = {}
-    by_direction: dict[str, dict[str, SplitReport]] = {}
-    tables = {}
-    directions = list(job.corpora.directions)
-    for name, items in job.splits.items():
-        with_text = name != "train"
-        arrow_path = work / f"{name}.arrow"
-        schema = _schema(pa, with_text)
-        mine: dict[str, SplitReport] = {}
-        seen: dict[str, set[bytes]] = {}  # per direction, for --dedup
-        with pa.OSFile(str(arrow_path), "wb") as sink, pa.ipc.new_stream(sink, schema) as w:
-            for corpus, resolved in zip(items, job.resolved[name]):
-                index = directions.index(corpus.direction)
-                report = mine.setdefault(corpus.direction.name, SplitReport())
-                spec = corpus.train if name == "train" else corpus.valid
-                assert spec is not None
-                marks = job.codes[index] if job.codes is not None else ResolvedLanguage()
-                read = _Reading(spec, resolved.description, index, job.source_tags[index],
-                                job.tags, with_text, marks.source_prefix, marks.source_suffix)
-                for batch in _tokenized_chunks(read, job.vocabs, job.clean, report,
-                                               seen.setdefault(corpus.direction.name, set()),
-                                               num_proc):
-                    w.write_batch(pa.RecordBatch.from_pydict(batch, schema=schema))
-        for direction, report in mine.items():
-            if report.kept == 0:
-                what = ", ".join(r.description for c, r in zip(items, job.resolved[name])
-                                 if c.direction.name == direction)
-                which = f" of direction {direction}" if len(directions) > 1 else ""
-                raise DataError(f"{what}: no pair{which} is left after cleaning "
-                                f"({report.read} read); check the files and --max-length")
-        reports[name] = _total(mine.values())
-        by_direction[name] = mine
-        tables[name] = datasets.Dataset.from_file(str(arrow_path))
+    """Each split written as an Arrow file in ``work``, then the dataset directory made of
+    them (the splits, the tokenizer, prepare.json) and swapped in for ``output``."""
+    by_direction = {name: _write_split(work, job, name, pa, num_proc) for name in job.splits}
+    reports = {name: _total(mine.values()) for name, mine in by_direction.items()}
+    tables = {name: datasets.Dataset.from_file(str(work / f"{name}.arrow"))
+              for name in job.splits}
     final = work / "dataset"
     datasets.DatasetDict(tables).save_to_disk(str(final))
     save_vocabularies(job.vocabs, final / TOKENIZER_FILE)
     write_prepare_info(final, _prepare_info(job, reports, by_direction))
-    # Swap the finished directory in: an interrupted prepare leaves the old one intact.
-    # The old one is moved aside (a rename, not a slow delete) and removed with ``work``.
+    _swap_in(final, output, work)
+    return reports, by_direction
+
+
+def _write_split(work: Path, job: _Job, name: str, pa: Any, num_proc: int
+                 ) -> dict[str, SplitReport]:
+    """The split ``name``'s pairs, every corpus of it cleaned and tokenized, as the Arrow
+    stream ``work/name.arrow``; returns each direction's report. A direction left without
+    a pair is refused in one line naming its files."""
+    items, directions = job.splits[name], list(job.corpora.directions)
+    with_text = name != "train"
+    schema = _schema(pa, with_text)
+    mine: dict[str, SplitReport] = {}
+    seen: dict[str, set[bytes]] = {}  # per direction, for --dedup
+    with pa.OSFile(str(work / f"{name}.arrow"), "wb") as sink, \
+            pa.ipc.new_stream(sink, schema) as w:
+        for corpus, resolved in zip(items, job.resolved[name]):
+            index = directions.index(corpus.direction)
+            report = mine.setdefault(corpus.direction.name, SplitReport())
+            spec = corpus.train if name == "train" else corpus.valid
+            assert spec is not None
+            marks = job.codes[index] if job.codes is not None else ResolvedLanguage()
+            read = _Reading(spec, resolved.description, index, job.source_tags[index],
+                            job.tags, with_text, marks.source_prefix, marks.source_suffix)
+            for batch in _tokenized_chunks(read, job.vocabs, job.clean, report,
+                                           seen.setdefault(corpus.direction.name, set()),
+                                           num_proc):
+                w.write_batch(pa.RecordBatch.from_pydict(batch, schema=schema))
+    for direction, report in mine.items():
+        if report.kept == 0:
+            what = ", ".join(r.description for c, r in zip(items, job.resolved[name])
+                             if c.direction.name == direction)
+            which = f" of direction {direction}" if len(directions) > 1 else ""
+            raise DataError(f"{what}: no pair{which} is left after cleaning "
+                            f"({report.read} read); check the files and --max-length")
+    return mine
+
+
+def _swap_in(final: Path, output: Path, work: Path) -> None:
+    """Swap the finished directory ``final`` in as ``output``: an interrupted prepare leaves
+    the old one intact. The old one is moved aside into ``work`` (a rename, not a slow
+    delete) and removed with it."""
     if output.exists():
         output.rename(work / "previous")
         try:
@@ -347,7 +360,6 @@ def _write_in(work: Path, job: _Job, output: Path, datasets: Any, pa: Any, num_p
             raise
     else:
         final.rename(output)
-    return reports, by_direction
 
 
 def _prepare_info(job: _Job, reports: dict[str, SplitReport],

@@ -506,6 +506,31 @@ class _Trainer:
                                    run.epoch + run.batch_in_epoch / len(updates),
                                    self.agreed_seconds)
         group = self._update_batches(updates[run.batch_in_epoch], width, progress)
+        loss, nll, n_tokens = self._apply_update(group, progress)
+        signum, over_time = self._agree_to_go_on(signals, loss)
+        run.step += 1
+        run.batch_in_epoch += 1
+        self.window.add(loss, nll, n_tokens, sum(b.n_src_tokens for b in group))
+        if run.step % config.log_every == 0 or run.step == 1:
+            self.log_window()
+        at_epoch_end = run.batch_in_epoch == len(updates)
+        stopped = self._stop_reason(signum, over_time, at_epoch_end)
+        # Validate when asked, and once more at the end (not after an interruption: a
+        # resumed run goes on from there).
+        if self.valid_split is not None and not signum and (
+                run.step % config.valid_every == 0 or stopped):
+            stopped = self._validate_and_check_patience(stopped)
+        if at_epoch_end:
+            run.epoch += 1
+            run.batch_in_epoch = 0
+        if stopped or run.step % config.save_every == 0:
+            self.save()
+        return stopped
+
+    def _apply_update(self, group: list[Batch], progress: float) -> tuple[float, float, int]:
+        """The optimizer update on ``group``: its loss, NLL and target tokens. Running out of
+        memory, or an fp16 loss scale that keeps falling, ends the run in one line."""
+        run, config = self.run, self.config
         try:
             loss, nll, n_tokens = _update(
                 self.models.step, self.optimizer, group, config, self.precision.amp_dtype,
@@ -521,7 +546,13 @@ class _Trainer:
                 "the gradients overflow at every step; the last good checkpoint (step "
                 f"{run.saved_steps[-1] if run.saved_steps else 0}) is kept. Lower --lr, raise "
                 "--warmup or use --precision fp32")
-        # Every process must stop at the same step: agree on signals, time and divergence.
+        return loss, nll, n_tokens
+
+    def _agree_to_go_on(self, signals: StopSignal, loss: float) -> tuple[float, bool]:
+        """Every process must stop at the same step: agree on signals, time and divergence
+        (a non-finite loss ends the run in one line). Returns the signal (0: none) and
+        whether --max-time is reached."""
+        run, config = self.run, self.config
         signum, seconds, diverged = distributed.all_reduce(
             [signals.signum, self.elapsed(), not math.isfinite(loss)], self.dist, op="max")
         self.agreed_seconds = seconds
@@ -533,11 +564,12 @@ class _Trainer:
                 f"{run.step + 1}; the last good checkpoint (step "
                 f"{run.saved_steps[-1] if run.saved_steps else 0}) is kept. Lower --lr, "
                 "raise --warmup or use --precision fp32")
-        run.step += 1
-        run.batch_in_epoch += 1
-        self.window.add(loss, nll, n_tokens, sum(b.n_src_tokens for b in group))
-        if run.step % config.log_every == 0 or run.step == 1:
-            self.log_window()
+        return signum, over_time
+
+    def _stop_reason(self, signum: float, over_time: bool, at_epoch_end: bool) -> str:
+        """Why the run stops after this step (a signal, --max-steps, --max-time,
+        --max-epochs), or ""."""
+        run, config = self.run, self.config
         stopped = ""
         if signum:
             stopped = f"interrupted by {signal.Signals(int(signum)).name}"
@@ -545,23 +577,18 @@ class _Trainer:
             stopped = f"reached --max-steps {config.max_steps}"
         elif over_time:
             stopped = f"reached --max-time {config.max_time:g} min"
-        at_epoch_end = run.batch_in_epoch == len(updates)
         if at_epoch_end and config.max_epochs and run.epoch + 1 >= config.max_epochs \
                 and not stopped:
             stopped = f"reached --max-epochs {config.max_epochs}"
-        # Validate when asked, and once more at the end (not after an interruption: a
-        # resumed run goes on from there).
-        if self.valid_split is not None and not signum and (
-                run.step % config.valid_every == 0 or stopped):
-            self.validate()
-            if config.patience and run.bad_validations >= config.patience:
-                better = "better BLEU" if self.scores_bleu else "lower validation loss"
-                stopped = stopped or f"no {better} in {config.patience} validations"
-        if at_epoch_end:
-            run.epoch += 1
-            run.batch_in_epoch = 0
-        if stopped or run.step % config.save_every == 0:
-            self.save()
+        return stopped
+
+    def _validate_and_check_patience(self, stopped: str) -> str:
+        """Validate; returns why the run stops: ``stopped``, else --patience used up."""
+        config = self.config
+        self.validate()
+        if config.patience and self.run.bad_validations >= config.patience:
+            better = "better BLEU" if self.scores_bleu else "lower validation loss"
+            stopped = stopped or f"no {better} in {config.patience} validations"
         return stopped
 
     def _update_batches(self, batches: list[np.ndarray], width: int,
