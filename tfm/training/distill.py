@@ -49,6 +49,8 @@ __all__ = ["DistillConfig", "DistillResult", "distill", "filter_pairs", "student
 
 RUN_FILE = "distill.json"
 RUN_VERSION = 1
+# The run directory's own entries, which no student may be named.
+RESERVED = ("teacher", "corpus", "data", RUN_FILE, "stages.json")
 
 
 @dataclass
@@ -145,12 +147,10 @@ def _plan(teacher: Path, corpora: Corpora, output: Path, config: DistillConfig,
     if prepared is not None:
         _check_prepared(teacher, prepared, src, tgt)
     student = model_config_from_preset(config.preset, **model)
-    if config.export == "ctranslate2":
-        from tfm.extras import require
-        from tfm.interop.ctranslate2 import check_supported
-
-        check_supported(student, Path(f"--export ctranslate2 (student {config.preset})"))
-        require("ctranslate2", "export")
+    _check_export(config, student)
+    name = student_name(config, model)
+    if name in RESERVED or "/" in name or name.startswith("."):
+        raise UsageError(f"--name {name}: a name of the run's own files; choose another")
     train = TrainConfig(**train_options)
     if not (train.max_steps or train.max_epochs or train.max_time or train.patience):
         raise UsageError("give the student's stopping rule: --max-steps, --max-epochs, "
@@ -167,7 +167,24 @@ def _plan(teacher: Path, corpora: Corpora, output: Path, config: DistillConfig,
                 "filter": {"max_ratio": config.max_ratio, "drop_worst": config.drop_worst,
                            "with_originals": config.with_originals}}
     return _Plan(Path(teacher), corpora, src, tgt, search, student, train, train_options,
-                 model, config.preset, student_name(config, model), identity, sources)
+                 model, config.preset, name, identity, sources)
+
+
+def _check_export(config: DistillConfig, student: ModelConfig) -> None:
+    """A student shape the export asked for cannot hold, refused before any work."""
+    if config.export != "ctranslate2":
+        return
+    from tfm.errors import ModelError
+    from tfm.extras import require
+    from tfm.interop.ctranslate2 import check_supported
+
+    try:
+        check_supported(student, Path("student"))
+    except ModelError as e:
+        why = str(e).split(": ", 1)[1]
+        raise UsageError(f"--export ctranslate2: the student's shape cannot be exported ({why})"
+                         ": drop --export, or choose a shape CTranslate2 runs") from None
+    require("ctranslate2", "export")
 
 
 def _direction(teacher: Path, info: Any, train: CorpusSpec) -> tuple[str, str]:
@@ -386,15 +403,22 @@ def _train_student(plan: _Plan, data: Path, student: Path, reporter: Any) -> str
         return str(stages[student.name]["trained"]["stopped"])
     with directory_lock(student, "tfm distill"):
         if ModelDir(student).train_state.exists():
-            result = resume(data, student, Overrides(plan.given, plan.model, plan.preset),
-                            model_config=plan.student, reporter=reporter)
+            try:
+                result = resume(data, student, Overrides(plan.given, plan.model, plan.preset),
+                                model_config=plan.student, reporter=reporter)
+            except UsageError as e:
+                # Killed after its training ended and before the stage was recorded.
+                if not str(e).startswith("nothing left to do"):
+                    raise
+                _record_stage(student.parent, student.name, "trained", {"stopped": str(e)})
+                return str(e)
         else:
             result = train(data, student, plan.student, plan.train, reporter=reporter,
                            overwrite=True)
     if not result.stopped.startswith("interrupted"):
         _record_stage(student.parent, student.name, "trained",
                       {"stopped": result.stopped, "step": result.step,
-                       "best_bleu": result.best_bleu, "minutes": result.elapsed / 60})
+                       "best_bleu": result.best_bleu, "minutes": round(result.elapsed / 60, 2)})
     return result.stopped
 
 
