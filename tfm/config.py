@@ -439,7 +439,9 @@ class DistillConfig:
     drop_worst: float = option(0.0, "Filter: also drop this fraction of the pairs with the "
                                "lowest teacher scores (Bergamot: 0.05).", min=0, panel="Filter")
     with_originals: bool = option(False, "Train on the original pairs too, not only the "
-                                  "teacher's translations.", panel="Filter")
+                                  "teacher's translations.", flag=("--originals",
+                                                                   "--no-originals"),
+                                  panel="Filter")
     shortlist: bool = option(True, "Build the student's vocabulary shortlist on the distilled "
                              "data and report it on val.", panel="Deploy")
     export: str | None = option(None, "Also export the student: ctranslate2.", panel="Deploy")

@@ -52,7 +52,7 @@ def distill(
     model: dict[str, Any],  # the student's ModelConfig options, those given
     options: dict[str, Any],  # the student's TrainConfig options, those given
 ) -> None:
-    """Distil a teacher into a small, fast student, in one resumable run.
+    """Distil a teacher into a small, fast student, resumably.
 
     The teacher translates its corpus's sources (beam; kept for every student of --output),
     the pairs are filtered, the student trains on them, its shortlist is built, and a report

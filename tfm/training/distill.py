@@ -273,7 +273,7 @@ def _claim(output: Path, identity: dict[str, Any]) -> None:
 def _worded(key: str) -> str:
     return {"teacher": "teacher (other weights)", "train": "training corpus",
             "valid": "validation corpus", "teacher_search": "teacher search (--teacher-beam)",
-            "filter": "filter (--max-ratio, --drop-worst, --with-originals)",
+            "filter": "filter (--max-ratio, --drop-worst, --originals)",
             "version": "tfm version"}.get(key, key)
 
 
