@@ -462,6 +462,9 @@ def _report(plan: _Plan, output: Path, config: DistillConfig, student: Path,
     from tfm.training.distill_report import measure
 
     stages = _stages(output).get(student.name, {})
+    path = output / f"report-{student.name}.json"
+    if stages.get("report") and path.exists():  # made before, of the same student
+        return json.loads(path.read_text(encoding="utf-8"))
     sets = [("val", plan.corpora.valid)] + ([("test", plan.corpora.test)]
                                             if plan.corpora.test else [])
     report = measure(plan.teacher, student, sets, plan.search.beam, config.report_sentences,
@@ -470,6 +473,6 @@ def _report(plan: _Plan, output: Path, config: DistillConfig, student: Path,
     report["student"] = {"name": student.name, "preset": plan.preset,
                          "model": asdict(plan.student), **stages.get("trained", {})}
     report["filter"] = json.loads((output / "corpus" / "filter.json").read_text("utf-8"))
-    atomic_write_bytes(output / f"report-{student.name}.json",
-                       json.dumps(report, indent=1).encode("utf-8"))
+    atomic_write_bytes(path, json.dumps(report, indent=1).encode("utf-8"))
+    _record_stage(output, student.name, "report", True)
     return report
