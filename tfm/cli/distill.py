@@ -104,6 +104,7 @@ class _Progress:
                             BarColumn(bar_width=24), console=err, transient=True,
                             disable=not err.is_terminal)
         self.task = None
+        self.tenths = 0  # of the translation said, where there is no bar
         self.bar.__enter__()
         return self
 
@@ -117,6 +118,10 @@ class _Progress:
         if self.task is None:
             self.task = self.bar.add_task(what, total=total)
         self.bar.update(self.task, completed=done)
+        tenths = 10 * done // max(total, 1)
+        if not err.is_terminal and tenths > self.tenths:
+            self.tenths = tenths
+            err.print(f"   {done:,} of {total:,} translated", highlight=False)
 
 
 def _print_report(report: dict[str, Any]) -> None:

@@ -60,7 +60,8 @@ def _on_cpu(device: str) -> bool:
 
 def _decode(label: str, path: Path, precision: str, listed: bool, engine: str, device: str,
             pairs: list[tuple[str, str]], beam: int) -> list[dict[str, Any]]:
-    """One model loaded, then the sources decoded greedy and with ``beam``: a row each."""
+    """One model loaded, then the sources decoded greedy and with ``beam`` (beam 1: greedy
+    alone): a row each."""
     from tfm.decoding.engines import load_translator
     from tfm.decoding.scoring import score
 
@@ -70,7 +71,7 @@ def _decode(label: str, path: Path, precision: str, listed: bool, engine: str, d
     load = time.perf_counter() - start
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     rows = []
-    for search, size in (("greedy", 1), ("beam", beam)):
+    for search, size in (("greedy", 1), ("beam", beam))[:1 if beam == 1 else 2]:
         options = translator.default_options(beam=size)
         start = time.perf_counter()
         hypotheses = [t.text for t in translator.translate(sources, options)]
