@@ -177,6 +177,29 @@ def test_a_second_student_reuses_the_teachers_translations(distilled, teacher, c
     assert (out / "report-student-tiny-ssru.json").is_file()
 
 
+def test_a_student_can_start_from_the_teachers_weights_of_its_shape(distilled, teacher,
+                                                                     corpus):
+    """--init-from-teacher: the student's weights that the teacher has (same name and shape:
+    here the embeddings and the first encoder and decoder layer) start as the teacher's, the
+    others (the second encoder layer) as `tfm train` draws them."""
+    from safetensors.torch import load_file
+
+    out, _ = distilled
+    done = distill(teacher, corpus, out, "--name", "tiny-init", "--init-from-teacher")
+    assert done.returncode == 0, done.stderr
+    start = load_file(out / "tiny-init.init" / "model.safetensors")
+    theirs = load_file(teacher / "model.safetensors")
+    for name in ("src_embed.token.weight", "encoder_layers.0.ffn.fc1.weight",
+                 "decoder_layers.0.encoder_attn.q_proj.weight"):
+        assert start[name].equal(theirs[name]), name
+    assert "encoder_layers.1.ffn.fc1.weight" in start
+    assert "encoder_layers.1.ffn.fc1.weight" not in theirs
+    provenance = json.loads((out / "tiny-init" / "config.json").read_text())["provenance"]
+    assert provenance["init_from"] == str(out / "tiny-init.init")
+    copied = json.loads((out / "stages.json").read_text())["tiny-init"]["init_from_teacher"]
+    assert 0 < copied["copied"] < copied["of"]
+
+
 def test_a_corpus_translation_killed_midway_goes_on_from_its_chunks(tmp_path, teacher):
     """A chunk is whole or absent: a run stopped in its third chunk keeps the first two, and
     the translation it then finishes is the one an unstopped run writes."""

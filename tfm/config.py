@@ -442,6 +442,9 @@ class DistillConfig:
                                   "teacher's translations.", flag=("--originals",
                                                                    "--no-originals"),
                                   panel="Filter")
+    init_from_teacher: bool = option(
+        False, "Start the student from the teacher's weights where a weight has the same name "
+        "and shape (embeddings, its first layers), else fresh.", panel="Student")
     shortlist: bool = option(True, "Build the student's vocabulary shortlist on the distilled "
                              "data and report it on val.", panel="Deploy")
     export: str | None = option(None, "Also export the student: ctranslate2.", panel="Deploy")

@@ -24,8 +24,8 @@ Each step is skipped where its output is there and whole; a killed run goes on, 
 with the same arguments, where it stopped: the translation from its last chunk, the
 student's training from its last checkpoint (tfm.training.loop.resume).
 
-The student starts from scratch: `tfm train --init-from` needs the teacher's shape, and
-copying some of the teacher's layers into another shape is not done here.
+The student starts from fresh weights, or (``init_from_teacher``) from the teacher's where a
+weight has the same name and shape (``_teacher_start``); which is better is to be measured.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ __all__ = ["DistillConfig", "DistillResult", "distill", "filter_pairs", "student
 RUN_FILE = "distill.json"
 RUN_VERSION = 1
 # The run directory's own entries, which no student may be named.
-RESERVED = ("teacher", "corpus", "data", RUN_FILE, "stages.json")
+RESERVED = ("teacher", "corpus", "data", RUN_FILE, "stages.json")  # (and NAME.init)
 
 
 @dataclass
@@ -132,6 +132,7 @@ class _Plan:
     name: str
     identity: dict[str, Any]
     sources: int
+    init_from_teacher: bool = False
 
 
 def _plan(teacher: Path, corpora: Corpora, output: Path, config: DistillConfig,
@@ -167,7 +168,7 @@ def _plan(teacher: Path, corpora: Corpora, output: Path, config: DistillConfig,
                 "filter": {"max_ratio": config.max_ratio, "drop_worst": config.drop_worst,
                            "with_originals": config.with_originals}}
     return _Plan(Path(teacher), corpora, src, tgt, search, student, train, train_options,
-                 model, config.preset, name, identity, sources)
+                 model, config.preset, name, identity, sources, config.init_from_teacher)
 
 
 def _check_export(config: DistillConfig, student: ModelConfig) -> None:
@@ -413,13 +414,44 @@ def _train_student(plan: _Plan, data: Path, student: Path, reporter: Any) -> str
                 _record_stage(student.parent, student.name, "trained", {"stopped": str(e)})
                 return str(e)
         else:
+            start = _teacher_start(plan, student) if plan.init_from_teacher else None
             result = train(data, student, plan.student, plan.train, reporter=reporter,
-                           overwrite=True)
+                           overwrite=True, init_from=start)
     if not result.stopped.startswith("interrupted"):
         _record_stage(student.parent, student.name, "trained",
                       {"stopped": result.stopped, "step": result.step,
                        "best_bleu": result.best_bleu, "minutes": round(result.elapsed / 60, 2)})
     return result.stopped
+
+
+def _teacher_start(plan: _Plan, student: Path) -> Path:
+    """The student's initial weights as a model directory beside it (``NAME.init``): drawn as
+    `tfm train` draws them (its seed), then every weight of the same name and shape as one of
+    the teacher's replaced by the teacher's (the embeddings and output layer where the widths
+    agree, encoder and decoder layer i from the teacher's layer i where it has one and the
+    shapes agree; an SSRU layer's own weights stay fresh). The counts go to stages.json."""
+    import torch
+
+    from tfm.checkpoint import load_model_dir, save_model_dir
+    from tfm.model import Transformer
+    from tfm.model_info import ModelInfo
+
+    teacher, vocabs, info = load_model_dir(plan.teacher)
+    t = info.model
+    config = replace(plan.student, src_vocab_size=t.src_vocab_size,
+                     tgt_vocab_size=t.tgt_vocab_size, share_embeddings=t.share_embeddings)
+    torch.manual_seed(plan.train.seed)
+    model = Transformer(config)
+    theirs = teacher.state_dict()
+    mine = model.state_dict()
+    copied = [k for k, v in mine.items() if k in theirs and theirs[k].shape == v.shape]
+    model.load_state_dict({**mine, **{k: theirs[k] for k in copied}})
+    start = student.with_name(student.name + ".init")
+    save_model_dir(start, model, vocabs, ModelInfo(config, src_lang=plan.src,
+                                                   tgt_lang=plan.tgt))
+    _record_stage(student.parent, student.name, "init_from_teacher",
+                  {"copied": len(copied), "of": len(mine)})
+    return start
 
 
 def _stages(output: Path) -> dict[str, Any]:
