@@ -179,13 +179,13 @@ def test_a_second_student_reuses_the_teachers_translations(distilled, teacher, c
 
 def test_a_student_can_start_from_the_teachers_weights_of_its_shape(distilled, teacher,
                                                                      corpus):
-    """--init-from-teacher: the student's weights that the teacher has (same name and shape:
+    """--teacher-init: the student's weights that the teacher has (same name and shape:
     here the embeddings and the first encoder and decoder layer) start as the teacher's, the
     others (the second encoder layer) as `tfm train` draws them."""
     from safetensors.torch import load_file
 
     out, _ = distilled
-    done = distill(teacher, corpus, out, "--name", "tiny-init", "--init-from-teacher")
+    done = distill(teacher, corpus, out, "--name", "tiny-init", "--teacher-init")
     assert done.returncode == 0, done.stderr
     start = load_file(out / "tiny-init.init" / "model.safetensors")
     theirs = load_file(teacher / "model.safetensors")

@@ -444,7 +444,8 @@ class DistillConfig:
                                   panel="Filter")
     init_from_teacher: bool = option(
         False, "Start the student from the teacher's weights where a weight has the same name "
-        "and shape (embeddings, its first layers), else fresh.", panel="Student")
+        "and shape (embeddings, its first layers), else fresh.",
+        flag=("--teacher-init", "--no-teacher-init"), panel="Student")
     shortlist: bool = option(True, "Build the student's vocabulary shortlist on the distilled "
                              "data and report it on val.", panel="Deploy")
     export: str | None = option(None, "Also export the student: ctranslate2.", panel="Deploy")
