@@ -95,7 +95,7 @@ def distill(teacher: Path, corpora: Corpora, output: Path, config: DistillConfig
     dataset, if given, checked to have the teacher's tokenizer; ``reporter``: the training's
     TrainReporter; ``say``: one line per step; ``progress(what, done, total)``: the
     translation's. Everything is checked before anything is written (UsageError)."""
-    plan = _plan(teacher, corpora, output, config, model, train_options, prepared)
+    plan = _plan(teacher, corpora, config, model, train_options, prepared)
     _claim(output, plan.identity)
     say(f"1. the teacher translates {plan.sources} training sources (beam {plan.search.beam})")
     translations = _teacher_translations(plan, output, config, progress)
@@ -111,7 +111,7 @@ def distill(teacher: Path, corpora: Corpora, output: Path, config: DistillConfig
         return DistillResult(output, student, stopped, translations.reused)
     _deploy(plan, output, config, data, student, say)
     say("5. the report: teacher and student on val" + (" and test" if corpora.test else ""))
-    report = _report(plan, output, config, student, progress)
+    report = _report(plan, output, config, student)
     return DistillResult(output, student, stopped, translations.reused, report)
 
 
@@ -135,8 +135,8 @@ class _Plan:
     init_from_teacher: bool = False
 
 
-def _plan(teacher: Path, corpora: Corpora, output: Path, config: DistillConfig,
-          model: dict[str, Any], train_options: dict[str, Any], prepared: Path | None) -> _Plan:
+def _plan(teacher: Path, corpora: Corpora, config: DistillConfig, model: dict[str, Any],
+          train_options: dict[str, Any], prepared: Path | None) -> _Plan:
     """Every check of the arguments, before anything is written: the teacher's direction
     against the corpus's, its tokenizer against the prepared dataset's, the student's shape
     against the export, the training's stopping rule."""
@@ -488,17 +488,18 @@ def _deploy(plan: _Plan, output: Path, config: DistillConfig, data: Path, studen
         _record_stage(output, student.name, "export", str(target))
 
 
-def _report(plan: _Plan, output: Path, config: DistillConfig, student: Path,
-            progress: Callable[[str, int, int], None] | None) -> dict[str, Any]:
-    """Step 5: OUT/report-NAME.json (see tfm.training.distill_report)."""
+def _report(plan: _Plan, output: Path, config: DistillConfig, student: Path) -> dict[str, Any]:
+    """Step 5: OUT/report-NAME.json (see tfm.training.distill_report), kept where it was made
+    before of the same sets and sentences."""
     from tfm.training.distill_report import measure
 
     stages = _stages(output).get(student.name, {})
     path = output / f"report-{student.name}.json"
-    if stages.get("report") and path.exists():  # made before, of the same student
-        return json.loads(path.read_text(encoding="utf-8"))
     sets = [("val", plan.corpora.valid)] + ([("test", plan.corpora.test)]
                                             if plan.corpora.test else [])
+    if stages.get("report") == {"sets": [n for n, _ in sets],
+                                "sentences": config.report_sentences} and path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))
     report = measure(plan.teacher, student, sets, plan.search.beam, config.report_sentences,
                      plan.train.device, shortlist="shortlist" in stages,
                      export=stages.get("export"))
@@ -506,5 +507,6 @@ def _report(plan: _Plan, output: Path, config: DistillConfig, student: Path,
                          "model": asdict(plan.student), **stages.get("trained", {})}
     report["filter"] = json.loads((output / "corpus" / "filter.json").read_text("utf-8"))
     atomic_write_bytes(path, json.dumps(report, indent=1).encode("utf-8"))
-    _record_stage(output, student.name, "report", True)
+    _record_stage(output, student.name, "report", {"sets": [n for n, _ in sets],
+                                                   "sentences": config.report_sentences})
     return report
