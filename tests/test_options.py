@@ -16,9 +16,11 @@ from typer.testing import CliRunner
 
 import tfm.cli  # noqa: F401 (registers the commands)
 from tfm.cli.app import app
+from tfm.cli.distill import MULTILINGUAL
 from tfm.cli.fields import Fields
 from tfm.config import (
     CleanConfig,
+    DistillConfig,
     EngineOptions,
     ModelConfig,
     ScoreOptions,
@@ -39,9 +41,12 @@ DERIVED = {
              Fields(EngineOptions)],
     "serve": [Fields(EngineOptions, exclude=("ensemble", "reverse_model", "reverse_weight")),
               Fields(ServeConfig)],
+    "distill": [Fields(DistillConfig),
+                Fields(ModelConfig, given_only=True, exclude=("drop_residual_layer",)),
+                Fields(TrainConfig, given_only=True, exclude=MULTILINGUAL)],
 }
-CONFIGS = {CleanConfig, EngineOptions, ModelConfig, ScoreOptions, SearchOptions, TrainConfig,
-           ServeConfig}
+CONFIGS = {CleanConfig, DistillConfig, EngineOptions, ModelConfig, ScoreOptions, SearchOptions,
+           TrainConfig, ServeConfig}
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
 
 

@@ -286,3 +286,20 @@ def test_ctrl_c_stops_the_side_by_side_runs_with_a_checkpoint_each_and_a_rerun_r
 
 def _logged_a_step(log: Path) -> bool:
     return log.exists() and any(line.startswith("step ") for line in log.read_text().splitlines())
+
+
+def test_the_students_recipe_distils_each_shape_from_one_teacher_translation(
+        multi30k_like, tmp_path, run_recipe):
+    out = tmp_path / "students"
+    result = run_recipe("multi30k-students.sh", str(multi30k_like), "en", "de", str(out), *TINY,
+                        STUDENTS="student-6-1 student-tiny+ssru")
+    assert (out / "teacher" / "model" / "model.safetensors").exists()
+    distill = out / "distill"
+    assert len(lines(distill / "teacher" / "train.de")) == len(PAIRS) * 3
+    assert f"{len(PAIRS) * 3} translated before, 0 now" in result.stderr  # the second student
+    for name in ("student-6-1", "student-tiny-ssru"):
+        report = json.loads((distill / f"report-{name}.json").read_text())
+        assert set(report["sets"]) == {"val", "test"}
+        assert report["sets"]["test"]["sentences"] == 6
+    model = json.loads((distill / "student-tiny-ssru" / "config.json").read_text())["model"]
+    assert model["decoder_self_attention"] == "ssru"

@@ -416,6 +416,50 @@ class ScoreOptions:
     tgt_lang: str | None = option(None, "", option=None)
 
 
+DISTILL_EXPORTS = ("ctranslate2",)  # what `tfm distill --export` writes
+
+
+@dataclass
+class DistillConfig:
+    """What ``tfm distill`` does besides the student's training options (TrainConfig) and
+    shape (ModelConfig): the teacher's search, the filter, the deployment and the report."""
+
+    preset: str = option("student-tiny", "The student's shape: student-6-1, student-12-1, "
+                         "student-tiny (or any `tfm train` preset).", panel="Student")
+    name: str | None = option(None, "The student's directory in --output.", option="--name",
+                              shown_default="the preset, -ssru with an SSRU decoder",
+                              panel="Student")
+    teacher_beam: int | None = option(None, "The teacher's beam for the training sources.",
+                                      min=1, shown_default="the teacher's saved beam",
+                                      panel="Teacher")
+    chunk: int = option(1000, "Sentences the teacher translates between two saves (a kill "
+                        "loses at most these).", min=1, panel="Teacher")
+    max_ratio: float = option(2.0, "Filter: drop pairs whose character-length ratio (longer / "
+                              "shorter) exceeds this; 0: keep all.", min=0, panel="Filter")
+    drop_worst: float = option(0.0, "Filter: also drop this fraction of the pairs with the "
+                               "lowest teacher scores (Bergamot: 0.05).", min=0, panel="Filter")
+    with_originals: bool = option(False, "Train on the original pairs too, not only the "
+                                  "teacher's translations.", flag=("--originals",
+                                                                   "--no-originals"),
+                                  panel="Filter")
+    init_from_teacher: bool = option(
+        False, "Start the student from the teacher's weights where a weight has the same name "
+        "and shape (embeddings, its first layers), else fresh.",
+        flag=("--teacher-init", "--no-teacher-init"), panel="Student")
+    shortlist: bool = option(True, "Build the student's vocabulary shortlist on the distilled "
+                             "data and report it on val.", panel="Deploy")
+    export: str | None = option(None, "Also export the student: ctranslate2.", panel="Deploy")
+    report_sentences: int = option(500, "Sentences of val (and test) the report decodes, from "
+                                   "the first.", min=1, panel="Report")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.export is not None and self.export not in DISTILL_EXPORTS:
+            raise UsageError(f"--export {self.export}: choose {' or '.join(DISTILL_EXPORTS)}")
+        if self.drop_worst >= 1:
+            raise UsageError(f"--drop-worst {self.drop_worst:g}: give a fraction below 1")
+
+
 def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
     known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     unknown = set(data) - known
@@ -450,6 +494,7 @@ __all__ = [
     "SearchOptions",
     "EngineOptions",
     "ScoreOptions",
+    "DistillConfig",
     "PRESETS",
     "model_config_from_preset",
     "model_config_from_dict",

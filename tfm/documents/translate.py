@@ -53,8 +53,7 @@ def translate_document(document: Document, translator: Translator, options: Sear
     cut segments into sentences (False: each segment is one); ``progress``: called with the
     number of sentences done, as they are; ``work``: the
     document as ``DocumentWork.of`` cut it, if already done (to count its sentences first)."""
-    source = (language.source if language else None) or translator.info.src_lang
-    work = work or DocumentWork.of(document, split, source)
+    work = work or DocumentWork.of(document, split, language.source if language else None)
     results: list[Translation | None] = [None] * len(work.sentences)
     for chosen, with_tags in work.groups():
         wanted = work.options(options, with_tags, translator.supports_attention)

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Multi30k (task 1), fast students: the quick recipe's teacher (recipes/multi30k.sh, the
+# 45-minute `small` model), then `tfm distill` makes each student shape of STUDENTS from it
+# (docs/CLI.md#tfm-distill): the teacher translates the training sources once (beam 5, its
+# saved defaults; kept in OUT_DIR/distill/teacher for every student), the pairs are filtered,
+# each student trains on them, its shortlist is built, and a report compares it with the
+# teacher on val and test_2016_flickr (BLEU, chrF, sentences/s, peak memory; greedy and beam;
+# fp32, int8, int8 with the shortlist): OUT_DIR/distill/report-NAME.json.
+#
+#   bash recipes/multi30k-students.sh DATA_DIR SRC TGT [OUT_DIR] [extra options...]
+#   bash recipes/multi30k-students.sh ../shared/data/multi30k en de runs/students-en-de
+#   bash recipes/multi30k-students.sh ../shared/data/multi30k de en runs/students-de-en
+#
+# The extra options go to the teacher's `tfm train` and to each `tfm distill` (the student's
+# training and shape options: the recipe's own come first, these win).
+# STUDENTS: the shapes, a preset each, `+ssru` for an SSRU decoder (default
+#   "student-tiny+ssru student-6-1 student-12-1"); STUDENT_MINUTES: each student's training
+#   (default 40); STUDENT_STEPS=N: N steps instead, on any device; TEACHER=DIR: distil this
+#   model directory instead of training the quick recipe's teacher.
+# Time budget, on 2 CPU cores, UNTESTED UNTIL MEASURED (estimates from the recipes' measured
+# parts, not a run of this recipe): the teacher 45 minutes (recipes/multi30k.sh) and its
+# scoring; the training sources translated once, about 5 minutes (one `small` teacher, beam 5:
+# half the two-teacher ensemble's 8 minutes in recipes/multi30k-distill.sh); each student
+# STUDENT_MINUTES (3 x 40) and its report (a few minutes: 500 sentences of val and of test, 8
+# decodes each); about 3 hours 10 minutes in all. On a GPU (CUDA) each training run trains
+# the steps the reference CPU trains in its minutes (recipes/lib.sh, budget; for the students
+# the `small` model's rate a minute, not measured for them): minutes of GPU time, also
+# unmeasured. The measured table goes to docs/BENCHMARKS.md.
+# Run again with the same arguments after an interruption, it goes on where it stopped: the
+# teacher kept (or its training resumed), the translations kept (a stopped translation from
+# its last chunk), a student's training from its last checkpoint, a finished student kept.
+set -euo pipefail
+data=${1:?usage: multi30k-students.sh DATA_DIR SRC TGT [OUT_DIR] [options...]}
+src=${2:?source language, e.g. en}
+tgt=${3:?target language, e.g. de}
+out=${4:-runs/multi30k-students-$src-$tgt}
+shift $(( $# < 4 ? $# : 4 ))
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib.sh"
+lock_out "$out"  # one recipe at a time in OUT_DIR
+
+if [ -n "${TEACHER:-}" ]; then
+    teacher=$TEACHER
+    echo "== 1. the teacher: $teacher"
+else
+    teacher="$out/teacher/model"
+    echo "== 1. the teacher: recipes/multi30k.sh into $out/teacher"
+    bash "$here/multi30k.sh" "$data" "$src" "$tgt" "$out/teacher" "$@"
+fi
+
+student_budget=($(budget "${STUDENT_MINUTES:-40}" 166 "${STUDENT_STEPS:-}" "$@"))
+for shape in ${STUDENTS:-student-tiny+ssru student-6-1 student-12-1}; do
+    preset=${shape%+ssru}
+    student=(--preset "$preset")
+    if [ "$preset" != "$shape" ]; then student+=(--decoder-self-attn ssru); fi
+    echo "== 2. the student $shape"
+    # Run again, `tfm distill` skips what it finished and resumes what it did not.
+    tfm distill --teacher "$teacher" --train "$data/train" --valid "$data/val" \
+        --test "$data/test_2016_flickr" -s "$src" -t "$tgt" -o "$out/distill" "${student[@]}" \
+        --max-tokens 1024 --lr 1.5e-3 --warmup 800 --lr-schedule linear \
+        "${student_budget[@]}" --valid-every 1000 --save-every 500 "$@"
+done

@@ -1,0 +1,133 @@
+"""What ``tfm distill`` reports: the teacher and its student decoding the same sentences,
+greedy and beam, each model as it may be deployed (the student in fp32, int8, int8 with its
+shortlist, its CTranslate2 export), with BLEU and chrF (tfm.decoding.scoring, sacrebleu's),
+sentences a second (the model's load excluded, and given apart) and the process's peak memory.
+
+Kept cheap: the first ``sentences`` of each set, each model loaded once for both searches.
+The peak memory is the kernel's high-water mark of this process (VmHWM), reset before each
+model loads (Linux; elsewhere not reported): the Python process, torch included, while that
+model loaded and translated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tfm.data.corpus import CorpusSpec, iter_pairs
+
+__all__ = ["measure", "table_rows"]
+
+
+def measure(teacher: Path, student: Path, sets: Sequence[tuple[str, CorpusSpec]], beam: int,
+            sentences: int, device: str, shortlist: bool = False,
+            export: str | None = None) -> dict[str, Any]:
+    """The report's rows for each named set of ``sets``, and the deployment's check on the
+    first: how much BLEU the student's int8 weights and shortlist cost against its fp32."""
+    models = _models(teacher, student, device, shortlist, export)
+    report: dict[str, Any] = {"beam": beam, "sets": {}}
+    for name, spec in sets:
+        pairs = [p for _, p in zip(range(sentences), iter_pairs(spec))]
+        rows = []
+        for label, path, precision, listed, engine in models:
+            rows += _decode(label, path, precision, listed, engine, device, pairs, beam)
+        report["sets"][name] = {"sentences": len(pairs), "rows": rows}
+    report["deploy"] = _deployment(report["sets"][sets[0][0]]["rows"])
+    return report
+
+
+def _models(teacher: Path, student: Path, device: str, shortlist: bool, export: str | None
+            ) -> list[tuple[str, Path, str, bool, str]]:
+    """(label, directory, precision, shortlist, engine) of each model the report decodes."""
+    models = [("teacher", teacher, "fp32", False, "tfm"), ("student", student, "fp32", False,
+                                                           "tfm")]
+    if _on_cpu(device):  # tfm's int8 is a CPU path
+        models.append(("student", student, "int8", False, "tfm"))
+        if shortlist:
+            models.append(("student", student, "int8", True, "tfm"))
+    if export is not None:
+        models.append(("student", Path(export), "fp32", False, "ctranslate2"))
+    return models
+
+
+def _on_cpu(device: str) -> bool:
+    from tfm.device import resolve_device
+
+    return resolve_device(device).type == "cpu"
+
+
+def _decode(label: str, path: Path, precision: str, listed: bool, engine: str, device: str,
+            pairs: list[tuple[str, str]], beam: int) -> list[dict[str, Any]]:
+    """One model loaded, then the sources decoded greedy and with ``beam`` (beam 1: greedy
+    alone): a row each."""
+    from tfm.decoding.engines import load_translator
+    from tfm.decoding.scoring import score
+
+    _reset_peak()
+    start = time.perf_counter()
+    translator = load_translator(path, device, precision, workers=1, shortlist=listed)
+    load = time.perf_counter() - start
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    rows = []
+    for search, size in (("greedy", 1), ("beam", beam))[:1 if beam == 1 else 2]:
+        options = translator.default_options(beam=size)
+        start = time.perf_counter()
+        hypotheses = [t.text for t in translator.translate(sources, options)]
+        seconds = time.perf_counter() - start
+        rows.append({"model": label, "engine": engine, "precision": precision,
+                     "shortlist": listed, "search": search, "beam": size,
+                     "bleu": round(score("bleu", hypotheses, references).score, 2),
+                     "chrf": round(score("chrf", hypotheses, references).score, 2),
+                     "sentences_per_s": round(len(sources) / max(seconds, 1e-9), 2),
+                     "sentences_per_s_with_load": round(
+                         len(sources) / max(seconds + load, 1e-9), 2),
+                     "load_s": round(load, 3), "peak_rss_mb": _peak_mb()})
+    return rows
+
+
+def _deployment(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The student's greedy BLEU on the first set in each deployed form, against its fp32's:
+    what int8 and the shortlist cost there."""
+    greedy = {(r["engine"], r["precision"], r["shortlist"]): r["bleu"]
+              for r in rows if r["model"] == "student" and r["search"] == "greedy"}
+    base = greedy[("tfm", "fp32", False)]
+    return {f"{engine} {precision}" + (" shortlist" if listed else ""):
+            {"bleu": bleu, "bleu_change": round(bleu - base, 2)}
+            for (engine, precision, listed), bleu in greedy.items()}
+
+
+def table_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The report as the rows of a printed table: set, model, how (engine, precision, ``+sl``
+    for the shortlist), search, BLEU, chrF, sentences/s, peak memory."""
+    rows = []
+    for name, part in report["sets"].items():
+        for r in part["rows"]:
+            how = r["engine"] + " " + r["precision"] + (" +sl" if r["shortlist"] else "")
+            memory = "" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:,.0f}MB"
+            rows.append([name, r["model"], how, f"{r['search']} {r['beam']}", f"{r['bleu']:.2f}",
+                         f"{r['chrf']:.2f}", f"{r['sentences_per_s']:,.1f}", memory])
+    return rows
+
+
+def _reset_peak() -> None:
+    """The kernel's high-water mark of this process's memory set back to what it holds now
+    (Linux, /proc/self/clear_refs); elsewhere nothing."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_mb() -> float | None:
+    """This process's peak resident memory since the last reset, in MB (None: unknown)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
