@@ -1,0 +1,144 @@
+"""HTML pages: the words of each block translated, tags and everything else kept.
+
+The page is parsed by html5lib, the WHATWG algorithm browsers use, so broken HTML is repaired
+as a browser repairs it and never refused. Each block (a paragraph, a list item, a table cell,
+a heading, the title) is a segment of its inline content; inline elements (``<b>``, ``<a>``,
+``<span>``, ``<br>``, ``<img>``) are tags over the words they cover. ``<script>``,
+``<style>``, ``<pre>``, ``<code>`` and whatever is marked ``translate="no"`` or
+``class="notranslate"`` never reach the model; of the attributes, only ``alt``, ``title``,
+``placeholder`` and ``aria-label`` are translated, each its own segment.
+
+The page is written back by lxml's HTML serializer: the same element tree, doctype and
+comments, entities decoded and written again as characters (``&amp;``, ``&lt;``, ``&gt;``
+escaped). Bytes change where html5lib's repair or the serializer's spelling differ from the
+source (attribute quotes, ``<tbody>`` added, tags' case); a file without ``<html>``,
+``<head>`` or ``<body>`` (a fragment) is written back as a fragment.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tfm.documents.formats import Limits
+from tfm.documents.segments import Segment
+from tfm.documents.tree import Found, Rules, check_depth, names, put_back, segments_of
+from tfm.errors import DataError
+
+INLINE = names("a abbr b bdi bdo br cite data del dfn em font i img input ins mark q rp rt ruby "
+               "s small span strike strong sub sup time tt u wbr")
+VERBATIM = names("code kbd samp var")  # inline, kept whole
+SKIP = names("script style pre textarea svg math template noscript iframe object")
+ATTRIBUTES = ("alt", "title", "placeholder", "aria-label")
+_WHOLE_PAGE = re.compile(rb"<(html|head|body)[\s>/]", re.IGNORECASE)
+
+
+def _no_translate(el: Any) -> bool:
+    return (el.get("translate", "").strip().lower() == "no"
+            or "notranslate" in el.get("class", "").split())
+
+
+RULES = Rules(inline=INLINE, verbatim=VERBATIM, skip=SKIP, attributes=ATTRIBUTES,
+              no_translate=_no_translate)
+
+
+class HtmlDocument:
+    """A page read by html5lib; ``write`` parses it again and puts the translations in."""
+
+    def __init__(self, data: bytes, limits: Limits) -> None:
+        self.data, self.limits = data, limits
+        self.segments = _parse(data, limits)[1].segments
+
+    def write(self, translations: Sequence[Segment]) -> bytes:
+        tree, found, encoding = _parse(self.data, self.limits)
+        put_back(found, translations)
+        if _WHOLE_PAGE.search(self.data):
+            return _serialize(tree, encoding)
+        return _serialize_fragment(tree, encoding)
+
+
+def read(data: bytes, limits: Limits) -> HtmlDocument:
+    """The page's segments (see the module's docstring); refused only when it is too large,
+    nested too deep or not text at all."""
+    if len(data) > limits.max_bytes:
+        raise DataError(f"the HTML file is {len(data)} bytes, over the limit of "
+                        f"{limits.max_bytes}")
+    if b"\x00" in data:
+        raise DataError("not an HTML file: it holds binary data (NUL bytes)")
+    return HtmlDocument(data, limits)
+
+
+def _parse(data: bytes, limits: Limits) -> tuple[Any, Found, str]:
+    import html5lib
+
+    parser = html5lib.HTMLParser(tree=_bounded_builder(limits.max_depth),
+                                 namespaceHTMLElements=False)
+    tree = parser.parse(data)
+    check_depth(tree.getroot(), limits.max_depth, "the HTML page")
+    found = segments_of(tree.getroot(), RULES, limits.max_segments, "the HTML page")
+    return tree, found, parser.documentEncoding or "utf-8"
+
+
+def _bounded_builder(limit: int) -> type:
+    """html5lib's lxml tree builder, refusing elements nested deeper than ``limit``: its
+    algorithm walks the stack of open elements for each tag, so depth costs time squared."""
+    from html5lib.treebuilders import etree_lxml
+
+    class Bounded(etree_lxml.TreeBuilder):
+        def _deep(self) -> None:
+            if len(self.openElements) > limit:
+                raise DataError(f"the HTML page is nested more than {limit} elements deep")
+
+        def insertElementNormal(self, token):  # noqa: N802 (html5lib's name)
+            element = super().insertElementNormal(token)
+            self._deep()
+            return element
+
+        def insertElementTable(self, token):  # noqa: N802
+            element = super().insertElementTable(token)
+            self._deep()
+            return element
+
+    return Bounded
+
+
+def _encoding(encoding: str) -> str:
+    """The source's encoding when lxml and Python know it, else UTF-8."""
+    import codecs
+
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        return "utf-8"
+    return encoding
+
+
+def _serialize(tree: Any, encoding: str) -> bytes:
+    from lxml import etree
+
+    try:
+        return etree.tostring(tree, method="html", encoding=_encoding(encoding))
+    except (LookupError, ValueError):
+        return etree.tostring(tree, method="html", encoding="utf-8")
+
+
+def _serialize_fragment(tree: Any, encoding: str) -> bytes:
+    """A fragment's nodes without the ``<html>``, ``<head>`` and ``<body>`` html5lib put
+    around them (what it moved into ``<head>`` comes first, as it did in the source)."""
+    from lxml import etree
+
+    root = tree.getroot()
+    parts = [etree.tostring(n, method="html", encoding="unicode")
+             for n in reversed(list(root.itersiblings(preceding=True)))]
+    for holder in (root.find("head"), root.find("body")):
+        if holder is not None:
+            parts.append(holder.text or "")
+            parts += [etree.tostring(n, method="html", encoding="unicode") for n in holder]
+    parts += [etree.tostring(n, method="html", encoding="unicode")
+              for n in root.itersiblings()]
+    text = "".join(parts)
+    try:
+        return text.encode(_encoding(encoding), errors="xmlcharrefreplace")
+    except LookupError:
+        return text.encode("utf-8")
