@@ -25,9 +25,20 @@ from tfm.documents.segments import Segment, Tag
 from tfm.errors import DataError
 
 INLINE, VERBATIM, BLOCK, SKIP = "inline", "verbatim", "block", "skip"
-_SPACE = re.compile(r"[ \t\n\r\f]+")
 _LEAD = re.compile(r"^[ \t\n\r\f]*")
 _TRAIL = re.compile(r"[ \t\n\r\f]*$")
+
+
+# The most inline tags one segment may hold: placing tags costs time that grows faster than
+# their number, and no real paragraph comes near (a page built to stall the server does).
+MAX_TAGS = 256
+
+
+def check_tags(segment: Segment, where: str) -> None:
+    """Refuse a segment with more than MAX_TAGS inline tags."""
+    if len(segment.tags) > MAX_TAGS:
+        raise DataError(f"{where} has {len(segment.tags)} inline tags in one paragraph, more "
+                        f"than {MAX_TAGS}")
 
 
 def names(spaced: str) -> frozenset[str]:
@@ -112,6 +123,8 @@ def segments_of(root: Any, rules: Rules, max_segments: int, what: str) -> Found:
     found = Found()
     breaking = _holders_of_blocks(root, rules)
     _container(root, rules, breaking, found, rules.preserve_space(root))
+    for segment in found.segments:
+        check_tags(segment, what)
     if rules.attributes:
         _attributes(root, rules, breaking, found)
     if len(found.segments) > max_segments:
