@@ -133,6 +133,18 @@ def segments_of(root: Any, rules: Rules, max_segments: int, what: str) -> Found:
     return found
 
 
+def whole(el: Any, rules: Rules, keep: bool, what: str) -> tuple[Segment, Run]:
+    """The segment of all of ``el``'s content, every child inline (an XLIFF ``<source>``),
+    and the run that puts a translation back into ``el``."""
+    builder = _Builder(rules, set())
+    builder.text(el.text)
+    for node in el:
+        builder.node(node)
+    segment, lead, trail = builder.segment(keep)
+    check_tags(segment, what)
+    return segment, Run(el, None, list(el), lead, trail, builder.markup)
+
+
 def _holders_of_blocks(root: Any, rules: Rules) -> set[Any]:
     """Elements with a block below them: never inline, whatever their name."""
     holders: set[Any] = set()
