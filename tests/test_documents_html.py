@@ -13,7 +13,7 @@ from lxml import etree
 
 from tfm.documents import html
 from tfm.documents.formats import Limits, format_for
-from tfm.documents.segments import Segment
+from tfm.documents.segments import Segment, Tag
 from tfm.errors import DataError
 
 PAGE = """<!DOCTYPE html>
@@ -172,3 +172,12 @@ def test_limits_on_size_and_segments_and_binary_files_are_refused():
         html.read(b"<p>one</p><p>two</p><p>three</p><p>four</p>", Limits(max_segments=3))
     with pytest.raises(DataError, match="binary"):
         html.read(b"PK\x03\x04\x00\x00\x08\x00", Limits())
+
+
+def test_a_span_left_without_words_is_written_empty_and_unknown_tags_are_refused():
+    doc = html.read(b"<p>The <b>big</b> dog</p>", Limits())
+    (segment,) = doc.segments
+    bold = segment.tags[0]
+    assert doc.write([Segment("Der Hund", (Tag(4, 4, bold.ref),))]) == b"<p>Der <b></b>Hund</p>"
+    with pytest.raises(ValueError, match="not the source segment's"):
+        doc.write([Segment("Der Hund", (Tag(0, 3, bold.ref + 10),))])

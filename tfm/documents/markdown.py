@@ -66,6 +66,9 @@ class MarkdownDocument:
             if new == old:
                 continue
             new.check()
+            unknown = [tag.ref for tag in new.tags if tag.ref not in place.markup]
+            if unknown:
+                raise ValueError(f"tags {unknown} are not the source segment's")
             out += [self.text[at:place.start], _render(new, place.markup)]
             at = place.end
         out.append(self.text[at:])
@@ -196,6 +199,7 @@ class _Walk:
         self.tags: list[Tag] = []
         self.spans: dict[int, list[tuple[int, int]]] = {}
         self.open: list[tuple[int, int, int, int]] = []  # ref, text start, tag index, source
+        self.refs = 0
 
     def expect(self, piece: str) -> None:
         if not self.src.startswith(piece, self.pos):
@@ -210,15 +214,19 @@ class _Walk:
         self.parts.append(piece)
         self.length += len(piece)
 
+    def new_ref(self) -> int:
+        self.refs += 1
+        return self.refs
+
     def empty(self, start: int) -> None:
         """An empty tag kept verbatim: the source from ``start`` to here."""
-        ref = len(self.spans) + 1
+        ref = self.new_ref()
         self.spans[ref] = [(start, self.pos), (self.pos, self.pos)]
         parent = self.open[-1][0] if self.open else None
         self.tags.append(Tag(self.length, self.length, ref, parent))
 
     def opening(self, start: int) -> None:
-        ref = len(self.spans) + 1
+        ref = self.new_ref()
         self.spans[ref] = [(start, self.pos)]
         self.open.append((ref, self.length, len(self.tags), start))
 

@@ -92,6 +92,7 @@ class Run:
     lead: str  # raw whitespace before the segment's words, kept on rebuild
     trail: str
     markup: dict[int, Any]  # tag ref -> original node
+    whole: set[int] = field(default_factory=set)  # refs of nodes kept whole (empty tags)
 
 
 @dataclass
@@ -142,7 +143,7 @@ def whole(el: Any, rules: Rules, keep: bool, what: str) -> tuple[Segment, Run]:
         builder.node(node)
     segment, lead, trail = builder.segment(keep)
     check_tags(segment, what)
-    return segment, Run(el, None, list(el), lead, trail, builder.markup)
+    return segment, Run(el, None, list(el), lead, trail, builder.markup, builder.whole)
 
 
 def _holders_of_blocks(root: Any, rules: Rules) -> set[Any]:
@@ -200,7 +201,8 @@ def _run(el: Any, anchor: Any, nodes: list[Any], rules: Rules, breaking: set[Any
     segment, lead, trail = builder.segment(keep)
     if has_words(segment.text):
         found.segments.append(segment)
-        found.slots.append(Run(el, anchor, list(nodes), lead, trail, builder.markup))
+        found.slots.append(Run(el, anchor, list(nodes), lead, trail, builder.markup,
+                               builder.whole))
 
 
 class _Builder:
@@ -212,6 +214,8 @@ class _Builder:
         self.length = 0
         self.tags: list[Tag] = []
         self.markup: dict[int, Any] = {}
+        self.whole: set[int] = set()
+        self.refs = 0
         self.open: list[int] = []
 
     def text(self, text: str | None) -> None:
@@ -220,13 +224,16 @@ class _Builder:
             self.length += len(text)
 
     def _ref(self, node: Any) -> int:
-        ref = len(self.markup) + 1
+        self.refs += 1
+        ref = self.refs
         self.markup[ref] = node
         return ref
 
     def _empty(self, node: Any) -> None:
         parent = self.open[-1] if self.open else None
-        self.tags.append(Tag(self.length, self.length, self._ref(node), parent))
+        ref = self._ref(node)
+        self.whole.add(ref)
+        self.tags.append(Tag(self.length, self.length, ref, parent))
 
     def node(self, node: Any) -> None:
         if kind(node, self.rules, True, True, self.breaking) != INLINE:
@@ -241,6 +248,7 @@ class _Builder:
             if self.length == start:  # nothing to translate inside: keep it whole
                 for tag in self.tags[at:]:
                     del self.markup[tag.ref]
+                    self.whole.discard(tag.ref)
                 del self.tags[at:]
                 self._empty(node)
             else:
@@ -300,6 +308,9 @@ def put_back(found: Found, translations: Sequence[Segment]) -> None:
 
 def rebuild(run: Run, segment: Segment) -> None:
     """Replace ``run``'s nodes by ``segment`` written with the run's markup."""
+    unknown = [tag.ref for tag in segment.tags if tag.ref not in run.markup]
+    if unknown:
+        raise ValueError(f"tags {unknown} are not the source segment's")
     parent = run.container
     for node in run.nodes:
         parent.remove(node)
@@ -309,13 +320,14 @@ def rebuild(run: Run, segment: Segment) -> None:
         run.anchor.tail, index = None, parent.index(run.anchor) + 1
     target = _Slot(parent, index, run.anchor)
     target.text(run.lead)
-    fill(target, segment, run.markup)
+    fill(target, segment, run.markup, run.whole)
     target.text(run.trail)
 
 
-def fill(target: _Slot, segment: Segment, markup: dict[int, Any]) -> None:
+def fill(target: _Slot, segment: Segment, markup: dict[int, Any], whole: set[int]) -> None:
     """Write ``segment``'s pieces into ``target``: spans as fresh elements named and
-    attributed as the originals, empty tags as copies of the originals."""
+    attributed as the originals, empty tags as copies of the originals kept whole (a span
+    left with no words is an empty element, never its source words again)."""
     stack = [target]
     for piece_kind, piece in segment.pieces():
         if piece_kind == "text":
@@ -324,7 +336,7 @@ def fill(target: _Slot, segment: Segment, markup: dict[int, Any]) -> None:
             stack.pop()
         else:
             original = markup[piece.ref]
-            if piece_kind == "open":
+            if piece_kind == "open" or piece.ref not in whole:
                 element = original.makeelement(original.tag, dict(original.attrib))
             else:
                 element = copy.deepcopy(original)

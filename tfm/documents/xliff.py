@@ -122,7 +122,7 @@ def _fill(source: Any, run: Run, translation: Segment, version: str) -> None:
         target.tail = tail
     old = list(target)
     target.text = None
-    rebuild(Run(target, None, old, run.lead, run.trail, run.markup), translation)
+    rebuild(Run(target, None, old, run.lead, run.trail, run.markup, run.whole), translation)
     if version == "1":
         target.set("state", "needs-review-translation")
         target.set("state-qualifier", "mt-suggestion")
