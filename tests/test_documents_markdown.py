@@ -89,6 +89,7 @@ def test_blocks_are_segments_of_their_inline_words(doc):
     paragraph = texts[1]
     assert paragraph.startswith("A small tool that waters the plants and reads the weather")
     assert "©" in paragraph and "* at all" in paragraph  # entities and escapes decoded
+    assert "for you. It runs on  and needs" in paragraph  # a hard break parts two words
     for segment in doc.segments:
         segment.check()
 

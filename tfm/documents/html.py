@@ -40,7 +40,7 @@ def _no_translate(el: Any) -> bool:
 
 
 RULES = Rules(inline=INLINE, verbatim=VERBATIM, skip=SKIP, attributes=ATTRIBUTES,
-              no_translate=_no_translate)
+              parting=names("br"), no_translate=_no_translate)
 
 
 class HtmlDocument:

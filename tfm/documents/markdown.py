@@ -273,6 +273,7 @@ class _Walk:
             self.expect("\n")
             self.skip(" \t")
             self.empty(start)
+            self.words(" ")  # the model reads two words (a line's leading space is ignored)
         elif kind == "code_inline":
             self._code(token.markup)
             self.empty(start)
@@ -377,6 +378,8 @@ def _render(segment: Segment, markup: dict[int, tuple[str, str]]) -> str:
     parts: list[list[str]] = []  # [kind, source]
     for kind, piece in segment.pieces():
         if kind == "text":
+            if parts and "\n" in parts[-1][1]:  # a hard break's new line: no space to start it
+                piece = piece.lstrip(" ")
             parts.append(["text", _escape(piece.replace("\n", " "))])
         elif kind == "empty":
             opening, closing = markup[piece.ref]

@@ -62,6 +62,9 @@ class Rules:
     block: frozenset[str] = frozenset()  # blocks even inside mixed content
     mixed: bool = False  # an unknown element among a parent's words is inline (XML)
     attributes: tuple[str, ...] = ()  # attribute values translated, each its own segment
+    # empty elements that part words (a line break): where the source has no space at them,
+    # the segment reads one after them, so that the model sees two words, not one
+    parting: frozenset[str] = frozenset()
     no_translate: Callable[[Any], bool] = lambda el: False
     preserve_space: Callable[[Any], bool] = lambda el: False
 
@@ -253,7 +256,14 @@ class _Builder:
                 self._empty(node)
             else:
                 self.tags.insert(at, Tag(start, self.length, ref))
+        if local(node) in self.rules.parting:
+            self._part(node.tail)
         self.text(node.tail)
+
+    def _part(self, tail: str | None) -> None:
+        before = self.parts[-1][-1:] if self.parts else ""
+        if before and not before.isspace() and not (tail or "")[:1].isspace():
+            self.text(" ")
 
     def segment(self, keep: bool) -> tuple[Segment, str, str]:
         """The run's segment (whitespace squeezed unless ``keep``), and the raw whitespace
