@@ -25,6 +25,7 @@ from tfm.documents.segments import Segment, Tag
 from tfm.errors import DataError
 
 INLINE, VERBATIM, BLOCK, SKIP = "inline", "verbatim", "block", "skip"
+_SPACE = re.compile(r"[ \t\n\r\f]+")
 _LEAD = re.compile(r"^[ \t\n\r\f]*")
 _TRAIL = re.compile(r"[ \t\n\r\f]*$")
 
@@ -197,6 +198,8 @@ def _container(el: Any, rules: Rules, breaking: set[Any], found: Found, keep: bo
 def _run(el: Any, anchor: Any, nodes: list[Any], rules: Rules, breaking: set[Any],
          found: Found, keep: bool) -> None:
     start = el.text if anchor is None else anchor.tail
+    if not nodes and not has_words(start or ""):
+        return  # the whitespace between blocks
     builder = _Builder(rules, breaking)
     builder.text(start)
     for node in nodes:
@@ -284,20 +287,20 @@ def _squeeze(text: str, tags: list[Tag]) -> tuple[str, list[Tag]]:
     """Runs of whitespace as one space (as HTML renders them), tags moved with the text; an
     empty tag (code, a placeholder) keeps a space on each side of it."""
     stops = {t.start for t in tags if t.empty}
+    marks = sorted({0, len(text)} | {t.start for t in tags} | {t.end for t in tags})
     out: list[str] = []
-    where = [0] * (len(text) + 1)
-    space = False
-    for i, ch in enumerate(text):
-        where[i] = len(out)
-        space = space and i not in stops
-        if ch in " \t\n\r\f":
-            if not space:
-                out.append(" ")
-            space = True
-        else:
-            out.append(ch)
-            space = False
-    where[len(text)] = len(out)
+    where: dict[int, int] = {}
+    length, space = 0, False
+    for start, end in zip(marks, marks[1:]):
+        where[start] = length
+        piece = _SPACE.sub(" ", text[start:end])
+        if space and start not in stops and piece.startswith(" "):
+            piece = piece[1:]  # the run goes on from the piece before
+        if piece:
+            out.append(piece)
+            length += len(piece)
+            space = piece.endswith(" ")
+    where[len(text)] = length
     return "".join(out), [Tag(where[t.start], where[t.end], t.ref, t.parent) for t in tags]
 
 
