@@ -15,7 +15,7 @@ from tfm.documents.formats import Limits
 from tfm.documents.segments import Segment, Tag
 from tfm.errors import DataError
 
-FRONT_MATTER = "---\ntitle: The garden tool\ntags: [water, weather]\n---\n"
+FRONT_MATTER = "---\ntitle: The garden tool\ntags: [water, weather]\nlayout: page\n---\n"
 FENCE = "   ```sh\n   pip install garden-tool  # the *only* step\n   ```\n"
 INDENTED = "    indented code block with **stars**\n"
 HTML_BLOCK = "<div align=\"center\">An HTML block</div>\n"
@@ -81,12 +81,12 @@ def doc():
 
 def test_blocks_are_segments_of_their_inline_words(doc):
     texts = [s.text for s in doc.segments]
-    assert texts[0] == "Garden tool"
+    assert texts[:2] == ["The garden tool", "Garden tool"]  # the front matter's title first
     assert "Note: the tool is experimental. Use it with care." in texts
     assert "Setext heading" in texts and "Shows what would happen" in texts
     assert "build status" in texts  # an image's alt text, inside a link
     assert "A number" in texts and "42" not in texts  # nothing to translate in a number
-    paragraph = texts[1]
+    paragraph = texts[2]
     assert paragraph.startswith("A small tool that waters the plants and reads the weather")
     assert "©" in paragraph and "* at all" in paragraph  # entities and escapes decoded
     assert "for you. It runs on  and needs" in paragraph  # a hard break parts two words
@@ -96,13 +96,14 @@ def test_blocks_are_segments_of_their_inline_words(doc):
 
 def test_what_is_not_words_never_reaches_the_model(doc):
     words = " ".join(s.text for s in doc.segments)
-    for hidden in ("title:", "pip install", "python3", "example.com", "img/logo.png",
-                   "indented code", "An HTML block", "<b>", "--dry", "Ref title", "[ ]"):
+    for hidden in ("title:", "weather]", "layout", "page", "pip install", "python3",
+                   "example.com", "img/logo.png", "indented code", "An HTML block", "<b>",
+                   "--dry", "Ref title", "[ ]"):
         assert hidden not in words
 
 
 def test_links_images_and_emphasis_are_tags_over_their_words(doc):
-    paragraph = doc.segments[1]
+    paragraph = doc.segments[2]
     covered = [paragraph.text[t.start:t.end] for t in paragraph.tags if not t.empty]
     assert covered == ["waters the plants", "reads the weather"]
     item = next(s for s in doc.segments if s.text.startswith("Run it with"))
@@ -119,8 +120,9 @@ def test_a_translation_changes_only_the_words(doc):
     out = doc.write(upper(doc.segments))
     assert shape(out) == shape(README.encode())
     text = out.decode()
-    for kept in (FRONT_MATTER, FENCE, INDENTED, HTML_BLOCK, REFERENCE):
+    for kept in (FENCE, INDENTED, HTML_BLOCK, REFERENCE):
         assert kept in text
+    assert text.startswith(FRONT_MATTER.replace("The garden tool", "THE GARDEN TOOL"))
     assert "# GARDEN *TOOL* #\n" in text
     assert ("A SMALL TOOL THAT **WATERS THE PLANTS** AND [READS THE WEATHER]"
             "(https://ex.com/w?x=1&y=2 \"Weather\") FOR YOU.  \nIT RUNS ON `python3`") in text
@@ -177,3 +179,25 @@ def test_hostile_files_are_bounded():
     deep = markdown.read(b">" * 5000 + b" deep " + b"[" * 3000 + b"x", Limits())
     deep.write(upper(deep.segments))
     assert time.perf_counter() - start < 5
+
+
+def test_front_matter_titles_and_descriptions_are_translated_in_their_quotes():
+    data = ("---\ntitle: Garden tool\ndescription: 'It''s small'\nsummary: \"Quoted: yes\"\n"
+            "tags: [title, words]\nauthor: Ann Smith\nlist: |\n  block text\n---\nBody.\n")
+    doc = markdown.read(data.encode(), Limits())
+    assert [s.text for s in doc.segments] == ["Garden tool", "It's small", "Quoted: yes", "Body."]
+    translated = ["Gartenwerkzeug: neu #1", "Es ist 'klein'", 'Zitiert: "ja"', "Text."]
+    out = doc.write([Segment(text) for text in translated]).decode()
+    assert out == ("---\ntitle: \"Gartenwerkzeug: neu #1\"\ndescription: 'Es ist ''klein'''\n"
+                   "summary: \"Zitiert: \\\"ja\\\"\"\ntags: [title, words]\nauthor: Ann Smith\n"
+                   "list: |\n  block text\n---\nText.\n")
+
+
+def test_underscore_emphasis_moved_inside_a_word_is_written_with_stars():
+    doc = markdown.read(b"Some _light_ and __strong__ words.\n", Limits())
+    light, strong = (tag.ref for tag in doc.segments[0].tags)
+    out = doc.write([Segment("Einige leichtere und starke Worte.",
+                             (Tag(7, 13, light), Tag(20, 26, strong)))])
+    assert out == b"Einige *leicht*ere und **stark**e Worte.\n"
+    tokens = MarkdownIt("commonmark").parse(out.decode())[1].children
+    assert [t.type for t in tokens if t.type.endswith("_open")] == ["em_open", "strong_open"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,7 @@ class _Place:
     start: int
     end: int
     markup: dict[int, tuple[str, str]]  # ref -> (opening, closing); empty tags: (verbatim, "")
+    quote: str | None = None  # a front matter value: its quote ("" plain); None: Markdown
 
 
 class MarkdownDocument:
@@ -69,7 +70,9 @@ class MarkdownDocument:
             unknown = [tag.ref for tag in new.tags if tag.ref not in place.markup]
             if unknown:
                 raise ValueError(f"tags {unknown} are not the source segment's")
-            out += [self.text[at:place.start], _render(new, place.markup)]
+            rendered = (_render(new, place.markup) if place.quote is None
+                        else _yaml(new.text, place.quote))
+            out += [self.text[at:place.start], rendered]
             at = place.end
         out.append(self.text[at:])
         text = "".join(out)
@@ -123,6 +126,9 @@ def _segments(text: str, limits: Limits) -> tuple[list[Segment], list[_Place]]:
     parsed = "\n" * hidden + "\n".join(lines[hidden:])  # the same line numbers
     tokens = _parser().parse(parsed)
     segments, places, cursors = [], [], {}
+    for segment, place in _front_matter_values(lines[:hidden], starts):
+        segments.append(segment)
+        places.append(place)
     for i, token in enumerate(tokens):
         if token.type != "inline" or token.map is None or not token.content:
             continue
@@ -375,20 +381,21 @@ def _link_tail(src: str, pos: int) -> int:
 def _render(segment: Segment, markup: dict[int, tuple[str, str]]) -> str:
     """A translated segment as Markdown source: words escaped, tags as the source spelt them,
     whitespace moved outside emphasis (``** bold**`` would not be bold)."""
-    parts: list[list[str]] = []  # [kind, source]
+    parts: list[list[Any]] = []  # [kind, source, ref]
     for kind, piece in segment.pieces():
         if kind == "text":
             if parts and "\n" in parts[-1][1]:  # a hard break's new line: no space to start it
                 piece = piece.lstrip(" ")
-            parts.append(["text", _escape(piece.replace("\n", " "))])
+            parts.append(["text", _escape(piece.replace("\n", " ")), None])
         elif kind == "empty":
             opening, closing = markup[piece.ref]
             spaced = opening and closing and opening[0] in _EMPHASIS
-            parts.append(["empty", "" if spaced else opening + closing])
+            parts.append(["empty", "" if spaced else opening + closing, piece.ref])
         else:
-            parts.append([kind, markup[piece.ref][0 if kind == "open" else 1]])
+            parts.append([kind, markup[piece.ref][0 if kind == "open" else 1], piece.ref])
     _outside_emphasis(parts)
-    out = "".join(source for _, source in parts).strip(" ")
+    _intraword(parts)
+    out = "".join(part[1] for part in parts).strip(" ")
     return _LINE_START.sub(r"\1\\\2", out, count=1)  # not a heading or a list item
 
 
@@ -396,8 +403,8 @@ def _escape(text: str) -> str:
     return _ENTITY.sub(r"\\&", _SPECIAL.sub(r"\\\1", text))
 
 
-def _outside_emphasis(parts: list[list[str]]) -> None:
-    for i, (kind, source) in enumerate(parts):
+def _outside_emphasis(parts: list[list[Any]]) -> None:
+    for i, (kind, source, _) in enumerate(parts):
         if not source or source[0] not in _EMPHASIS:
             continue
         if kind == "open" and i + 1 < len(parts) and parts[i + 1][0] == "text":
@@ -410,3 +417,57 @@ def _outside_emphasis(parts: list[list[str]]) -> None:
             kept = len(words.rstrip())
             parts[i - 1][1] = words[:kept]
             parts[i][1] = source + words[kept:]
+
+
+def _intraword(parts: list[list[Any]]) -> None:
+    """``_`` emphasis that the translation put inside a word, written ``*`` (an ``_`` there
+    is a letter to Markdown, not emphasis)."""
+    inside = set()
+    for i, (kind, source, ref) in enumerate(parts):
+        if kind not in ("open", "close") or not source.startswith("_"):
+            continue  # (a space moved before the markup: not inside a word)
+        if kind == "open":
+            neighbour = "".join(part[1] for part in parts[:i])[-1:]
+        else:  # a space moved after the markup is its neighbour
+            neighbour = source[-1] if source.endswith(" ") else "".join(
+                part[1] for part in parts[i + 1:])[:1]
+        if neighbour.isalnum():
+            inside.add(ref)
+    for part in parts:
+        if part[2] in inside and part[0] in ("open", "close"):
+            part[1] = part[1].replace("_", "*")
+
+
+_YAML_FIELD = re.compile(r"^(title|description|summary):[ \t]+(\S.*?)[ \t]*$")
+_YAML_PLAIN = re.compile(r"^[^-?:,\[\]{}#&*!|>'\"%@`\s]([^:#]|:(?!\s)|(?<!\s)#)*$")
+
+
+def _front_matter_values(lines: list[str], starts: list[int]) -> Iterator[tuple[Segment,
+                                                                               _Place]]:
+    """The front matter's ``title:``, ``description:`` and ``summary:`` values that are one
+    line, plain or quoted without escapes; everything else in it is kept as written."""
+    for row in range(1, max(len(lines) - 1, 1)):
+        match = _YAML_FIELD.match(lines[row])
+        if not match:
+            continue
+        value = match.group(2)
+        quote = value[0] if value[0] in "'\"" else ""
+        if quote and (len(value) < 2 or value[-1] != quote or "\\" in value):
+            continue
+        words = value[1:-1].replace("''", "'") if quote else value
+        if not quote and not _YAML_PLAIN.match(value):
+            continue  # a comment, an anchor, a list, a block: not a plain line of words
+        if has_words(words):
+            at = starts[row] + match.start(2)
+            yield Segment(words), _Place(at, at + len(value), {}, quote)
+
+
+def _yaml(text: str, quote: str) -> str:
+    """A translated front matter value, quoted as the source was, or double-quoted where
+    YAML would not read it as plain text."""
+    text = " ".join(text.split())
+    if quote == "'":
+        return "'" + text.replace("'", "''") + "'"
+    if quote == "" and _YAML_PLAIN.match(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
