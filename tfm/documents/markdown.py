@@ -6,8 +6,9 @@ source and its lines. The inline source is walked token by token to find what ea
 written as: emphasis, strong, strikethrough and links become tags over the words they cover
 (a link's text is translated, its destination kept), an image a tag over its alt text (the
 URL kept); inline code, inline HTML, autolinks and hard line breaks are empty tags, kept
-verbatim. Code blocks, fences, HTML blocks, link reference definitions and YAML front matter
-lie outside every segment.
+verbatim. Code blocks, fences, HTML blocks, link reference definitions and the YAML front
+matter lie outside every segment, but for the front matter's one-line ``title:``,
+``description:`` and ``summary:`` values.
 
 Writing replaces only the source range of each segment that came back changed: its words,
 escaped where Markdown would read them as markup, with each tag's markup as the source spelt it
