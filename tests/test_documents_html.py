@@ -182,3 +182,41 @@ def test_a_span_left_without_words_is_written_empty_and_unknown_tags_are_refused
     assert doc.write([Segment("Der Hund", (Tag(4, 4, bold.ref),))]) == b"<p>Der <b></b>Hund</p>"
     with pytest.raises(ValueError, match="not the source segment's"):
         doc.write([Segment("Der Hund", (Tag(0, 3, bold.ref + 10),))])
+
+
+XHTML = b"""<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE html>
+<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops">
+<head><title>Chapter one</title></head>
+<body><p>The <b>dog</b> sleeps.<br/>It <code>snores</code> loudly.</p>
+<img src="dog.png" alt="A dog"/></body>
+</html>
+"""
+
+
+def test_well_formed_xhtml_stays_xml():
+    doc = html.read(XHTML, Limits())
+    assert [s.text for s in doc.segments] == [
+        "Chapter one", "The dog sleeps. It  loudly.", "A dog"]
+    assert doc.write(doc.segments) == XHTML
+    out = doc.write(upper(doc.segments))
+    root = etree.fromstring(out)  # XML: <br/> and <img/> closed, namespaces kept
+    assert root.nsmap[None] == "http://www.w3.org/1999/xhtml"
+    assert b"<p>THE <b>DOG</b> SLEEPS.<br/> IT <code>snores</code> LOUDLY.</p>" in out
+    assert b'alt="A DOG"/>' in out
+
+
+def test_xhtml_that_is_not_well_formed_is_read_as_browsers_read_it():
+    data = XHTML.replace(b"<br/>", b"<br>")
+    doc = html.read(data, Limits())
+    assert "The dog sleeps. It  loudly." in [s.text for s in doc.segments]
+    assert b"<br>" in doc.write(upper(doc.segments))
+
+
+def test_names_with_a_colon_come_back_as_written():
+    data = (b'<html xml:lang="en" xmlns:og="http://ogp.me/ns#"><body>'
+            b'<p xml:lang="en">Hello <o:p></o:p>world U0003A</p></body></html>')
+    doc = html.read(data, Limits())
+    assert doc.write(upper(doc.segments)) == (
+        b'<html xml:lang="en" xmlns:og="http://ogp.me/ns#"><head></head><body>'
+        b'<p xml:lang="en">HELLO <o:p></o:p>WORLD U0003A</p></body></html>')

@@ -8,7 +8,10 @@ a heading, the title) is a segment of its inline content; inline elements (``<b>
 ``class="notranslate"`` never reach the model; of the attributes, only ``alt``, ``title``,
 ``placeholder`` and ``aria-label`` are translated, each its own segment.
 
-The page is written back by lxml's HTML serializer: the same element tree, doctype and
+An XHTML page (``<html xmlns="http://www.w3.org/1999/xhtml">``, an EPUB's chapters) that
+is well-formed XML is read and written as XML is (tfm/documents/xml.py: nothing read from
+outside, the prolog's bytes kept), so that it stays XML. Any other page is written back by
+lxml's HTML serializer: the same element tree, doctype and
 comments, entities decoded and written again as characters (``&amp;``, ``&lt;``, ``&gt;``
 escaped). Bytes change where html5lib's repair or the serializer's spelling differ from the
 source (attribute quotes, ``<tbody>`` added, tags' case); a file without ``<html>``,
@@ -19,12 +22,14 @@ from __future__ import annotations
 
 import copy
 import re
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from tfm.documents import xml
 from tfm.documents.formats import Limits
 from tfm.documents.segments import Segment
-from tfm.documents.tree import Found, Rules, check_depth, names, put_back, segments_of
+from tfm.documents.tree import Rules, check_depth, names, put_back, segments_of
 from tfm.errors import DataError
 
 INLINE = names("a abbr b bdi bdo br cite data del dfn em font i img input ins mark q rp rt ruby "
@@ -33,6 +38,9 @@ VERBATIM = names("code kbd samp var")  # inline, kept whole
 SKIP = names("script style pre textarea svg math template noscript iframe object")
 ATTRIBUTES = ("alt", "title", "placeholder", "aria-label")
 _WHOLE_PAGE = re.compile(rb"<(html|head|body)[\s>/]", re.IGNORECASE)
+_TAG = re.compile(rb"<[^<>]*>")
+_COERCED = re.compile(rb"U([0-9A-F]{5})")
+_XHTML = re.compile(rb"<html[^>]*\sxmlns=[\"']http://www.w3.org/1999/xhtml[\"']")
 
 
 def _no_translate(el: Any) -> bool:
@@ -45,17 +53,20 @@ RULES = Rules(inline=INLINE, verbatim=VERBATIM, skip=SKIP, attributes=ATTRIBUTES
 
 
 class HtmlDocument:
-    """A page read by html5lib; ``write`` puts the translations into a copy of its tree."""
+    """A page read into a tree; ``write`` puts the translations into a copy of it."""
 
     def __init__(self, data: bytes, limits: Limits) -> None:
         self.data, self.limits = data, limits
-        self.tree, found, self.encoding = _parse(data, limits)
-        self.segments = found.segments
+        self.tree, self.xhtml, self.encoding = _parse(data, limits)
+        self.segments = segments_of(self.tree.getroot(), RULES, limits.max_segments,
+                                    "the HTML page").segments
 
     def write(self, translations: Sequence[Segment]) -> bytes:
         tree = copy.deepcopy(self.tree)  # the same segments, found again in the copy
         put_back(segments_of(tree.getroot(), RULES, self.limits.max_segments, "the HTML page"),
                  translations)
+        if self.xhtml:
+            return xml.serialize(tree, self.data)
         if _WHOLE_PAGE.search(self.data):
             return _serialize(tree, self.encoding)
         return _serialize_fragment(tree, self.encoding)
@@ -72,15 +83,25 @@ def read(data: bytes, limits: Limits) -> HtmlDocument:
     return HtmlDocument(data, limits)
 
 
-def _parse(data: bytes, limits: Limits) -> tuple[Any, Found, str]:
+def _parse(data: bytes, limits: Limits) -> tuple[Any, bool, str]:
+    """The page's tree, whether it is XHTML (read and written as XML), and its encoding."""
     import html5lib
 
+    if _XHTML.search(data[:4096]):
+        try:
+            tree = xml.parse(data, "the XHTML page")
+        except DataError:
+            pass  # not well-formed after all: read as browsers read it
+        else:
+            check_depth(tree.getroot(), limits.max_depth, "the XHTML page")
+            return tree, True, tree.docinfo.encoding or "UTF-8"
     parser = html5lib.HTMLParser(tree=_bounded_builder(limits.max_depth),
                                  namespaceHTMLElements=False)
-    tree = parser.parse(data)
+    with warnings.catch_warnings():  # names lxml cannot hold (xml:lang): see _uncoerce
+        warnings.simplefilter("ignore", html5lib.constants.DataLossWarning)
+        tree = parser.parse(data)
     check_depth(tree.getroot(), limits.max_depth, "the HTML page")
-    found = segments_of(tree.getroot(), RULES, limits.max_segments, "the HTML page")
-    return tree, found, parser.documentEncoding or "utf-8"
+    return tree, False, parser.documentEncoding or "utf-8"
 
 
 def _bounded_builder(limit: int) -> type:
@@ -153,9 +174,19 @@ def _serialize(tree: Any, encoding: str) -> bytes:
     from lxml import etree
 
     try:
-        return etree.tostring(tree, method="html", encoding=_encoding(encoding))
+        out = etree.tostring(tree, method="html", encoding=_encoding(encoding))
     except (LookupError, ValueError):
-        return etree.tostring(tree, method="html", encoding="utf-8")
+        out = etree.tostring(tree, method="html", encoding="utf-8")
+    return _uncoerce(out)
+
+
+def _uncoerce(out: bytes) -> bytes:
+    """Names with a colon (``xml:lang``, ``xmlns:epub``, ``svg:rect``) as the source spelt
+    them: lxml holds no such HTML name, so html5lib gave it to lxml as ``xmlU0003Alang``."""
+    if b"U000" not in out:
+        return out
+    return _TAG.sub(lambda tag: _COERCED.sub(
+        lambda code: chr(int(code.group(1), 16)).encode(), tag.group()), out)
 
 
 def _serialize_fragment(tree: Any, encoding: str) -> bytes:
@@ -174,6 +205,6 @@ def _serialize_fragment(tree: Any, encoding: str) -> bytes:
               for n in root.itersiblings()]
     text = "".join(parts)
     try:
-        return text.encode(_encoding(encoding), errors="xmlcharrefreplace")
+        return _uncoerce(text.encode(_encoding(encoding), errors="xmlcharrefreplace"))
     except LookupError:
-        return text.encode("utf-8")
+        return _uncoerce(text.encode("utf-8"))
