@@ -166,6 +166,18 @@ def test_html_nested_thousands_deep_is_refused_in_one_line_and_quickly():
     assert time.perf_counter() - start < 5
 
 
+def test_a_tag_with_thousands_of_attributes_is_refused_quickly():
+    # html5lib compares each attribute's name with all before it: 20,000 would take minutes
+    start = time.perf_counter()
+    many = b" ".join(b"a%d=1" % i for i in range(20_000))
+    with pytest.raises(DataError, match="a tag with more than 256 attributes"):
+        html.read(b"<p " + many + b">words</p>", Limits())
+    assert time.perf_counter() - start < 2
+    few = b" ".join(b"a%d=1" % i for i in range(200))
+    assert html.read(b"<p " + few + b">some words</p>", Limits()).segments == [
+        Segment("some words")]
+
+
 def test_limits_on_size_and_segments_and_binary_files_are_refused():
     with pytest.raises(DataError, match="over the limit"):
         html.read(b"<p>x</p>" * 100, Limits(max_bytes=50))

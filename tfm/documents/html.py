@@ -95,13 +95,38 @@ def _parse(data: bytes, limits: Limits) -> tuple[Any, bool, str]:
         else:
             check_depth(tree.getroot(), limits.max_depth, "the XHTML page")
             return tree, True, tree.docinfo.encoding or "UTF-8"
-    parser = html5lib.HTMLParser(tree=_bounded_builder(limits.max_depth),
-                                 namespaceHTMLElements=False)
+    parser = _bounded_parser(html5lib.HTMLParser)(tree=_bounded_builder(limits.max_depth),
+                                                  namespaceHTMLElements=False)
     with warnings.catch_warnings():  # names lxml cannot hold (xml:lang): see _uncoerce
         warnings.simplefilter("ignore", html5lib.constants.DataLossWarning)
         tree = parser.parse(data)
     check_depth(tree.getroot(), limits.max_depth, "the HTML page")
     return tree, False, parser.documentEncoding or "utf-8"
+
+
+# The most attributes one tag may have: html5lib compares each attribute's name with those
+# before it (time squared); no page written by people comes near.
+MAX_ATTRIBUTES = 256
+
+
+def _bounded_parser(parser_class: type) -> type:
+    """html5lib's parser, refusing a tag with more than MAX_ATTRIBUTES attributes."""
+    from html5lib import _tokenizer
+
+    class BoundedTokenizer(_tokenizer.HTMLTokenizer):
+        def attributeNameState(self):  # noqa: N802 (html5lib's name)
+            if len(self.currentToken["data"]) > MAX_ATTRIBUTES:
+                raise DataError(f"the HTML page has a tag with more than {MAX_ATTRIBUTES} "
+                                "attributes")
+            return super().attributeNameState()
+
+    class BoundedParser(parser_class):
+        def reset(self) -> None:  # the parser makes its tokenizer, then resets
+            if type(getattr(self, "tokenizer", None)) is _tokenizer.HTMLTokenizer:
+                self.tokenizer.__class__ = BoundedTokenizer
+            super().reset()
+
+    return BoundedParser
 
 
 def _bounded_builder(limit: int) -> type:
