@@ -35,6 +35,10 @@ V12 = b"""<?xml version="1.0" encoding="UTF-8"?>
       <trans-unit id="3" translate="no"><source>Acme Corp</source></trans-unit>
       <trans-unit id="4"><source><ph id="1">{0}</ph></source></trans-unit>
       <trans-unit id="5"><source>Call <mrk mtype="protected">Acme</mrk> today.</source></trans-unit>
+      <trans-unit id="6" approved="yes"><source>Approved text</source>
+        <target state="translated">Gepr&#252;fter Text</target></trans-unit>
+      <trans-unit id="7"><source>Final text</source><target state="final">Endtext</target>
+      </trans-unit>
     </body>
   </file>
 </xliff>
@@ -52,6 +56,8 @@ V20 = b"""<?xml version="1.0" encoding="UTF-8"?>
       </segment>
     </unit>
     <unit id="u2" translate="no"><segment><source>Product Name</source></segment></unit>
+    <unit id="u3"><segment state="final"><source>Done</source><target>Fertig</target></segment>
+    </unit>
   </file>
 </xliff>
 """
@@ -73,6 +79,12 @@ def codes(element) -> list:
     return [(etree.QName(el).localname, dict(el.attrib),
              el.text if etree.QName(el).localname in kept else None)
             for el in element.iter() if el is not element]
+
+
+def machine(target) -> bool:
+    """Whether a target was written by the machine (marked as such; the others a person's)."""
+    return (target.get("state-qualifier") == "mt-suggestion"
+            or target.getparent().get("state") == "translated")
 
 
 def words(element) -> str:
@@ -119,7 +131,7 @@ def test_targets_are_filled_with_the_sources_codes(data, namespace):
     out = doc.write(upper(doc.segments))
     translated = root(out)
     units = 0
-    for target in translated.iter(f"{{{namespace}}}target"):
+    for target in filter(machine, translated.iter(f"{{{namespace}}}target")):
         source = target.getparent().find(f"{{{namespace}}}source")
         assert codes(target) == codes(source)
         assert words(target) == words(source).upper()
@@ -132,7 +144,11 @@ def test_xliff_1_2_targets_are_marked_machine_translated_for_review():
     doc = xliff.read(V12, Limits())
     translated = root(doc.write(upper(doc.segments)))
     targets = {t.getparent().get("id"): t for t in translated.iter(f"{{{NS12}}}target")}
-    assert sorted(targets) == ["1", "2", "5"]  # not translate="no", not the placeholder alone
+    # not translate="no", not the placeholder alone, not an approved or final translation
+    assert [t.text for i, t in sorted(targets.items()) if i in ("6", "7")] == ["Geprüfter Text",
+                                                                         "Endtext"]
+    targets = {i: t for i, t in targets.items() if i not in ("6", "7")}
+    assert sorted(targets) == ["1", "2", "5"]
     for target in targets.values():
         assert target.get("state") == "needs-review-translation"
         assert target.get("state-qualifier") == "mt-suggestion"
@@ -147,7 +163,8 @@ def test_xliff_2_segments_are_marked_translated():
     doc = xliff.read(V20, Limits())
     out = doc.write(upper(doc.segments))
     segments = list(root(out).iter(f"{{{NS20}}}segment"))
-    assert [s.get("state") for s in segments] == ["translated", "translated", None]
+    assert [s.get("state") for s in segments] == ["translated", "translated", None, "final"]
+    assert b"<target>Fertig</target>" in out
     assert b'CLICK <pc id="1">SAVE</pc> TO KEEP<ph id="2" dataRef="d1"/> YOUR WORK.' in out
     assert b"<target>SECOND SENTENCE.</target>" in out
     assert b"Product Name</source></segment>" in out
@@ -156,7 +173,7 @@ def test_xliff_2_segments_are_marked_translated():
 def test_an_untranslated_write_copies_each_source_into_its_target():
     doc = xliff.read(V20, Limits())
     out = root(doc.write(doc.segments))
-    for target in out.iter(f"{{{NS20}}}target"):
+    for target in filter(machine, out.iter(f"{{{NS20}}}target")):
         source = target.getparent().find(f"{{{NS20}}}source")
         assert etree.tostring(target, with_tail=False).replace(b"target", b"source") == (
             etree.tostring(source, with_tail=False))

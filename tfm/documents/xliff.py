@@ -8,7 +8,8 @@ machine fills the targets, the tool imports it back). A ``<trans-unit>`` (1.2) o
 content is the original's native code). The translation goes into the ``<target>``: created
 after the source when absent, its content replaced when present, with the same inline codes
 (their ids as in the source). A unit marked ``translate="no"`` is left alone, and so is a
-source with no text.
+source with no text, and a translation a person has approved (1.2 ``approved="yes"`` or a
+target ``state="final"``/``"signed-off"``; 2.0 a segment ``state="final"``).
 
 The target is marked as a machine's work that a person should check: in 1.2
 ``state="needs-review-translation"`` with ``state-qualifier="mt-suggestion"`` (the values the
@@ -86,7 +87,7 @@ def _units(tree: Any, limits: Limits) -> Iterator[tuple[Segment, tuple[Any, Run]
     holder = "trans-unit" if version == "1" else "segment"
     count = 0
     for el in root.iter(namespace + holder):
-        if _untranslated(el):
+        if _untranslated(el) or _signed_off(el, namespace):
             continue
         source = el.find(namespace + "source")
         if source is None:
@@ -98,6 +99,16 @@ def _units(tree: Any, limits: Limits) -> Iterator[tuple[Segment, tuple[Any, Run]
                 raise DataError(f"{WHAT} holds more than the limit of {limits.max_segments} "
                                 "texts to translate")
             yield segment, (source, run)
+
+
+def _signed_off(el: Any, namespace: str) -> bool:
+    """Whether a person has approved this unit's translation (1.2 ``approved="yes"`` or a
+    target in state ``final`` or ``signed-off``; 2.0 a segment in state ``final``): a
+    machine's translation never replaces it."""
+    if el.get("approved") == "yes" or el.get("state") == "final":
+        return True
+    target = el.find(namespace + "target")
+    return target is not None and target.get("state") in ("final", "signed-off")
 
 
 def _untranslated(el: Any) -> bool:
