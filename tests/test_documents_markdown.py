@@ -136,9 +136,11 @@ def test_a_translation_changes_only_the_words(doc):
 def test_translated_words_that_look_like_markup_are_escaped():
     doc = markdown.read(b"- An *item* here\n\nA plain line.\n", Limits())
     emphasis = doc.segments[0].tags[0].ref
-    odd = [Segment("# not * a [heading]", (Tag(2, 5, emphasis),)), Segment("1. <b> & &amp;")]
+    odd = [Segment("# not * a [heading] snake_case _x_", (Tag(2, 5, emphasis),)),
+           Segment("1. <b> & &amp;")]
     out = doc.write(odd)
-    assert out == b"- \\# *not* \\* a \\[heading\\]\n\n1\\. \\<b\\> & \\&amp;\n"
+    assert out == (b"- \\# *not* \\* a \\[heading\\] snake_case \\_x\\_\n\n"
+                   b"1\\. \\<b\\> & \\&amp;\n")
     tokens = MarkdownIt("commonmark").parse(out.decode())
     assert [t.type for t in tokens].count("heading_open") == 0
     assert tokens[-2].children[0].content == "1. <b> & &amp;"

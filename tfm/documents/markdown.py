@@ -31,7 +31,8 @@ from tfm.documents.tree import check_tags, has_words
 from tfm.errors import DataError
 
 _FRONT_MATTER_END = re.compile(r"^(---|\.\.\.)[ \t]*$")
-_SPECIAL = re.compile(r"([\\`*_\[\]<>|~])")
+_SPECIAL = re.compile(r"([\\`*\[\]<>|~])")
+_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")  # inside a word it is a letter
 _ENTITY = re.compile(r"&(?=#?\w+;)")
 _LINE_START = re.compile(r"^(\d*)([#+.)-])")
 _EMPHASIS = "*_~"
@@ -401,7 +402,8 @@ def _render(segment: Segment, markup: dict[int, tuple[str, str]]) -> str:
 
 
 def _escape(text: str) -> str:
-    return _ENTITY.sub(r"\\&", _SPECIAL.sub(r"\\\1", text))
+    escaped = _UNDERSCORE.sub(r"\\_", _SPECIAL.sub(r"\\\1", text))
+    return _ENTITY.sub(r"\\&", escaped)
 
 
 def _outside_emphasis(parts: list[list[Any]]) -> None:
