@@ -232,3 +232,13 @@ def test_names_with_a_colon_come_back_as_written():
     assert doc.write(upper(doc.segments)) == (
         b'<html xml:lang="en" xmlns:og="http://ogp.me/ns#"><head></head><body>'
         b'<p xml:lang="en">HELLO <o:p></o:p>WORLD U0003A</p></body></html>')
+
+
+def test_inline_svg_and_mathml_come_back_as_html_writes_them():
+    data = (b'<p>A <svg viewBox="0 0 2 2" xmlns:xlink="http://www.w3.org/1999/xlink">'
+            b'<use xlink:href="#dot"></use><text>never translated</text></svg> and '
+            b"<math><mi>x</mi></math> here</p>")
+    doc = html.read(data, Limits())
+    assert [s.text for s in doc.segments] == ["A  and  here"]
+    assert doc.write(upper(doc.segments)) == data.replace(b"> and <", b"> AND <").replace(
+        b"> here", b"> HERE")

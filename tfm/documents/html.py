@@ -34,8 +34,9 @@ from tfm.errors import DataError
 
 INLINE = names("a abbr b bdi bdo br cite data del dfn em font i img input ins mark q rp rt ruby "
                "s small span strike strong sub sup time tt u wbr")
-VERBATIM = names("code kbd samp var")  # inline, kept whole
-SKIP = names("script style pre textarea svg math template noscript iframe object")
+VERBATIM = names("code kbd samp var svg math")  # inline, kept whole
+SKIP = names("script style pre textarea template noscript iframe object")
+OPAQUE = names("svg math")  # foreign content: an icon or a formula, whole
 ATTRIBUTES = ("alt", "title", "placeholder", "aria-label")
 _WHOLE_PAGE = re.compile(rb"<(html|head|body)[\s>/]", re.IGNORECASE)
 _TAG = re.compile(rb"<[^<>]*>")
@@ -49,7 +50,7 @@ def _no_translate(el: Any) -> bool:
 
 
 RULES = Rules(inline=INLINE, verbatim=VERBATIM, skip=SKIP, attributes=ATTRIBUTES,
-              parting=names("br"), no_translate=_no_translate)
+              parting=names("br"), opaque=OPAQUE, no_translate=_no_translate)
 
 
 class HtmlDocument:
@@ -67,6 +68,7 @@ class HtmlDocument:
                  translations)
         if self.xhtml:
             return xml.serialize(tree, self.data)
+        _html_names(tree.getroot())
         if _WHOLE_PAGE.search(self.data):
             return _serialize(tree, self.encoding)
         return _serialize_fragment(tree, self.encoding)
@@ -203,6 +205,29 @@ def _serialize(tree: Any, encoding: str) -> bytes:
     except (LookupError, ValueError):
         out = etree.tostring(tree, method="html", encoding="utf-8")
     return _uncoerce(out)
+
+
+_PREFIXES = {"http://www.w3.org/1999/xlink": "xlink", "http://www.w3.org/2000/xmlns/": "xmlns",
+             "http://www.w3.org/XML/1998/namespace": "xml"}
+
+
+def _html_names(root: Any) -> None:
+    """SVG's and MathML's elements and attributes named as HTML writes them (``<svg>``,
+    ``xlink:href``): html5lib gives them namespaces, which lxml's HTML serializer would
+    write as ``<ns0:svg xmlns:ns0=...>``."""
+    from lxml import etree
+
+    for el in root.iter():
+        if not isinstance(el.tag, str):
+            continue
+        if el.tag.startswith("{"):
+            el.tag = el.tag.split("}", 1)[1]
+        for name in [n for n in el.attrib if n.startswith("{")]:
+            namespace, local_name = name[1:].split("}", 1)
+            value = el.attrib.pop(name)
+            prefix = _PREFIXES.get(namespace)
+            el.set(f"{prefix}U0003A{local_name}" if prefix else local_name, value)  # _uncoerce
+    etree.cleanup_namespaces(root)
 
 
 def _uncoerce(out: bytes) -> bytes:

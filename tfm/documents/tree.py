@@ -66,6 +66,7 @@ class Rules:
     # empty elements that part words (a line break): where the source has no space at them,
     # the segment reads one after them, so that the model sees two words, not one
     parting: frozenset[str] = frozenset()
+    opaque: frozenset[str] = frozenset()  # never looked into: their insides do not matter
     no_translate: Callable[[Any], bool] = lambda el: False
     preserve_space: Callable[[Any], bool] = lambda el: False
 
@@ -153,12 +154,16 @@ def whole(el: Any, rules: Rules, keep: bool, what: str) -> tuple[Segment, Run]:
 def _holders_of_blocks(root: Any, rules: Rules) -> set[Any]:
     """Elements with a block below them: never inline, whatever their name."""
     holders: set[Any] = set()
-    for el in root.iter():
-        if el is not root and rules.breaks(el):
+    stack = list(root)
+    while stack:
+        el = stack.pop()
+        if rules.breaks(el):
             for up in el.iterancestors():
                 if up in holders:
                     break
                 holders.add(up)
+        if local(el) not in rules.opaque:
+            stack.extend(el)
     return holders
 
 
