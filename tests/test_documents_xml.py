@@ -209,3 +209,25 @@ def test_hostile_and_bad_files_are_refused_in_one_line():
         xml.read(b"<a>" + b"x" * 100 + b"</a>", Limits(max_bytes=64))
     with pytest.raises(DataError, match="more than the limit of 2"):
         xml.read(b"<a><p>one</p><p>two</p><p>three</p></a>", Limits(max_segments=2))
+
+
+def test_android_strings_marked_untranslatable_are_kept():
+    data = (b'<?xml version="1.0" encoding="utf-8"?>\n<resources>\n'
+            b'    <string name="app_name" translatable="false">Garden Tool</string>\n'
+            b'    <string name="greeting">Good morning</string>\n</resources>\n')
+    doc = xml.read(data, Limits())
+    assert [s.text for s in doc.segments] == ["Good morning"]
+    assert doc.write(upper(doc.segments)) == data.replace(b"Good morning", b"GOOD MORNING")
+
+
+def test_docbook_phrases_namespaces_and_what_follows_the_root_are_kept():
+    data = (b'<article xmlns="http://docbook.org/ns/docbook"><para>Run <command>ls</command> '
+            b'and <link xmlns:xlink="http://www.w3.org/1999/xlink" xlink:href="x">see '
+            b"<guilabel>Files</guilabel></link>.</para></article>\n\n<!-- the end -->\n")
+    doc = xml.read(data, Limits())
+    assert doc.segments[0].text == "Run  and see Files."
+    out = doc.write(upper(doc.segments))
+    assert out == (b'<article xmlns="http://docbook.org/ns/docbook"><para>RUN <command>ls'
+                   b'</command> AND <link xmlns:xlink="http://www.w3.org/1999/xlink" '
+                   b'xlink:href="x">SEE <guilabel>FILES</guilabel></link>.</para></article>'
+                   b"\n\n<!-- the end -->\n")

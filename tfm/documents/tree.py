@@ -355,13 +355,22 @@ def fill(target: _Slot, segment: Segment, markup: dict[int, Any], whole: set[int
         else:
             original = markup[piece.ref]
             if piece_kind == "open" or piece.ref not in whole:
-                element = original.makeelement(original.tag, dict(original.attrib))
+                element = original.makeelement(original.tag, dict(original.attrib),
+                                               _own_namespaces(original))
             else:
                 element = copy.deepcopy(original)
                 element.tail = None
             stack[-1].append(element)
             if piece_kind == "open":
                 stack.append(_Slot(element, 0, None))
+
+
+def _own_namespaces(el: Any) -> dict[str | None, str] | None:
+    """The namespaces ``el`` declares itself (``<link xmlns:xlink=...>``), for its copy."""
+    parent = el.getparent()
+    inherited = parent.nsmap if parent is not None else {}
+    own = {p: uri for p, uri in el.nsmap.items() if inherited.get(p) != uri}
+    return own or None
 
 
 class _Slot:

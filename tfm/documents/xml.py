@@ -19,6 +19,7 @@ character references and the spacing inside tags may be spelt differently from t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,24 +29,32 @@ from tfm.documents.tree import Found, Rules, check_depth, names, put_back, segme
 from tfm.errors import DataError
 
 XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
+_SQUEEZE = re.compile(rb"\s+")
 
-INLINE = names(
+INLINE = names(  # DITA's phrases, DocBook's, and a few common to many vocabularies
     "ph b i u sup sub tt line-through overline uicontrol menucascade xref link term keyword "
-    "wintitle q cite tm abbreviated-form synph fn indexterm emphasis em strong span a")
-VERBATIM = names(
+    "wintitle q cite tm abbreviated-form synph fn indexterm emphasis em strong span a "
+    "guilabel guibutton guimenu guimenuitem guisubmenu keycap quote phrase citetitle "
+    "firstterm glossterm acronym abbrev superscript subscript foreignphrase wordasword")
+VERBATIM = names(  # code, names and values that stay as written
     "codeph filepath cmdname varname apiname option parmname systemoutput userinput msgnum "
-    "data data-about coderef code literal")
+    "data data-about coderef code literal command filename function parameter envar "
+    "computeroutput prompt classname methodname constant uri email")
 SKIP = names("codeblock pre screen msgblock draft-comment required-cleanup programlisting")
 BLOCK = names(
     "p ul ol sl li sli dl dlhead dlentry dt dd note lq fig figgroup table tgroup thead tbody "
     "row entry simpletable sthead strow stentry section example title shortdesc abstract "
     "steps steps-unordered step substeps substep cmd info stepresult stepxmp choices choice "
     "parml plentry pt pd lines object alt desc prereq context result postreq body conbody "
-    "taskbody refbody topic concept task reference para")
+    "taskbody refbody topic concept task reference para simpara formalpara itemizedlist "
+    "orderedlist listitem variablelist varlistentry caption chapter sect1 sect2 sect3 "
+    "article book warning tip important caution")
 
 
 def _no_translate(el: Any) -> bool:
-    return el.get("translate", "").strip().lower() == "no"
+    """``translate="no"`` (DITA, ITS, HTML) or Android's ``translatable="false"``."""
+    return (el.get("translate", "").strip().lower() == "no"
+            or el.get("translatable", "").strip().lower() == "false")
 
 
 def _preserve(el: Any) -> bool:
@@ -73,23 +82,39 @@ def parse(data: bytes, what: str) -> Any:
 
 
 def serialize(tree: Any, data: bytes) -> bytes:
-    """``tree`` as XML in the source's encoding. What comes before the root element (the
+    """``tree`` as XML in the source's encoding. What lies around the root element (the
     declaration, the doctype and its entity declarations, comments) is the source's bytes
-    where they can be found; after the root, lxml's spelling of what was there."""
+    where they can be found, else lxml's spelling of it."""
     from lxml import etree
 
     root = tree.getroot()
     encoding = tree.docinfo.encoding or "UTF-8"
     prolog = _prolog(root, data, encoding)
     if prolog is None:
-        return etree.tostring(tree, encoding=encoding, xml_declaration=data.lstrip(
-            b"\xef\xbb\xbf \t\r\n").startswith(b"<?xml"))
-    out = [prolog, etree.tostring(root, encoding=encoding, xml_declaration=False,
-                                  with_tail=False)]
-    out += [etree.tostring(node, encoding=encoding, xml_declaration=False)
-            for node in root.itersiblings()]
-    end = data[len(data.rstrip()):]
-    return b"".join(out) + end
+        return etree.tostring(tree, encoding=encoding, xml_declaration=_declared(data))
+    after = b"".join(etree.tostring(node, encoding=encoding, xml_declaration=False)
+                     for node in root.itersiblings())
+    body = etree.tostring(root, encoding=encoding, xml_declaration=False, with_tail=False)
+    return prolog + body + _epilog(data, after)
+
+
+def _declared(data: bytes) -> bool:
+    """Whether the source starts with an XML declaration (in UTF-8 or UTF-16)."""
+    head = data[:200]
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        head = head.decode("utf-16", errors="ignore").encode("utf-8", errors="ignore")
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n").lstrip("\ufeff".encode()).startswith(b"<?xml")
+
+
+def _epilog(data: bytes, after: bytes) -> bytes:
+    """What follows the root element: the source's bytes when they hold what lxml read there
+    (comments, processing instructions, whitespace), else lxml's spelling of it."""
+    end = data.rstrip()
+    cut = end.rfind(b">", 0, len(end) - len(after.strip()) if after.strip() else len(end))
+    source = data[cut + 1:] if cut >= 0 else b""
+    if _SQUEEZE.sub(b"", source) == _SQUEEZE.sub(b"", after):
+        return source
+    return after + data[len(end):]
 
 
 def _prolog(root: Any, data: bytes, encoding: str) -> bytes | None:
