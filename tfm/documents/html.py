@@ -40,6 +40,7 @@ OPAQUE = names("svg math")  # foreign content: an icon or a formula, whole
 ATTRIBUTES = ("alt", "title", "placeholder", "aria-label")
 _WHOLE_PAGE = re.compile(rb"<(html|head|body)[\s>/]", re.IGNORECASE)
 _TAG = re.compile(rb"<[^<>]*>")
+_HTML_START = re.compile(rb"<html[\s>]", re.IGNORECASE)
 _COERCED = re.compile(rb"U([0-9A-F]{5})")
 _XHTML = re.compile(rb"<html[^>]*\sxmlns=[\"']http://www.w3.org/1999/xhtml[\"']")
 
@@ -70,7 +71,7 @@ class HtmlDocument:
             return xml.serialize(tree, self.data)
         _html_names(tree.getroot())
         if _WHOLE_PAGE.search(self.data):
-            return _serialize(tree, self.encoding)
+            return _around_html(_serialize(tree, self.encoding), self.data)
         return _serialize_fragment(tree, self.encoding)
 
 
@@ -228,6 +229,20 @@ def _html_names(root: Any) -> None:
             prefix = _PREFIXES.get(namespace)
             el.set(f"{prefix}U0003A{local_name}" if prefix else local_name, value)  # _uncoerce
     etree.cleanup_namespaces(root)
+
+
+def _around_html(out: bytes, data: bytes) -> bytes:
+    """``out`` with the source's own bytes before ``<html>`` (the doctype, comments), where
+    they hold what lxml wrote there but for spacing and case. (Not after ``</html>``: a
+    browser reads text there into the body, so it would grow at each round trip.)"""
+    found, written = _HTML_START.search(data), _HTML_START.search(out)
+    if found and written and _same(data[:found.start()], out[:written.start()]):
+        out = data[:found.start()] + out[written.start():]
+    return out
+
+
+def _same(a: bytes, b: bytes) -> bool:
+    return re.sub(rb"\s+", b"", a.lower()) == re.sub(rb"\s+", b"", b.lower())
 
 
 def _uncoerce(out: bytes) -> bytes:
