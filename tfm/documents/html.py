@@ -11,11 +11,12 @@ a heading, the title) is a segment of its inline content; inline elements (``<b>
 An XHTML page (``<html xmlns="http://www.w3.org/1999/xhtml">``, an EPUB's chapters) that
 is well-formed XML is read and written as XML is (tfm/documents/xml.py: nothing read from
 outside, the prolog's bytes kept), so that it stays XML. Any other page is written back by
-lxml's HTML serializer: the same element tree, doctype and
-comments, entities decoded and written again as characters (``&amp;``, ``&lt;``, ``&gt;``
-escaped). Bytes change where html5lib's repair or the serializer's spelling differ from the
-source (attribute quotes, ``<tbody>`` added, tags' case); a file without ``<html>``,
-``<head>`` or ``<body>`` (a fragment) is written back as a fragment.
+lxml's HTML serializer: the same element tree, comments and entities decoded and written again
+as characters (``&amp;``, ``&lt;``, ``&gt;`` escaped); the bytes before ``<html>`` (the
+doctype, comments) are the source's. Bytes change where html5lib's repair or the serializer's
+spelling differ from the source (attribute quotes, ``<tbody>`` added, tags' case); a file
+without ``<html>``, ``<head>`` or ``<body>`` (a fragment) is written back as a fragment. The
+page's ``lang`` attribute is left as it was (the format is not told the target language).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class HtmlDocument:
 
 def read(data: bytes, limits: Limits) -> HtmlDocument:
     """The page's segments (see the module's docstring); refused only when it is too large,
-    nested too deep or not text at all."""
+    nested too deep, has a tag of too many attributes, or is not text at all."""
     if len(data) > limits.max_bytes:
         raise DataError(f"the HTML file is {len(data)} bytes, over the limit of "
                         f"{limits.max_bytes}")
