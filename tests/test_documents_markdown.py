@@ -203,3 +203,12 @@ def test_underscore_emphasis_moved_inside_a_word_is_written_with_stars():
     assert out == b"Einige *leicht*ere und **stark**e Worte.\n"
     tokens = MarkdownIt("commonmark").parse(out.decode())[1].children
     assert [t.type for t in tokens if t.type.endswith("_open")] == ["em_open", "strong_open"]
+
+
+def test_a_table_cell_with_an_escaped_pipe_is_translated_in_place():
+    data = b"| x \\| y | x | y |\n|---|---|---|\n| `a\\|b` or *c \\| d* | plain | z |\n"
+    doc = markdown.read(data, Limits())
+    assert [s.text for s in doc.segments] == ["x | y", "x", "y", " or c | d", "plain", "z"]
+    assert doc.write(doc.segments) == data
+    assert doc.write(upper(doc.segments)) == (
+        b"| X \\| Y | X | Y |\n|---|---|---|\n| `a\\|b` OR *C \\| D* | PLAIN | Z |\n")

@@ -14,7 +14,7 @@ Writing replaces only the source range of each segment that came back changed: i
 escaped where Markdown would read them as markup, with each tag's markup as the source spelt it
 (``**`` or ``__``, the link's ``](url "title")``). A paragraph wrapped over several lines comes
 back on one line. A block whose source cannot be matched token by token (rare: a tab inside
-its indentation, an escaped ``|`` in a table cell) is kept untranslated rather than guessed.
+its indentation) is kept untranslated rather than guessed.
 """
 
 from __future__ import annotations
@@ -135,8 +135,8 @@ def _segments(text: str, limits: Limits) -> tuple[list[Segment], list[_Place]]:
         if token.type != "inline" or token.map is None or not token.content:
             continue
         try:
-            columns = _columns(token, tokens[i - 1], lines, cursors)
-            segment, place = _inline(token, text, [starts[r] + c for r, c in columns])
+            columns, escaped = _columns(token, tokens[i - 1], lines, cursors)
+            segment, place = _inline(token, text, [starts[r] + c for r, c in columns], escaped)
         except _Lost:
             continue
         if has_words(segment.text):
@@ -150,10 +150,11 @@ def _segments(text: str, limits: Limits) -> tuple[list[Segment], list[_Place]]:
 
 
 def _columns(token: Any, opener: Any, lines: list[str],
-             cursors: dict[int, int]) -> list[tuple[int, int]]:
-    """(line, column) where each line of ``token.content`` starts in the source."""
+             cursors: dict[int, int]) -> tuple[list[tuple[int, int]], list[int]]:
+    """(line, column) where each line of ``token.content`` starts in the source, and where
+    a table cell's content has a ``|`` that the source escaped (``\\|``)."""
     first = token.map[0]
-    found = []
+    found, escaped = [], []
     content_lines = token.content.split("\n")
     for i, piece in enumerate(content_lines):
         row = first + i
@@ -161,6 +162,9 @@ def _columns(token: Any, opener: Any, lines: list[str],
             raise _Lost
         line = lines[row]
         if i == 0 and (opener.type in ("th_open", "td_open") or opener.markup.startswith("#")):
+            if opener.type in ("th_open", "td_open"):  # a | in a cell was written \|
+                escaped = [k for k, ch in enumerate(piece) if ch == "|"]
+                piece = piece.replace("|", "\\|")
             column = line.find(piece, cursors.get(row, 0))  # after the #, or the cell's |
             if column < 0:
                 raise _Lost
@@ -172,10 +176,11 @@ def _columns(token: Any, opener: Any, lines: list[str],
                 raise _Lost
             column = len(line) - len(piece)
         found.append((row, column))
-    return found
+    return found, escaped
 
 
-def _inline(token: Any, text: str, line_starts: list[int]) -> tuple[Segment, _Place]:
+def _inline(token: Any, text: str, line_starts: list[int],
+            escaped: list[int]) -> tuple[Segment, _Place]:
     """The segment of an inline token, and where its source lies in ``text``."""
     content = token.content
     offsets = [0]
@@ -184,7 +189,7 @@ def _inline(token: Any, text: str, line_starts: list[int]) -> tuple[Segment, _Pl
 
     def source(at: int) -> int:
         row = bisect.bisect_right(offsets, at) - 1
-        return line_starts[row] + at - offsets[row]
+        return line_starts[row] + at - offsets[row] + bisect.bisect_left(escaped, at)
 
     walk = _Walk(content)
     walk.tokens(token.children or [])
