@@ -710,8 +710,8 @@ def test_an_added_language_starts_as_the_one_it_is_like(variant: dict, tmp_path:
     result = tfm_cli("prepare", "--train", str(tmp_path / "train"), "-s", codes["en"], "-t", new,
                      "--tokenizer", str(out / "tokenizer.json"), "-o", str(tmp_path / "data"))
     assert result.returncode == 0, result.stderr
-    assert read_prepare_info(tmp_path / "data")["decoder_starts"] == [
-        [3, grown.vocabs.tgt.token_to_id(grown.language_marking.token(new))]]
+    assert read_prepare_info(tmp_path / "data")["decoder_starts"] == [  # </s>, then the code
+        [3, grown.vocabs.tgt.token_to_id(grown.languages.resolve(new, codes["en"]).token)]]
     again = tfm_cli("add-language", str(out), new, "--like", codes["fr"], "-o",
                     str(tmp_path / "again"))
     assert_one_line_error(again, "has this language code already")

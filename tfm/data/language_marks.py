@@ -226,8 +226,9 @@ class LanguageError(UsageError):
         super().__init__(self.worded(SIDES[side]))
 
     def worded(self, option: str) -> str:
-        """The message with the edge's name of the option: ``--target-lang``, ``target_lang``."""
-        return self.template.format(option=option)
+        """The message with the edge's name of the option: ``--target-lang``, ``target_lang``
+        (replaced, not formatted: a value given may hold braces)."""
+        return self.template.replace("{option}", option)
 
 
 @dataclass(frozen=True)
