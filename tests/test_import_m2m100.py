@@ -28,6 +28,7 @@ from tfm.checkpoint import load_model_dir
 from tfm.config import SearchOptions
 from tfm.data.tokenizer import encode_batch
 from tfm.errors import UsageError
+from tfm.special_tokens import EOS_ID
 
 spm = pytest.importorskip("sentencepiece")
 transformers = pytest.importorskip("transformers")
@@ -252,7 +253,7 @@ def test_the_layout_is_the_variants_own(variant: dict) -> None:
         ids[0] == code and ids[-1] == 2)
     assert 3 in ids
     marking = variant["info"].language_marking
-    assert marking.by_codes and marking.decoder_start == 2  # </s>, then the target code
+    assert marking.by_codes and marking.decoder_start == EOS_ID  # then the target code
     assert len(marking.codes) == (202 if variant["family"] == "nllb" else 100)
 
 
