@@ -7,6 +7,7 @@ are resolved and applied must leave every output identical.
 
     python bench/languages_unchanged.py build WORK     # the models, once (with either code)
     python bench/languages_unchanged.py run WORK OUT.json   # with the code under test
+    python bench/languages_unchanged.py errors WORK ERRORS.json  # the refusals' wording
     cmp BEFORE.json AFTER.json
 
 Run ``run`` with PYTHONPATH at each checkout. With --cuda-graphs on a GPU: the graph path too.
@@ -125,15 +126,53 @@ def served(model: Path, asks: list[tuple[str, str | None, str | None]]) -> str:
     return json.dumps(answers, ensure_ascii=False)
 
 
+# model -> requests that are refused: (--target-lang, --source-lang, the sentence)
+REFUSED = {"bilingual": [("de", None, "puki")],
+           "source_tag": [(None, None, "puki"), ("zz", None, "puki"), ("bb", None, ">>cc<< puki"),
+                          (None, None, "puki >>cc<<"), (None, None, ">>zz<< puki")],
+           "decoder_token": [(None, None, "puki"), ("zz", None, "puki")],
+           "nllb": [("deu_Latn", None, "a man"), (None, "eng_Latn", "a man"),
+                    ("deu_Latm", "eng_Latn", "a man"), ("deu_Latn", "english", "a man")]}
+
+
+def errors(work: Path, out: Path) -> None:
+    """Each refusal as the command line words it (exit code, stderr) and the server (status,
+    body)."""
+    from fastapi.testclient import TestClient
+
+    from tfm.decoding.engines import load_translator
+    from tfm.serve.app import create_app
+    from tfm.serve.config import ServeConfig
+
+    results = {}
+    for name, asks in REFUSED.items():
+        app = create_app(load_translator(work / name, "cpu"), ServeConfig(max_wait_ms=0))
+        with TestClient(app) as client:
+            for target, source, line in asks:
+                langs = (["--target-lang", target] if target else []) + \
+                    (["--source-lang", source] if source else [])
+                done = subprocess.run([sys.executable, "-m", "tfm", "translate", "--model",
+                                       str(work / name), *langs, line], text=True,
+                                      capture_output=True)
+                answer = client.post("/v1/translate", json={
+                    "text": line, "target_lang": target, "source_lang": source})
+                results[f"{name} {target} {source} {line}"] = [
+                    done.returncode, done.stderr, answer.status_code, answer.json()]
+    out.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    print(f"{len(results)} refusals -> {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["build", "run"])
+    parser.add_argument("what", choices=["build", "run", "errors"])
     parser.add_argument("work", type=Path)
     parser.add_argument("out", type=Path, nargs="?")
     parser.add_argument("--cuda-graphs", action="store_true")
     args = parser.parse_args()
     if args.what == "build":
         build(args.work)
+    elif args.what == "errors":
+        errors(args.work, args.out)
     else:
         run(args.work, args.out, args.cuda_graphs)
 

@@ -28,6 +28,7 @@ from tfm.checkpoint import load_model_dir
 from tfm.config import SearchOptions
 from tfm.data.tokenizer import encode_batch
 from tfm.errors import UsageError
+from tfm.special_tokens import EOS_ID
 
 spm = pytest.importorskip("sentencepiece")
 transformers = pytest.importorskip("transformers")
@@ -252,7 +253,7 @@ def test_the_layout_is_the_variants_own(variant: dict) -> None:
         ids[0] == code and ids[-1] == 2)
     assert 3 in ids
     marking = variant["info"].language_marking
-    assert marking.by_codes and marking.decoder_start == 2  # </s>, then the target code
+    assert marking.by_codes and marking.decoder_start == EOS_ID  # then the target code
     assert len(marking.codes) == (202 if variant["family"] == "nllb" else 100)
 
 
@@ -728,8 +729,8 @@ def test_an_added_language_starts_as_the_one_it_is_like(variant: dict, tmp_path:
     result = tfm_cli("prepare", "--train", str(tmp_path / "train"), "-s", codes["en"], "-t", new,
                      "--tokenizer", str(out / "tokenizer.json"), "-o", str(tmp_path / "data"))
     assert result.returncode == 0, result.stderr
-    assert read_prepare_info(tmp_path / "data").decoder_starts == [
-        (3, grown.vocabs.tgt.token_to_id(grown.language_marking.token(new)))]
+    assert read_prepare_info(tmp_path / "data").decoder_starts == [  # </s>, then the code
+        (3, grown.vocabs.tgt.token_to_id(grown.languages.resolve(new, codes["en"]).token))]
     again = tfm_cli("add-language", str(out), new, "--like", codes["fr"], "-o",
                     str(tmp_path / "again"))
     assert_one_line_error(again, "has this language code already")

@@ -15,12 +15,12 @@ from typing import Any
 
 from tfm import __version__
 from tfm.config import GenerationDefaults, ModelConfig, model_config_from_dict
-from tfm.data.language_marks import LanguageMarking
+from tfm.data.language_marks import MARKING_FORMAT, LanguageMarking
 from tfm.errors import ModelError, TfmError
 from tfm.layout import CONFIG_FILE
 
 # 2: ModelConfig.activation and output_bias (models imported from MarianMT), and
-# language_marking. 3: ModelConfig.positions, and the language_codes marking (models imported
+# language_marking. 3: ModelConfig.positions, and the marking by language codes (models imported
 # from NLLB-200 and M2M100). A model is written in the oldest format that holds it, which the
 # tfm versions of that format read: one that uses nothing of format 2 is format 1.
 # 4: ModelConfig.drop_residual_layer, and the source_and_decoder marking (the levers of
@@ -31,8 +31,6 @@ FORMAT_VERSION = 5
 # the older formats imply.
 NEW_FIELDS = {2: {"activation": "relu", "output_bias": False}, 3: {"positions": "paper"},
               4: {"drop_residual_layer": 0}, 5: {"decoder_self_attention": "attention"}}
-# The format that added each language marking beyond format 2's.
-MARKING_FORMAT = {"language_codes": 3, "source_and_decoder": 4}
 
 
 @dataclass

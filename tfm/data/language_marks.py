@@ -50,6 +50,8 @@ TAG_OPEN, TAG_CLOSE = ">>", "<<"
 _TAG = re.compile(r">>[A-Za-z][A-Za-z0-9_]{0,15}<<")  # >>de<<, >>pt_BR<<, >>zho_Hans<<
 
 WHERE = ("none", "source_tag", "decoder_token", "source_and_decoder", "language_codes")
+# The model format (tfm.model_info) that added each marking beyond format 2's.
+MARKING_FORMAT = {"language_codes": 3, "source_and_decoder": 4}
 # How `tfm prepare --language-token` names the placements of a tfm multilingual model's tag.
 LANGUAGE_TOKEN = {"source": "source_tag", "decoder": "decoder_token",
                   "both": "source_and_decoder"}
@@ -226,8 +228,9 @@ class LanguageError(UsageError):
         super().__init__(self.worded(SIDES[side]))
 
     def worded(self, option: str) -> str:
-        """The message with the edge's name of the option: ``--target-lang``, ``target_lang``."""
-        return self.template.format(option=option)
+        """The message with the edge's name of the option: ``--target-lang``, ``target_lang``
+        (replaced, not formatted: a value given may hold braces)."""
+        return self.template.replace("{option}", option)
 
 
 @dataclass(frozen=True)

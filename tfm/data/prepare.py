@@ -203,14 +203,14 @@ class _Job:
 
 
 def tokenizer_marking(tokenizer_path: Path) -> LanguageMarking | None:
-    """The language_codes marking of the model whose tokenizer ``tokenizer_path`` is (its
+    """The marking by language codes of the model whose tokenizer ``tokenizer_path`` is (its
     config.json beside it: an imported NLLB-200 or M2M100 model's directory), else None (a
     tokenizer of `tfm train-tokenizer`, without one). A config.json there that is not a tfm
     model's, or of a newer format, is refused in one line naming it (read_model_info)."""
     if not (tokenizer_path.parent / CONFIG_FILE).is_file():
         return None
     marking = read_model_info(tokenizer_path.parent).language_marking
-    return marking if marking is not None and marking.where == "language_codes" else None
+    return marking if marking is not None and marking.by_codes else None
 
 
 def tag_marking(tags: list[str], language_token: str) -> LanguageMarking | None:

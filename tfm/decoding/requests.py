@@ -45,6 +45,8 @@ def prepare_request(translator: Translator, sentences: Sequence[str], options: S
     which the caller words with its option, and ConstraintError (whose ``sentence`` counts
     from ``first``) for a constraint that cannot be used; the caller says where."""
     specs = constraint_specs(sentences, asks, glossary)
+    if language is None:  # none asked: each sentence checked for its own tag where needed
+        language = translator.languages.resolve(None)
     try:
         return translator.prepare(list(sentences), specs, options, language, first)
     except ConstraintError as e:

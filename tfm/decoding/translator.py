@@ -224,11 +224,11 @@ class Translator(ABC):
         sentence is tokenized twice. ``constraints``: one per sentence (None: none), compiled
         and checked against the length limits of ``options`` (ConstraintError, with the
         sentence's position). ``language``: the request's languages, resolved once by the caller
-        (``languages.resolve``; None: none asked), applied as the model marks them: the
-        sentences' tags (checked, counting them from ``first``), the codes around their ids,
-        the decoder's start."""
+        (``languages.resolve``), applied as the model marks them: the sentences' tags (checked,
+        counting them from ``first``), the codes around their ids, the decoder's start. None:
+        none resolved, each sentence read as written (its own tag, if any, unchecked)."""
         if language is None:
-            language = self.languages.resolve(None)
+            language = replace(self.languages.resolve(None), tags=())
         sentences = language.texts(list(sentences), first)
         before, after = list(language.source_prefix), list(language.source_suffix)
         limit = self.max_source_tokens - 1 - len(before) - len(after)  # room for EOS, marks

@@ -71,7 +71,7 @@ def check_exportable(info: ModelInfo, vocabs: Vocabularies) -> None:
     c, marking = info.model, info.language_marking
     if not (c.positions == "fairseq" and c.norm_first and c.share_embeddings and c.tie_output
             and not c.output_bias and marking is not None
-            and marking.where == "language_codes"):
+            and marking.by_codes):
         raise UsageError("only a model of NLLB-200's or M2M100's kind (imported with `tfm "
                          "import`, fine-tuned or not) exports to M2M100; export this one "
                          "--to marian or --to ctranslate2")

@@ -245,7 +245,7 @@ def _coded_model(model_dir: Path, output: Path, what: str, purpose: str
     in one line (saying the command's ``purpose``) for a model without codes."""
     model, vocabs, info = load_source(model_dir, output, what)
     marking = info.language_marking
-    if marking is None or marking.where != "language_codes":
+    if marking is None or not marking.by_codes:
         raise UsageError(f"{model_dir}: {purpose} (imported with `tfm import`); this model has "
                          "no language codes")
     return model, vocabs, info, marking
