@@ -346,6 +346,18 @@ class SearchOptions:
     batch_tokens: int = option(4096, "Most source tokens x beam in one batch; the output is "
                                "the same for any.", min=1, panel="Speed")
     attention: bool = _cli(False, None)  # keep cross-attention and word alignments (slower)
+    # Sampling (Edunov et al., 2018: sampled back-translation): each token drawn, not chosen.
+    # (Not sampling_temperature: TrainConfig's option of that name is another thing, and a
+    # run config's top-level keys reach every command that has them.)
+    sampling_topk: int = option(
+        1, "Draw each token from the k most probable (0: from all); 1: no sampling.", min=0,
+        panel="Sampling")
+    sampling_temp: float = option(
+        1.0, "With sampling: the temperature the probabilities are drawn at.",
+        panel="Sampling")
+    sampling_seed: int = option(
+        0, "With sampling: the seed; a sentence's draw depends on it and the sentence alone.",
+        panel="Sampling")
     mbr: str | None = option(
         None, "Beam search: output the hypothesis the others agree with most by bleu or chrf "
         "(minimum Bayes risk).", panel="Reranking")
@@ -358,6 +370,11 @@ class SearchOptions:
             if self.beam < 2:
                 raise UsageError("--mbr chooses among the beam's hypotheses: give --beam 2 "
                                  "or more (5-8 is usual)")
+        if self.sampling_topk != 1 and self.beam != 1:
+            raise UsageError(f"--sampling-topk {self.sampling_topk} draws one token at a "
+                             "time: give --beam 1 (or --sampling-topk 1 for beam search)")
+        if not self.sampling_temp > 0:
+            raise UsageError(f"--sampling-temp {self.sampling_temp:g}: give a number above 0")
         if not 1 <= self.n_best <= self.beam:
             raise OptionError("n_best", f"must be between 1 and the beam ({self.beam}), "
                               f"not {self.n_best}")
