@@ -380,6 +380,45 @@ class SearchOptions:
                               f"not {self.n_best}")
 
 
+@dataclass(frozen=True)
+class BacktranslateConfig:
+    """How ``tfm backtranslate`` turns target-language text into synthetic pairs
+    (tfm.decoding.backtranslation): the noise on the synthetic sources, the filters, the
+    chunks that make it resumable."""
+
+    noise: bool = option(
+        False, "Noise the synthetic sources as Edunov et al. 2018 (drop, blank, swap words).",
+        panel="Back-translation")
+    noise_delete: float = option(0.1, "With --noise: each word deleted with this probability.",
+                                 min=0, panel="Back-translation")
+    noise_replace: float = option(
+        0.1, "With --noise: each word replaced by --noise-filler with this probability.",
+        min=0, panel="Back-translation")
+    noise_swap: int = option(3, "With --noise: words move at most this many positions.",
+                             min=0, panel="Back-translation")
+    noise_filler: str = option("<unk>", "With --noise: the word that replaces a word.",
+                               panel="Back-translation")
+    noise_seed: int = option(1, "With --noise: the seed; a line's noise depends on it and "
+                             "the line's number.", panel="Back-translation")
+    max_ratio: float = option(
+        0.0, "Drop pairs whose length ratio in words exceeds this (0: keep all).", min=0,
+        panel="Filters")
+    min_score: float | None = option(
+        None, "Drop pairs whose reverse-model score (log P per token) is below this.",
+        panel="Filters")
+    chunk: int = option(1000, "Sentences written at a time; a run again keeps those done.",
+                        min=1, panel="Speed")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        for name in ("noise_delete", "noise_replace"):
+            if getattr(self, name) > 1:
+                raise OptionError(name, f"is a probability: give 0 to 1, not "
+                                  f"{getattr(self, name):g}")
+        if not self.noise_filler.strip() or any(c.isspace() for c in self.noise_filler):
+            raise OptionError("noise_filler", "give one word, without spaces")
+
+
 @dataclass
 class EngineOptions:
     """Which model decodes, where, and what ranks its hypotheses: what ``tfm translate`` and
