@@ -18,6 +18,7 @@ import tfm.cli  # noqa: F401 (registers the commands)
 from tfm.cli.app import app
 from tfm.cli.fields import Fields
 from tfm.config import (
+    BacktranslateConfig,
     CleanConfig,
     EngineOptions,
     ModelConfig,
@@ -39,9 +40,13 @@ DERIVED = {
              Fields(EngineOptions)],
     "serve": [Fields(EngineOptions, exclude=("ensemble", "reverse_model", "reverse_weight")),
               Fields(ServeConfig)],
+    "backtranslate": [Fields(SearchOptions, given_only=True, exclude=("n_best", "mbr")),
+                      Fields(EngineOptions, exclude=("model", "ensemble", "reverse_model",
+                                                     "reverse_weight")),
+                      Fields(BacktranslateConfig)],
 }
-CONFIGS = {CleanConfig, EngineOptions, ModelConfig, ScoreOptions, SearchOptions, TrainConfig,
-           ServeConfig}
+CONFIGS = {BacktranslateConfig, CleanConfig, EngineOptions, ModelConfig, ScoreOptions,
+           SearchOptions, TrainConfig, ServeConfig}
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
 
 

@@ -54,7 +54,7 @@ def backtranslate(
     engine: EngineOptions,
     config: BacktranslateConfig,
 ) -> None:
-    """Back-translate monolingual text into synthetic pairs for `tfm prepare`.
+    """Back-translate monolingual text into synthetic pairs.
 
     Translates --input (in --lang) with --reverse-model into --into and writes the pairs as
     the corpus PREFIX (PREFIX.INTO the synthetic sources, PREFIX.LANG the real targets):
