@@ -251,9 +251,9 @@ def _synthetic(entry: dict, where: str) -> tuple[bool, int]:
                          "pairs only (give valid: to a real corpus)")
     one = [k for k in ("src_lang", "tgt_lang") if entry.get(k)]
     if len(one) == 1 and "directions" not in entry:
-        raise UsageError(f"{where}: only {one[0]}: a corpus of one language is monolingual "
-                         "text; turn it into pairs with `tfm backtranslate` and list its "
-                         "output with synthetic: true")
+        raise UsageError(f"{where}: only {one[0]}: give its languages (src_lang: and "
+                         "tgt_lang:); text of one language is turned into pairs by `tfm "
+                         "backtranslate` first, its output listed with synthetic: true")
     return synthetic, upsample
 
 
