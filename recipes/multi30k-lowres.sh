@@ -77,7 +77,7 @@ score() {
         echo "== $name $split"
         tfm eval --model "$out/$name" --src "$data/$split.$from.gz" --ref "$data/$split.$to.gz" \
             --beam 5 --chrf --json > "$out/$name.$split.json"
-        python3 -c 'import json, sys; s = {x["metric"][:4]: x["score"] for x in json.load(open(sys.argv[1]))}; print("\t".join([sys.argv[2], sys.argv[3], str(s.get("BLEU")), str(s.get("chrF"))]))' \
+        python3 -c 'import json, sys; s = {x["metric"]: round(x["score"], 2) for x in json.load(open(sys.argv[1]))}; print("\t".join([sys.argv[2], sys.argv[3], str(s.get("bleu")), str(s.get("chrf"))]))' \
             "$out/$name.$split.json" "$name" "$split" | tee -a "$out/scores.tsv"
     done
 }
