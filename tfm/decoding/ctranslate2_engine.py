@@ -484,14 +484,11 @@ def _min_length(call: _Call) -> dict[str, Any]:
 
 
 def _sampling_top_k(call: _Call) -> dict[str, Any]:
-    """Sampling from the k most probable tokens (0: all), CTranslate2's own options; its
-    draws come from one generator seeded per call (ctranslate2.set_random_seed), so they are
-    repeatable for the same batches but not the draws of tfm's engine."""
+    """Sampling from the k most probable tokens (0: all), CTranslate2's own options. Its
+    draws come from CTranslate2's generators in its own threads, which ``sampling_seed``
+    does not reach: they differ from run to run (tfm's engine draws repeatably)."""
     if call.o.sampling_topk == 1:
         return {}
-    import ctranslate2
-
-    ctranslate2.set_random_seed(call.o.sampling_seed)
     return {"sampling_topk": call.o.sampling_topk,
             "sampling_temperature": call.o.sampling_temp}
 
