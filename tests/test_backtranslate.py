@@ -185,6 +185,9 @@ def test_the_command_writes_a_corpus_prepare_reads(reverse_model, tokenizer_path
     src, tgt, report = output_paths(tmp_path / "synth", "en", "de")
     assert tgt.read_text().splitlines() == GERMAN[:10] and report.exists()
     assert len(src.read_text().splitlines()) == 10
+    report = prepare(CorpusSpec((str(tmp_path / "synth"),), "en", "de"), tokenizer_path,
+                     tmp_path / "data")
+    assert report.splits["train"].read == 10
 
 
 @pytest.mark.parametrize("case", ["wrong language", "wrong direction", "wrong tokenizer",
