@@ -190,8 +190,17 @@ def test_the_command_writes_a_corpus_prepare_reads(reverse_model, tokenizer_path
     assert report.splits["train"].read == 10
 
 
-@pytest.mark.parametrize("case", ["wrong language", "wrong direction", "wrong tokenizer",
-                                  "empty file", "binary file", "blank file"])
+FRENCH = ["Un chien court dans le parc .", "La femme achète des légumes au marché .",
+          "Les enfants jouent dans le jardin avec leur chat .", "Il lit le journal ce matin .",
+          "Deux hommes marchent le long de la rivière .", "Une fille mange une pomme rouge .",
+          "Le soleil brille sur les montagnes .", "Nous allons à la plage demain .",
+          "Elle porte une grande robe bleue .", "Le garçon nage dans le lac .",
+          "Les oiseaux chantent dans les arbres .", "Mon frère travaille à la boulangerie ."]
+
+
+@pytest.mark.parametrize("case", ["wrong language", "text of another language",
+                                  "wrong direction", "wrong tokenizer", "empty file",
+                                  "binary file", "blank file"])
 def test_bad_input_is_one_line_and_nothing_is_written(case, reverse_model, tokenizer,
                                                       tmp_path) -> None:
     from tfm.data.tokenizer import train_tokenizer
@@ -200,6 +209,9 @@ def test_bad_input_is_one_line_and_nothing_is_written(case, reverse_model, token
     model, extra = reverse_model, []
     if case == "wrong language":
         extra = ["--lang", "fr"]
+    elif case == "text of another language":  # (where the langid extra can tell)
+        pytest.importorskip("py3langid")
+        write_lines(mono, FRENCH)
     elif case == "wrong direction":
         model = random_model_dir(tmp_path / "fwd", tokenizer, src="en", tgt="de")
     elif case == "wrong tokenizer":

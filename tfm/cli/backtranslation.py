@@ -65,6 +65,7 @@ def backtranslate(
     from tfm.decoding.backtranslation import backtranslate as run_backtranslate
     from tfm.decoding.backtranslation import (
         check_reverse_model,
+        check_text_language,
         output_paths,
         read_monolingual,
         share,
@@ -77,6 +78,7 @@ def backtranslate(
     if not output.parent.is_dir():
         raise UsageError(f"--output {output}: the folder {output.parent} does not exist")
     lines = read_monolingual(input)
+    check_text_language(lines, lang, input)
     translator = load_translator(reverse_model, engine.device, engine.precision,
                                  workers=engine.workers, shortlist=engine.shortlist,
                                  exact_search=engine.exact_search,

@@ -40,7 +40,8 @@ from tfm.decoding.corpus_translation import read_translations, translate_corpus
 from tfm.decoding.translator import Translator
 from tfm.errors import DataError, UsageError
 
-__all__ = ["BacktranslationReport", "backtranslate", "check_reverse_model", "noised",
+__all__ = ["BacktranslationReport", "backtranslate", "check_reverse_model",
+           "check_text_language", "noised",
            "output_paths", "read_monolingual", "share"]
 
 
@@ -68,6 +69,34 @@ def read_monolingual(path: Path) -> list[str]:
     if not any(line.strip() for line in lines):
         raise DataError(f"{path} has no text (only empty lines); give one sentence a line")
     return lines
+
+
+LANGUAGE_SAMPLE = 200  # lines of the text whose language is checked (py3langid)
+
+
+def check_text_language(lines: Sequence[str], lang: str, where: Path) -> None:
+    """Where the ``langid`` extra is installed and knows ``lang``: that most of a sample of the
+    text reads as ``lang`` (a file of the wrong language is the costliest mistake here: the
+    reverse model would translate all of it into nonsense). One line naming the file and the
+    language most of it reads as; nothing where py3langid is missing or cannot tell."""
+    import importlib.util
+
+    if importlib.util.find_spec("py3langid") is None:
+        return
+    from tfm.decoding.language_id import TargetLanguageCheck
+
+    try:
+        check = TargetLanguageCheck(lang)
+    except UsageError:  # a language py3langid does not know: nothing to check it by
+        return
+    found = check([line for line in lines if line.strip()][:LANGUAGE_SAMPLE])
+    if found.identified >= 10 and found.rate > 50:
+        other = max((code for code in found.found if code != found.lang),
+                    key=lambda code: found.found[code])
+        raise DataError(f"{where}: --lang {lang}, but {found.off_target} of "
+                        f"{found.identified} sampled lines read as other languages (most as "
+                        f"{other}, py3langid): give the text's language, and a reverse "
+                        "model of it")
 
 
 def check_reverse_model(translator: Translator, text_lang: str, output_lang: str,
