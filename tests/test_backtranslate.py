@@ -152,6 +152,11 @@ def test_a_resumed_backtranslation_equals_an_uninterrupted_one(translator, tmp_p
     assert resumed.reused == 14 and resumed.translated == len(GERMAN) - 14
     assert corpus_bytes(tmp_path / "again") == corpus_bytes(tmp_path / "whole")
     assert not (tmp_path / "again.work").exists()
+    # Run again once finished: nothing to translate; asked otherwise: translated anew.
+    assert run_bt(translator, GERMAN, tmp_path / "again", chunk=7, noise=True).translated == 0
+    assert run_bt(translator, GERMAN, tmp_path / "again", chunk=7, noise=True,
+                  noise_seed=9).translated == len(GERMAN)
+    assert corpus_bytes(tmp_path / "again") != corpus_bytes(tmp_path / "whole")
 
 
 def test_the_filters_drop_pairs_by_length_ratio_and_score(translator, tmp_path) -> None:

@@ -25,6 +25,7 @@ Files, for the output prefix ``PREFIX`` of a de -> en reverse model::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import shutil
@@ -171,11 +172,20 @@ def backtranslate(translator: Translator, lines: Sequence[str], prefix: Path,
     parallel corpus ``prefix`` (``output_paths``). This process translates its ``share`` of
     the lines (rank of world); after ``barrier`` (all processes' shares done), rank 0 joins
     them in order and writes the corpus; the others return having written nothing else.
-    ``identity``: what names the reverse model (corpus_translation's fingerprint)."""
+    ``identity``: what names the reverse model (corpus_translation's fingerprint). Where
+    ``prefix`` holds the corpus of the same request already (the report says so and the
+    files are as written), it is returned at once, untranslated."""
     work = Path(prefix).with_name(f"{Path(prefix).name}.work")
     mine = share(len(lines), rank, world)
-    language = translator.languages.resolve(output_lang if translator.languages.tags
-                                            else None)
+    request = _request(lines, text_lang, output_lang, options, config, identity)
+    finished = _finished(prefix, request)
+    if finished is not None:
+        if progress is not None and len(mine):
+            progress(len(mine))
+        return finished if rank == 0 else BacktranslationReport(len(mine), 0, {}, 0, 0, ())
+    languages = translator.languages
+    language = (languages.resolve(output_lang, text_lang) if languages.marking.by_codes else
+                languages.resolve(output_lang if languages.tags else None))
     done = translate_corpus(translator, list(lines[mine.start:mine.stop]),
                             work / f"share-{rank:04d}-of-{world:04d}.{output_lang}", options,
                             identity=identity, language=language, chunk=config.chunk,
@@ -190,16 +200,50 @@ def backtranslate(translator: Translator, lines: Sequence[str], prefix: Path,
         t, s = read_translations(work / f"share-{r:04d}-of-{world:04d}.{output_lang}")
         texts += t
         scores += s
-    report = _write_pairs(lines, texts, scores, prefix, text_lang, output_lang, options,
-                          config, done.translated, done.reused)
+    report = _write_pairs(lines, texts, scores, prefix, request, config, done.translated,
+                          done.reused)
     shutil.rmtree(work, ignore_errors=True)
     return report
 
 
+def _request(lines: Sequence[str], text_lang: str, output_lang: str, options: SearchOptions,
+             config: BacktranslateConfig, identity: Any) -> dict[str, Any]:
+    """What a synthetic corpus is made of, as JSON: the languages, the text (its lines and
+    sha256), the reverse model (``identity``), the search and the noise and filters (without
+    ``batch_tokens`` and ``chunk``, which change no output)."""
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode("utf-8") + b"\n")
+    search, bt = asdict(options), asdict(config)
+    search.pop("batch_tokens")
+    bt.pop("chunk")
+    return {"version": 1, "source_lang": output_lang, "target_lang": text_lang,
+            "text": {"lines": len(lines), "sha256": digest.hexdigest()},
+            "identity": identity, "search": search, "backtranslate": bt}
+
+
+def _finished(prefix: Path, request: dict[str, Any]) -> BacktranslationReport | None:
+    """The report of the corpus at ``prefix`` where it was made for ``request`` and its
+    files are as written (their sha256), else None."""
+    src, tgt, report = output_paths(prefix, request["source_lang"], request["target_lang"])
+    try:
+        record = json.loads(report.read_text(encoding="utf-8"))
+        if record.get("request") != request or record.get("sha256") != [
+                _sha256(src), _sha256(tgt)]:
+            return None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return BacktranslationReport(record["read"], record["written"], record["dropped"], 0,
+                                 record["read"], (src, tgt, report))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _write_pairs(lines: Sequence[str], texts: list[str], scores: list[float], prefix: Path,
-                 text_lang: str, output_lang: str, options: SearchOptions,
-                 config: BacktranslateConfig, translated: int, reused: int
-                 ) -> BacktranslationReport:
+                 request: dict[str, Any], config: BacktranslateConfig, translated: int,
+                 reused: int) -> BacktranslationReport:
     """The pairs filtered and noised, written atomically: both sides, then the report, which
     says the corpus is whole."""
     dropped = {"empty": 0, "length ratio": 0, "score": 0}
@@ -217,15 +261,19 @@ def _write_pairs(lines: Sequence[str], texts: list[str], scores: list[float], pr
     if not sources:
         raise DataError(f"{prefix}: every pair was dropped by the filters ({dropped}); "
                         "loosen --max-ratio or --min-score")
-    src_path, tgt_path, report_path = output_paths(prefix, output_lang, text_lang)
+    src_path, tgt_path, report_path = output_paths(prefix, request["source_lang"],
+                                                   request["target_lang"])
     report_path.unlink(missing_ok=True)  # no report while the pairs change
-    atomic_write_bytes(src_path, "".join(s + "\n" for s in sources).encode("utf-8"))
-    atomic_write_bytes(tgt_path, "".join(t + "\n" for t in targets).encode("utf-8"))
+    src_data = "".join(s + "\n" for s in sources).encode("utf-8")
+    tgt_data = "".join(t + "\n" for t in targets).encode("utf-8")
+    atomic_write_bytes(src_path, src_data)
+    atomic_write_bytes(tgt_path, tgt_data)
     report = BacktranslationReport(len(lines), len(sources), dropped, translated, reused,
                                    (src_path, tgt_path, report_path))
-    record = {"source_lang": output_lang, "target_lang": text_lang, "synthetic": "source",
-              "read": len(lines), "written": len(sources), "dropped": dropped,
-              "search": asdict(options), "backtranslate": asdict(config)}
+    record = {"synthetic": "source", "read": len(lines), "written": len(sources),
+              "dropped": dropped, "request": request,
+              "sha256": [hashlib.sha256(src_data).hexdigest(),
+                         hashlib.sha256(tgt_data).hexdigest()]}
     atomic_write_bytes(report_path, json.dumps(record, indent=1).encode("utf-8"))
     return report
 
