@@ -85,6 +85,8 @@ def test_sampling_needs_greedy_search_and_a_positive_temperature() -> None:
         SearchOptions(beam=4, sampling_topk=0)
     with pytest.raises(UsageError, match="--sampling-temp"):
         SearchOptions(beam=1, sampling_topk=0, sampling_temp=0)
+    with pytest.raises(UsageError, match="changes only sampling"):
+        SearchOptions(beam=1, sampling_temp=0.7)
 
 
 # --- the noise and the shares -------------------------------------------------------------------

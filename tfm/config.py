@@ -375,6 +375,9 @@ class SearchOptions:
                              "time: give --beam 1 (or --sampling-topk 1 for beam search)")
         if not self.sampling_temp > 0:
             raise UsageError(f"--sampling-temp {self.sampling_temp:g}: give a number above 0")
+        if self.sampling_temp != 1.0 and self.sampling_topk == 1:
+            raise UsageError(f"--sampling-temp {self.sampling_temp:g} changes only sampling: "
+                             "give --sampling-topk 0 (or K) with --beam 1 too")
         if not 1 <= self.n_best <= self.beam:
             raise OptionError("n_best", f"must be between 1 and the beam ({self.beam}), "
                               f"not {self.n_best}")
