@@ -18,7 +18,7 @@ from conftest import tfm
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "data" / "demo"
 COMMANDS = ["train-tokenizer", "prepare", "train", "translate", "eval", "average", "plot-curve",
-            "export", "serve"]
+            "backtranslate", "export", "serve"]
 
 
 def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:

@@ -44,6 +44,22 @@ def torchrun(*args: str, nproc: int = 2) -> list[str]:
             f"--nproc_per_node={nproc}", "-m", "tfm", *args]
 
 
+def torchrun_nodes(port: int, *args: str) -> list[list[str]]:
+    """The command lines of two torchrun agents, one process each, that meet as two nodes
+    (``--nnodes 2``) through a c10d rendezvous on loopback ``port``: a run over two machines,
+    on one (which agent's process becomes rank 0 is the rendezvous's choice)."""
+    return [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2",
+             "--nproc_per_node=1", "--monitor-interval=0.2", "--rdzv_backend=c10d",
+             f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=tfm-test",
+             "--local_addr=127.0.0.1", "-m", "tfm", *args] for _ in range(2)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def torchrun_env(**env: str) -> dict[str, str]:
     """The environment for ``torchrun``'s command line, with ``env``."""
     return {**os.environ, **forked.script_environment(os.environ["PATH"]), **env}
@@ -87,21 +103,24 @@ class StoppedRun:
 def two_process_run(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> StoppedRun:
     """A run of two processes (--update-freq 2) that would train for long, stopped by a SIGINT
     to rank 1 once it has logged steps; rank 0 never sees a signal: it must learn from rank 1.
-    (One torchrun job for every test of it: each of its three processes imports torch.)"""
+    The two processes are two nodes, as on two machines: two torchrun agents (``--nnodes 2``,
+    c10d rendezvous on loopback, gloo). (One job for every test of it: each of its four
+    processes imports torch.)"""
     if not Path("/proc/self/environ").exists():
         pytest.skip("needs Linux /proc")
     root = tmp_path_factory.mktemp("ddp")
     model = root / "model"
     marker = f"TFM_TEST_JOB={root}"
-    process = subprocess.Popen(
-        torchrun(*train_args(dataset, model, "--max-steps", "100000", "--update-freq", "2")),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        env=torchrun_env(TFM_TEST_JOB=str(root)))
+    args = train_args(dataset, model, "--max-steps", "100000", "--update-freq", "2")
+    agents = [subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, env=torchrun_env(TFM_TEST_JOB=str(root)))
+        for command in torchrun_nodes(free_port(), *args)]
     try:
         # The bounds only catch a hang: how soon it starts is the machine's.
         deadline = time.monotonic() + HANG
         metrics = model / "metrics.jsonl"
-        while time.monotonic() < deadline and process.poll() is None:
+        while time.monotonic() < deadline and all(a.poll() is None for a in agents):
             whole_lines = metrics.read_text().split("\n")[:-1] if metrics.exists() else []
             if sum('"kind": "train"' in line for line in whole_lines) >= 2:
                 break
@@ -109,9 +128,11 @@ def two_process_run(dataset: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         rank1 = _pid_of_rank(1, marker)
         assert rank1 is not None, "no rank 1 process found"
         os.kill(rank1, signal.SIGINT)
-        _, stderr = process.communicate(timeout=HANG)
+        # (the process that took the signal ends 130, as a Ctrl-C'd command does)
+        stderr = "".join(a.communicate(timeout=HANG)[1] for a in agents)
     finally:
-        kill_session(process)
+        for a in agents:
+            kill_session(a)
     return StoppedRun(model, stderr, len(train_records(model)))
 
 
@@ -178,9 +199,7 @@ def test_a_signal_to_one_process_stops_all_at_the_same_step_and_rank_0_saves(
 
 def test_the_gradient_of_two_processes_is_that_of_one_process_over_all_their_tokens(
         tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     torch.multiprocessing.spawn(ranks.rank_gradients, args=(port, str(tmp_path)), nprocs=2)
     torch.manual_seed(0)
     one = ranks.gradients(Transformer(ranks.GRAD_MODEL), distributed.Distributed(),

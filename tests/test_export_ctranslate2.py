@@ -473,3 +473,17 @@ def test_precision_int8_computes_a_float_export_with_int8_weights(joint_model) -
     assert translator.describe()["precision"] == "int8_float32"
     results = translator.translate([s for s, _ in PAIRS[:4]], SearchOptions(beam=2))
     assert sum(r.text == t for r, (_, t) in zip(results, PAIRS[:4])) >= 2
+
+
+def test_sampling_reaches_ctranslate2(translators) -> None:
+    # rules.StepRule.SAMPLING_TOP_K is mapped to CTranslate2's own sampling options (its
+    # draws, in its own threads, are not seeded by tfm); top-k 1 is greedy search.
+    _, ct2 = translators
+    sources = [s for s, _ in PAIRS[:12]]
+
+    def texts(**options) -> list[str]:
+        return [r.text for r in ct2.translate(sources, SearchOptions(beam=1, **options))]
+
+    greedy = texts()
+    assert texts(sampling_topk=0, sampling_temp=3.0) != greedy  # draws leave the best path
+    assert texts(sampling_topk=1) == greedy

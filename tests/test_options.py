@@ -19,6 +19,7 @@ from tfm.cli.app import app
 from tfm.cli.distill import MULTILINGUAL
 from tfm.cli.fields import Fields
 from tfm.config import (
+    BacktranslateConfig,
     CleanConfig,
     DistillConfig,
     EngineOptions,
@@ -44,9 +45,13 @@ DERIVED = {
     "distill": [Fields(DistillConfig),
                 Fields(ModelConfig, given_only=True, exclude=("drop_residual_layer",)),
                 Fields(TrainConfig, given_only=True, exclude=MULTILINGUAL)],
+    "backtranslate": [Fields(SearchOptions, given_only=True, exclude=("n_best", "mbr")),
+                      Fields(EngineOptions, exclude=("model", "ensemble", "reverse_model",
+                                                     "reverse_weight")),
+                      Fields(BacktranslateConfig)],
 }
-CONFIGS = {CleanConfig, DistillConfig, EngineOptions, ModelConfig, ScoreOptions, SearchOptions,
-           TrainConfig, ServeConfig}
+CONFIGS = {BacktranslateConfig, CleanConfig, DistillConfig, EngineOptions, ModelConfig,
+           ScoreOptions, SearchOptions, TrainConfig, ServeConfig}
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
 
 

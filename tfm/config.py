@@ -346,6 +346,18 @@ class SearchOptions:
     batch_tokens: int = option(4096, "Most source tokens x beam in one batch; the output is "
                                "the same for any.", min=1, panel="Speed")
     attention: bool = _cli(False, None)  # keep cross-attention and word alignments (slower)
+    # Sampling (Edunov et al., 2018: sampled back-translation): each token drawn, not chosen.
+    # (Not sampling_temperature: TrainConfig's option of that name is another thing, and a
+    # run config's top-level keys reach every command that has them.)
+    sampling_topk: int = option(
+        1, "Draw each token from the k most probable (0: from all); 1: no sampling.", min=0,
+        panel="Sampling")
+    sampling_temp: float = option(
+        1.0, "With sampling: the temperature the probabilities are drawn at.",
+        panel="Sampling")
+    sampling_seed: int = option(
+        0, "With sampling: the seed; a sentence's draw depends on it and the sentence alone.",
+        panel="Sampling")
     mbr: str | None = option(
         None, "Beam search: output the hypothesis the others agree with most by bleu or chrf "
         "(minimum Bayes risk).", panel="Reranking")
@@ -358,9 +370,56 @@ class SearchOptions:
             if self.beam < 2:
                 raise UsageError("--mbr chooses among the beam's hypotheses: give --beam 2 "
                                  "or more (5-8 is usual)")
+        if self.sampling_topk != 1 and self.beam != 1:
+            raise UsageError(f"--sampling-topk {self.sampling_topk} draws one token at a "
+                             "time: give --beam 1 (or --sampling-topk 1 for beam search)")
+        if not self.sampling_temp > 0:
+            raise UsageError(f"--sampling-temp {self.sampling_temp:g}: give a number above 0")
+        if self.sampling_temp != 1.0 and self.sampling_topk == 1:
+            raise UsageError(f"--sampling-temp {self.sampling_temp:g} changes only sampling: "
+                             "give --sampling-topk 0 (or K) with --beam 1 too")
         if not 1 <= self.n_best <= self.beam:
             raise OptionError("n_best", f"must be between 1 and the beam ({self.beam}), "
                               f"not {self.n_best}")
+
+
+@dataclass(frozen=True)
+class BacktranslateConfig:
+    """How ``tfm backtranslate`` turns target-language text into synthetic pairs
+    (tfm.decoding.backtranslation): the noise on the synthetic sources, the filters, the
+    chunks that make it resumable."""
+
+    noise: bool = option(
+        False, "Noise the synthetic sources as Edunov et al. 2018 (drop, blank, swap words).",
+        panel="Back-translation")
+    noise_delete: float = option(0.1, "With --noise: each word deleted with this probability.",
+                                 min=0, panel="Back-translation")
+    noise_replace: float = option(
+        0.1, "With --noise: each word replaced by --noise-filler with this probability.",
+        min=0, panel="Back-translation")
+    noise_swap: int = option(3, "With --noise: words move at most this many positions.",
+                             min=0, panel="Back-translation")
+    noise_filler: str = option("<unk>", "With --noise: the word that replaces a word.",
+                               panel="Back-translation")
+    noise_seed: int = option(1, "With --noise: the seed; a line's noise depends on it and "
+                             "the line's number.", panel="Back-translation")
+    max_ratio: float = option(
+        0.0, "Drop pairs whose length ratio in words exceeds this (0: keep all).", min=0,
+        panel="Filters")
+    min_score: float | None = option(
+        None, "Drop pairs whose reverse-model score (log P per token) is below this.",
+        panel="Filters")
+    chunk: int = option(1000, "Sentences written at a time; a run again keeps those done.",
+                        min=1, panel="Speed")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        for name in ("noise_delete", "noise_replace"):
+            if getattr(self, name) > 1:
+                raise OptionError(name, f"is a probability: give 0 to 1, not "
+                                  f"{getattr(self, name):g}")
+        if not self.noise_filler.strip() or any(c.isspace() for c in self.noise_filler):
+            raise OptionError("noise_filler", "give one word, without spaces")
 
 
 @dataclass

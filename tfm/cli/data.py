@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -110,6 +110,9 @@ def prepare(
         "--language-token", help="A multilingual run: the target-language tag before the "
         "source, as the decoder's forced first token, or both (source, decoder, both).",
         rich_help_panel=CORPUS)] = "source",
+    synthetic_tag: Annotated[Optional[str], typer.Option(
+        "--synthetic-tag", help="A token before each source of the synthetic corpora "
+        "(synthetic: true), e.g. <BT>.", show_default=False, rich_help_panel=CORPUS)] = None,
     *,
     clean: CleanConfig,  # which pairs to keep: its options
     corpora: list | None = None,  # a run config's corpora (tfm.data.directions)
@@ -121,7 +124,9 @@ def prepare(
     the tokenizer; preparing the same input again is instant. Several corpora and directions
     (a multilingual model) are listed in a run config (--config, corpora:); each pair keeps its
     direction, and where the tokenizer has target-language tags each source starts with its
-    own.
+    own. Back-translated pairs (`tfm backtranslate`) are a corpus marked synthetic: true:
+    never validated on, their sources tagged with --synthetic-tag; a corpus's upsample: N
+    writes its pairs N times (docs/BACKTRANSLATION.md).
     """
     from tfm.data.prepare import prepare as run_prepare
 
@@ -129,7 +134,7 @@ def prepare(
     with writing_into(output, "tfm prepare"), err.status("Preparing ..."):
         runs = run_corpora(corpora, train, valid, src_lang, tgt_lang, split, hf_config)
         report = run_prepare(runs, tokenizer, output, None, clean, force, num_proc,
-                             language_token)
+                             language_token, synthetic_tag)
     if report.up_to_date:
         err.print(f"{output} is up to date (same input, tokenizer and options); "
                   "use --force to prepare again")

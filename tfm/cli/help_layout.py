@@ -28,7 +28,7 @@ OTHER = "Other"  # the panel of a command's options that name none, where others
 PANELS = ("Input and output", "Data and output", "Corpus", "Tokenizer", "Output", "Cleaning",
           "Model", "Dropout", "Optimisation", "Stopping", "Multilingual",
           "Checkpoints and logs", "Device", "Server", "Requests", "Batching", "Scores", "Search",
-          "Reranking", "Constraints", "Languages", "Speed", OTHER)
+          "Sampling", "Reranking", "Constraints", "Languages", "Speed", OTHER)
 
 
 class HelpCommand(TyperCommand):

@@ -14,6 +14,12 @@ run.yaml``) as a list, the shape OpenNMT-py users know::
         src_lang: en
         tgt_lang: de
         weight: 2                         # optional: sampling weight of its direction
+        upsample: 2                       # optional: its pairs written twice (real pairs
+                                          # beside synthetic ones: --upsample-primary)
+      - train: runs/bt/synthetic          # tfm backtranslate's output
+        src_lang: en
+        tgt_lang: de
+        synthetic: true                   # never validated on; tagged by synthetic_tag
 
 Where the directions have more than one target language, each source sentence starts with the
 tag of its target language, ``>>de<<`` (OPUS-MT's convention, so that CTranslate2 and MarianMT
@@ -112,6 +118,11 @@ class Corpus:
     train: CorpusSpec
     valid: CorpusSpec | None = None
     weight: float | None = None
+    # Synthetic pairs (tfm backtranslate's): never validated on, their sources tagged where
+    # the run asks (tfm prepare's synthetic_tag).
+    synthetic: bool = False
+    # Its pairs written this many times (fairseq's --upsample-primary for the real pairs).
+    upsample: int = 1
 
 
 @dataclass(frozen=True)
@@ -163,7 +174,8 @@ def single_corpus(train: CorpusSpec, valid: CorpusSpec | None, src_lang: str | N
     return Corpora((Corpus(direction, train, valid),))
 
 
-_ENTRY_KEYS = ("train", "valid", "src_lang", "tgt_lang", "directions", "weight")
+_ENTRY_KEYS = ("train", "valid", "src_lang", "tgt_lang", "directions", "weight", "synthetic",
+               "upsample")
 
 
 def corpora_from_config(entries: Any, split: str = "train", hf_config: str | None = None
@@ -192,6 +204,7 @@ def corpora_from_config(entries: Any, split: str = "train", hf_config: str | Non
         if weight is not None and (isinstance(weight, bool)
                                    or not isinstance(weight, (int, float)) or weight <= 0):
             raise UsageError(f"{where}, weight {weight!r}: give a number above 0")
+        synthetic, upsample = _synthetic(entry, where)
         if "directions" in entry:
             if "src_lang" in entry or "tgt_lang" in entry:
                 raise UsageError(f"{where}: give directions: or src_lang:/tgt_lang:, not both")
@@ -210,7 +223,8 @@ def corpora_from_config(entries: Any, split: str = "train", hf_config: str | Non
             spec = CorpusSpec(train, d.src, d.tgt, split, hf_config)
             valid_spec = CorpusSpec(valid, d.src, d.tgt, _valid_split(split), hf_config) \
                 if valid else None
-            items.append(Corpus(d, spec, valid_spec, None if weight is None else float(weight)))
+            items.append(Corpus(d, spec, valid_spec, None if weight is None else float(weight),
+                                synthetic, upsample))
     seen: set[tuple] = set()
     for c in items:
         key = (c.direction, c.train)
@@ -221,6 +235,26 @@ def corpora_from_config(entries: Any, split: str = "train", hf_config: str | Non
     corpora = Corpora(tuple(items))
     corpora.weights()  # checked now: a mistake is found before any work
     return corpora
+
+
+def _synthetic(entry: dict, where: str) -> tuple[bool, int]:
+    """A corpus entry's ``synthetic:`` (true for back-translated pairs, which are never
+    validated on) and ``upsample:`` (its pairs written N times), each mistake one line. An
+    entry of one language is monolingual text: back-translated first, by tfm backtranslate."""
+    synthetic, upsample = entry.get("synthetic", False), entry.get("upsample", 1)
+    if not isinstance(synthetic, bool):
+        raise UsageError(f"{where}, synthetic {synthetic!r}: give true or false")
+    if isinstance(upsample, bool) or not isinstance(upsample, int) or upsample < 1:
+        raise UsageError(f"{where}, upsample {upsample!r}: give a whole number, 1 or more")
+    if synthetic and entry.get("valid"):
+        raise UsageError(f"{where}: a synthetic corpus has no valid:; validation is on real "
+                         "pairs only (give valid: to a real corpus)")
+    one = [k for k in ("src_lang", "tgt_lang") if entry.get(k)]
+    if len(one) == 1 and "directions" not in entry:
+        raise UsageError(f"{where}: only {one[0]}: give its languages (src_lang: and "
+                         "tgt_lang:); text of one language is turned into pairs by `tfm "
+                         "backtranslate` first, its output listed with synthetic: true")
+    return synthetic, upsample
 
 
 def _valid_split(split: str) -> str:

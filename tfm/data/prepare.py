@@ -70,6 +70,7 @@ from tfm.data.tokenizer import (
 from tfm.errors import DataError, UsageError, WriteError
 from tfm.layout import CONFIG_FILE, TOKENIZER_FILE
 from tfm.model_info import read_model_info
+from tfm.special_tokens import SPECIAL_TOKENS
 
 _CHUNK = 20_000  # pairs tokenized at a time
 
@@ -129,6 +130,7 @@ def prepare(
     force: bool = False,
     num_proc: int = 1,
     language_token: str = "source",
+    synthetic_tag: str | None = None,
 ) -> PrepareReport:
     """Clean and tokenize the corpora ``train`` (one CorpusSpec, and ``valid``, for a
     bilingual run given on the command line) into the dataset directory ``output``,
@@ -137,12 +139,19 @@ def prepare(
 
     Every pair is stored with its direction; where the tokenizer has target-language tags,
     ``language_token`` says where its direction's goes (``LANGUAGE_TOKEN``): before each
-    source (tfm.data.directions), as the decoder's forced first token, or both."""
+    source (tfm.data.directions), as the decoder's forced first token, or both.
+
+    Corpora marked ``synthetic`` (back-translated) are never validated on; with
+    ``synthetic_tag`` (Caswell et al., 2019: ``<BT>``), their sources start with that token,
+    added to the dataset's tokenizer as a special token (refused where the vocabulary has it as
+    an ordinary entry). A corpus's ``upsample`` writes its pairs that many times. A run
+    without either prepares what it did before they existed, byte for byte."""
     clean = clean or CleanConfig()
     output = Path(output)
     corpora = train if isinstance(train, Corpora) else single_corpus(train, valid, None, None)
     vocabs = load_vocabularies(tokenizer_path)
     tags = vocabulary_tags(vocabs.src)
+    synthetic_tag = add_synthetic_tag(vocabs, synthetic_tag, corpora, Path(tokenizer_path))
     source_tags = [source_tag(tags, d, "tfm prepare") for d in corpora.directions]
     marking = tokenizer_marking(Path(tokenizer_path)) or tag_marking(tags, language_token)
     codes = [direction_codes(marking, vocabs, d) for d in corpora.directions] \
@@ -152,7 +161,7 @@ def prepare(
     splits = _splits(corpora)
     resolved = {name: [resolve_corpus(c.train if name == "train" else c.valid)
                        for c in items] for name, items in splits.items()}
-    fingerprint = _fingerprint(corpora, Path(tokenizer_path), clean, marking)
+    fingerprint = _fingerprint(corpora, Path(tokenizer_path), clean, marking, synthetic_tag)
 
     previous = _previous_info(output)
     if previous and previous.fingerprint == fingerprint and not force:
@@ -164,7 +173,7 @@ def prepare(
     import pyarrow as pa
 
     job = _Job(corpora, splits, resolved, vocabs, source_tags, tags, clean, fingerprint,
-               marking, codes)
+               marking, codes, synthetic_tag)
     with _quiet_datasets(datasets):
         reports, by_direction = _write_dataset(job, output, datasets, pa, num_proc)
     return PrepareReport(str(output), False, reports, by_direction)
@@ -200,6 +209,38 @@ class _Job:
     # A model of language codes' (NLLB-200, M2M100): its marking, and each direction's marks
     marking: LanguageMarking | None = None
     codes: list[ResolvedLanguage] | None = None
+    synthetic_tag: str | None = None  # the token before each synthetic source (None: none)
+
+
+def add_synthetic_tag(vocabs: Vocabularies, tag: str | None, corpora: Corpora,
+                      tokenizer_path: Path) -> str | None:
+    """``tag`` (``synthetic_tag``) checked and added to the source vocabulary as one token
+    (kept where it is one already: a tokenizer from a tagged run's dataset); one line
+    for a tag with spaces, a reserved or language token, an ordinary vocabulary entry (the
+    model could not tell the tag from that word), or no synthetic corpus to tag."""
+    if tag is None:
+        return None
+    option = f"--synthetic-tag {tag!r}"
+    if not any(c.synthetic for c in corpora.items):
+        raise UsageError(f"{option}: no corpus is marked synthetic: true (the run config's "
+                         "corpora:), so there is nothing to tag")
+    if not tag.strip() or any(c.isspace() for c in tag):
+        raise UsageError(f"{option}: a tag is one token, without spaces (e.g. <BT>)")
+    if tag in SPECIAL_TOKENS or find_tag(tag) == tag:
+        raise UsageError(f"{option} is a reserved token of tfm (special or language tag); "
+                         "choose another, e.g. <BT>")
+    known = vocabs.src.token_to_id(tag)
+    added = {t.content for t in vocabs.src.get_added_tokens_decoder().values()}
+    if known is not None and tag not in added:
+        raise UsageError(f"{option} is already the vocabulary entry {known} of "
+                         f"{tokenizer_path}: choose a tag the vocabulary lacks, e.g. <BT>")
+    if known is None:
+        from tokenizers import AddedToken
+
+        # As the language tags are: an added token matched in the text (tfm's special tokens
+        # are matched by id only), which the BPE never splits.
+        vocabs.src.add_tokens([AddedToken(tag, normalized=False, special=False)])
+    return tag
 
 
 def tokenizer_marking(tokenizer_path: Path) -> LanguageMarking | None:
@@ -332,11 +373,15 @@ def _write_split(work: Path, job: _Job, name: str, pa: Any, num_proc: int
             assert spec is not None
             marks = job.codes[index] if job.codes is not None else ResolvedLanguage()
             read = _Reading(spec, resolved.description, index, job.source_tags[index],
-                            job.tags, with_text, marks.source_prefix, marks.source_suffix)
+                            job.tags, with_text, marks.source_prefix, marks.source_suffix,
+                            job.synthetic_tag if corpus.synthetic else None,
+                            job.synthetic_tag)
+            copies = corpus.upsample if name == "train" else 1
             for batch in _tokenized_chunks(read, job.vocabs, job.clean, report,
                                            seen.setdefault(corpus.direction.name, set()),
                                            num_proc):
-                w.write_batch(pa.RecordBatch.from_pydict(batch, schema=schema))
+                for _ in range(copies):  # upsample: the chunk's pairs again
+                    w.write_batch(pa.RecordBatch.from_pydict(batch, schema=schema))
     for direction, report in mine.items():
         if report.kept == 0:
             what = ", ".join(r.description for c, r in zip(items, job.resolved[name])
@@ -422,6 +467,8 @@ class _Reading:
     with_text: bool
     prefix: tuple[int, ...] = ()  # ids before each source (a model's language code)
     suffix: tuple[int, ...] = ()  # ids after its EOS
+    synthetic_tag: str | None = None  # before each source of a synthetic corpus
+    reserved: str | None = None  # the run's synthetic tag: no text may write it
 
 
 @dataclass
@@ -453,11 +500,12 @@ def _encode_chunk(raw: list[tuple[str, str]], vocabs: Vocabularies, clean: Clean
                     if (src_norm is normalize_text and has_invisible(s))
                     or (tgt_norm is normalize_text and has_invisible(t)))
     pairs = [(src_norm(s), tgt_norm(t)) for s, t in raw]
-    tag_at = _tag_inside(pairs, read.tags)
+    tag_at = _tag_inside(pairs, read.tags, read.reserved)
     if tag_at is not None:
         return _EncodedChunk([], invisible, None, [], [], None, tag_at)
     live = [i for i, (s, t) in enumerate(pairs) if s and t]
-    src_ids = encode_batch(vocabs.src, [tagged(pairs[i][0], read.source_tag) for i in live])
+    src_ids = encode_batch(vocabs.src, [tagged(tagged(pairs[i][0], read.source_tag),
+                                               read.synthetic_tag) for i in live])
     tgt_ids = encode_batch(vocabs.tgt, [pairs[i][1] for i in live])
     status = [_EMPTY] * len(pairs)
     for i, src, tgt in zip(live, src_ids, tgt_ids):
@@ -481,16 +529,20 @@ def _encode_chunk(raw: list[tuple[str, str]], vocabs: Vocabularies, clean: Clean
                          [pairs[i] for i in kept] if read.with_text else None)
 
 
-def _tag_inside(pairs: list[tuple[str, str]], tags: list[str]) -> tuple[int, str] | None:
-    """The first pair whose text writes one of the tokenizer's tags, and the tag: the
-    tokenizer would read it as the tag itself, so a corpus may not contain one."""
-    if not tags:
+def _tag_inside(pairs: list[tuple[str, str]], tags: list[str], reserved: str | None = None
+                ) -> tuple[int, str] | None:
+    """The first pair whose text writes one of the tokenizer's tags (or the ``reserved``
+    synthetic tag), and the tag: the tokenizer would read it as the tag itself, so a corpus
+    may not contain one."""
+    if not tags and reserved is None:
         return None
     for i, (s, t) in enumerate(pairs):
         for text in (s, t):
-            found = find_tag(text)
+            found = find_tag(text) if tags else None
             if found is not None and found in tags:
                 return i, found
+            if reserved is not None and reserved in text:
+                return i, reserved
     return None
 
 
@@ -552,8 +604,9 @@ def _tokenized_chunks(read: _Reading, vocabs: Vocabularies, clean: CleanConfig,
     for chunk in _encoded_chunks(read, vocabs, clean, num_proc):
         if chunk.tag_at is not None:
             line, found = chunk.tag_at
+            what = "synthetic-pair" if found == read.reserved else "target-language"
             raise DataError(f"{read.description}, pair {report.read + line + 1}: the text "
-                            f"writes the target-language tag {found}, which the tokenizer "
+                            f"writes the {what} tag {found}, which the tokenizer "
                             "reads as the tag itself; tfm prepare adds the tags, remove it "
                             "from the corpus")
         report.read += len(chunk.status)
@@ -590,9 +643,13 @@ def _tokenized_chunks(read: _Reading, vocabs: Vocabularies, clean: CleanConfig,
 
 
 def _fingerprint(corpora: Corpora, tokenizer_path: Path, clean: CleanConfig,
-                 marking: LanguageMarking | None = None) -> str:
+                 marking: LanguageMarking | None = None, synthetic_tag: str | None = None
+                 ) -> str:
     h = hashlib.sha256()
     h.update(json.dumps([PREPARE_VERSION, asdict(clean), corpora.weights()]).encode())
+    mixed = [(c.synthetic, c.upsample) for c in corpora.items]
+    if synthetic_tag is not None or any(m != (False, 1) for m in mixed):  # (else as before)
+        h.update(json.dumps(["synthetic", synthetic_tag, mixed]).encode())
     if marking is not None:
         h.update(json.dumps(marking.to_json()).encode())
     for path in vocabulary_files(tokenizer_path):

@@ -483,12 +483,23 @@ def _min_length(call: _Call) -> dict[str, Any]:
     return {"min_decoding_length": min(call.o.min_len, call.limit - 1)}
 
 
+def _sampling_top_k(call: _Call) -> dict[str, Any]:
+    """Sampling from the k most probable tokens (0: all), CTranslate2's own options. Its
+    draws come from CTranslate2's generators in its own threads, which ``sampling_seed``
+    does not reach: they differ from run to run (tfm's engine draws repeatably)."""
+    if call.o.sampling_topk == 1:
+        return {}
+    return {"sampling_topk": call.o.sampling_topk,
+            "sampling_temperature": call.o.sampling_temp}
+
+
 # How each of tfm's step rules (rules.STEP_RULES) reaches CTranslate2: translate_batch options.
 # Checked at import and at every call: a declared rule without an entry stops the engine.
 _STEP_OPTIONS: dict[StepRule, Callable[[_Call], dict[str, Any]]] = {
     StepRule.NEVER_EMITTED: _never_emitted,
     StepRule.MIN_LENGTH: _min_length,
     StepRule.LENGTH_LIMIT: _length_limit,
+    StepRule.SAMPLING_TOP_K: _sampling_top_k,
 }
 rules.mapped("the ctranslate2 engine", _STEP_OPTIONS)
 

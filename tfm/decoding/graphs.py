@@ -247,10 +247,10 @@ class CudaGraphs:
     def takes(options: SearchOptions, constraints: list[TargetConstraints | None] | None,
               sentences: int) -> bool:
         """Whether a batch is one this path searches: no constraints, no attention weights,
-        at most MOST_ROWS decoder rows."""
+        no sampling (the step-by-step search draws), at most MOST_ROWS decoder rows."""
         unconstrained = constraints is None or all(
             c is None or not (c.phrases or c.prefix) for c in constraints)
-        return (unconstrained and not options.attention
+        return (unconstrained and not options.attention and options.sampling_topk == 1
                 and sentences * options.beam <= MOST_ROWS)
 
     def search(self, src: Tensor, options: SearchOptions, start: Tensor | None = None

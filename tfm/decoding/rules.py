@@ -35,6 +35,8 @@ class StepRule(Enum):
     NEVER_EMITTED = "the never-emitted tokens (NEVER_EMITTED) get no probability"
     MIN_LENGTH = "no EOS before min_len, except at the length limit"
     LENGTH_LIMIT = "at the length limit (at_limit) only EOS may come"
+    SAMPLING_TOP_K = ("when sampling from the k most probable tokens (sampling_topk > 1), "
+                      "the others get no probability")
 
 
 # The declared step rules, in the order they apply. Each engine maps every one (``mapped``):

@@ -52,6 +52,8 @@ from tfm.decoding.steps import (
     greedy_choice,
     limits,
     prime,
+    sampled_choice,
+    sentence_generators,
     step_log_probs,
     top_candidates,
 )
@@ -77,7 +79,9 @@ def search(model: Transformer, src: Tensor, options: SearchOptions,
 def greedy_search(model: Transformer, src: Tensor, options: SearchOptions,
                   constraints: Sequence[TargetConstraints | None] | None = None,
                   start: Tensor | None = None) -> list[list[Hypothesis]]:
-    """The most probable next token at every step; one hypothesis per sentence. Of
+    """The most probable next token at every step (with ``options.sampling_topk`` other than
+    1: a token drawn, each sentence from its own seeded generator); one hypothesis per
+    sentence. Of
     ``constraints`` (one per sentence, or None), greedy search takes only prefixes.
     ``start``: as for ``search``."""
     if constraints is not None and any(c is not None and c.phrases for c in constraints):
@@ -93,13 +97,20 @@ def greedy_search(model: Transformer, src: Tensor, options: SearchOptions,
     outputs: list[list[int]] = [[] for _ in range(b)]
     attention: list[list[list[float]]] = [[] for _ in range(b)]
     log_probs = [0.0] * b
+    sampling = options.sampling_topk != 1
+    generators = sentence_generators(src, PAD_ID, options.sampling_seed) if sampling else []
     step = 0
     while alive.numel():
         logits, state, weights = model.decode_step(tokens, state, need_attention)
-        logp = step_log_probs(logits, step, options.min_len, max_len[alive])
+        logp = step_log_probs(logits, step, options.min_len, max_len[alive],
+                              options.sampling_topk)
         if prefix is not None and step < prefix.size(1):
             _force(logp, prefix[alive, step])
-        best_logp, tokens, ended = greedy_choice(logp)
+        if sampling:
+            best_logp, tokens, ended = sampled_choice(
+                logp, [generators[i] for i in alive.tolist()], options.sampling_temp)
+        else:
+            best_logp, tokens, ended = greedy_choice(logp)
         done = ended.tolist()
         rows = weights.mean(dim=1).tolist() if need_attention else None  # (n, S)
         for row, (orig, token, lp) in enumerate(zip(alive.tolist(), tokens.tolist(),

@@ -7,7 +7,8 @@ step-by-step search (tfm.decoding.search) and the fixed-shape search of CUDA gra
 - the length limits: ``output_positions`` and ``limits`` (rules.length_limit per sentence);
 - a step's rules: ``step_log_probs`` applies rules.STEP_RULES, each mapped here to a function
   ``(logp, Step) -> logp`` that reads nothing back (``TENSOR_RULES``);
-- the choice: ``greedy_choice`` (greedy), ``expand`` and ``top_candidates`` (beam);
+- the choice: ``greedy_choice`` (greedy), ``sampled_choice`` with ``sentence_generators``
+  (sampling: each sentence's own seeded generator), ``expand`` and ``top_candidates`` (beam);
 - the ranking of finished hypotheses: ``best_first``, rules.rank as a tensor sort.
 
 The numbers behind them (the limit, "at the limit", the score, greedy's length penalty 1, when
@@ -16,6 +17,8 @@ a sentence is done) are tfm.decoding.rules', which the CTranslate2 engine reads 
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +96,7 @@ class Step:
     position: int | Tensor
     min_len: int
     max_len: Tensor
+    sampling_topk: int = 1  # SearchOptions.sampling_topk: 1 (no sampling) or 0 leave all
 
     @property
     def last(self) -> Tensor:
@@ -122,6 +126,16 @@ def eos_at_the_limit(logp: Tensor, step: Step) -> Tensor:
     return logp.masked_fill_(step.last[:, None] & not_eos, NEG_INF)
 
 
+def sampling_top_k(logp: Tensor, step: Step) -> Tensor:
+    """When sampling from the k most probable tokens, the others get no probability (the
+    kept ones keep their log P: the hypothesis is scored by the model, not renormalised)."""
+    k = step.sampling_topk
+    if k > 1 and k < logp.size(-1):
+        kth = logp.topk(k, dim=-1).values[:, -1:]  # (B, 1)
+        logp = logp.masked_fill_(logp < kth, NEG_INF)
+    return logp
+
+
 # Each declared rule (rules.STEP_RULES) as a function (logp (B, V), Step) -> logp that reads
 # nothing back to the host, so that the fixed-shape search of CUDA graphs runs it too. (A
 # sentence's own constraints, its prefix and phrases, are applied after these by the
@@ -130,16 +144,17 @@ TENSOR_RULES = {
     StepRule.NEVER_EMITTED: never_emitted,
     StepRule.MIN_LENGTH: no_eos_before_min_len,
     StepRule.LENGTH_LIMIT: eos_at_the_limit,
+    StepRule.SAMPLING_TOP_K: sampling_top_k,
 }
 rules.mapped("tfm's search", TENSOR_RULES)  # a declared rule not mapped: stop at import
 
 
-def step_log_probs(logits: Tensor, step: int | Tensor, min_len: int, max_len: Tensor
-                   ) -> Tensor:
+def step_log_probs(logits: Tensor, step: int | Tensor, min_len: int, max_len: Tensor,
+                   sampling_topk: int = 1) -> Tensor:
     """Log-probabilities (B, V) for output position ``step`` under rules.STEP_RULES, in their
     declared order."""
     logp = torch.log_softmax(logits.float(), dim=-1)
-    rule_step = Step(step, min_len, max_len)
+    rule_step = Step(step, min_len, max_len, sampling_topk)
     for rule in rules.mapped("tfm's search", TENSOR_RULES):
         logp = rule(logp, rule_step)
     return logp
@@ -152,6 +167,32 @@ def greedy_choice(logp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     whether it ends the sentence (EOS)."""
     best, token = logp.max(dim=-1)
     return best, token, token == EOS_ID
+
+
+def sentence_generators(src: Tensor, pad_id: int, seed: int) -> list[torch.Generator]:
+    """One random generator per source row of ``src`` (B, S), seeded by ``seed`` and the
+    row's token ids alone: a sentence draws the same tokens in any batch, any order, any
+    worker, shard or resumed run (and two equal sentences draw alike)."""
+    generators = []
+    for row in src.tolist():
+        ids = [t for t in row if t != pad_id]
+        digest = hashlib.blake2b(struct.pack(f"<q{len(ids)}q", seed, *ids), digest_size=8)
+        generator = torch.Generator(device=src.device)
+        generator.manual_seed(int.from_bytes(digest.digest(), "little") & (2**63 - 1))
+        generators.append(generator)
+    return generators
+
+
+def sampled_choice(logp: Tensor, generators: list[torch.Generator], temperature: float
+                   ) -> tuple[Tensor, Tensor, Tensor]:
+    """Sampling's step, as ``greedy_choice``: each row's token drawn from softmax(logp / T)
+    over the tokens the rules left (by the Gumbel-max trick, each row with its own
+    generator), its log P under the model, and whether it is EOS."""
+    uniform = torch.stack([torch.rand(logp.size(-1), generator=g, device=logp.device)
+                           for g in generators])  # (B, V)
+    gumbel = -torch.log(-torch.log(uniform.clamp(1e-20, 1.0 - 1e-7)))
+    token = (logp / temperature + gumbel).argmax(dim=-1)
+    return logp.gather(-1, token[:, None])[:, 0], token, token == EOS_ID
 
 
 def expand(scores: Tensor, logp: Tensor) -> Tensor:
