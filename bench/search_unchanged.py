@@ -104,8 +104,8 @@ def _fitted(path: Path, tok, pairs: list[tuple[str, str]], marking) -> Path:
         loss.backward()
         optimizer.step()
     directions = None if marking is None else ["en-de", "de-en"]
-    info = ModelInfo(config, "en", "de" if marking is None else None, directions=directions,
-                     language_marking=marking)
+    info = ModelInfo(config, src_lang="en", tgt_lang="de" if marking is None else None,
+                     directions=directions, language_marking=marking)
     save_model_dir(path, model.eval(), tok, info)
     return path
 
