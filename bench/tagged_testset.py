@@ -18,7 +18,8 @@ The test set's untagged lines are aligned by eflomal together with Multi30k's tr
 (29k, for the statistics), both directions, symmetrised by grow-diag-final; a tag's reference
 span is the hull of the reference words aligned to its source words, trimmed of punctuation
 the source span left out. A draw whose projection does not keep the source's structure (a
-span with no aligned word, two disjoint spans that overlap in the reference) is drawn again,
+span with no aligned word, two disjoint spans that overlap or nest in the reference, a tag
+inside another span than in the source) is drawn again,
 up to a few times, then left out: the test set holds only tags a careful aligner can place.
 """
 
@@ -171,6 +172,30 @@ def project(tags: list[Tag], links: set[tuple[int, int]]) -> list[Tag] | None:
     return placed
 
 
+def parents(tags: list[Tag]) -> list[int | None] | None:
+    """For each tag, the innermost span holding it (its index), as ``render`` writes them
+    (an empty tag after a span's last word lies outside it); None where two spans cover the
+    same words or overlap without nesting (no structure to keep)."""
+    spans = [(k, t) for k, t in enumerate(tags) if t[1]]
+    hulls = [(t[2], t[3]) for _, t in spans]
+    if len(set(hulls)) < len(hulls):
+        return None
+    out: list[int | None] = []
+    for k, (_, closing, start, end) in enumerate(tags):
+        holders = []
+        for m, (_, _, a, b) in spans:
+            if m == k:
+                continue
+            inside = a <= start and end <= b if closing else a <= start < b - 1
+            if closing and not inside and start < b and a < end and not (
+                    start <= a and b <= end):
+                return None  # overlap without nesting
+            if inside:
+                holders.append((b - a, m))
+        out.append(min(holders)[1] if holders else None)
+    return out
+
+
 def tag_line(rng: random.Random, source: str, reference: str, links: set[tuple[int, int]],
              tries: int = 5) -> tuple[str, str] | None:
     """A tagged source and its tagged reference, or None when no draw of ``tries`` projects
@@ -183,20 +208,27 @@ def tag_line(rng: random.Random, source: str, reference: str, links: set[tuple[i
         placed = project(tags, links) if tags else None
         if placed is None:
             continue
+        if parents(tags) is None or parents(placed) != parents(tags):
+            continue
         tagged_src, tagged_ref = render(src_words, tags), render(ref_words, placed)
-        src_parsed, ref_parsed = parse(tagged_src), parse(tagged_ref)
-        if ref_parsed.well_nested and sorted(structure(src_parsed)) == sorted(
-                structure(ref_parsed)):
+        if parse(tagged_ref).well_nested:
             return tagged_src, tagged_ref
     return None
 
 
 def build(data: Path, out: Path, share: float, seed: int, split: str = "test_2016_flickr",
-          extra: str = "train") -> dict[str, int]:
-    """The tagged test set under ``out`` (see the module); returns counts for the report."""
+          extra: str = "train", reuse: bool = False) -> dict[str, int]:
+    """The tagged test set under ``out`` (see the module); returns counts for the report.
+    ``reuse``: the alignment ``out/test.align`` of an earlier run, if there, not aligned
+    again."""
     sources, references = read_lines(data / f"{split}.en.gz"), read_lines(data / f"{split}.de.gz")
-    links = align(sources, references, read_lines(data / f"{extra}.en.gz"),
-                  read_lines(data / f"{extra}.de.gz"))
+    saved = out / "test.align"
+    if reuse and saved.exists():
+        links = [{(int(a), int(b)) for a, b in (p.split("-") for p in line.split())}
+                 for line in saved.read_text(encoding="utf-8").splitlines()]
+    else:
+        links = align(sources, references, read_lines(data / f"{extra}.en.gz"),
+                      read_lines(data / f"{extra}.de.gz"))
     rng = random.Random(seed)
     tagged_src, tagged_ref, counts = [], [], {"lines": len(sources), "tagged": 0,
                                                "left_untagged": 0, "reordered": 0}
@@ -225,8 +257,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/tagged"))
     parser.add_argument("--share", type=float, default=0.5, help="share of lines tagged")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--reuse-alignment", action="store_true",
+                        help="take OUT/test.align from an earlier run instead of aligning")
     args = parser.parse_args()
-    counts = build(args.data, args.out, args.share, args.seed)
+    counts = build(args.data, args.out, args.share, args.seed, reuse=args.reuse_alignment)
     print(f"{args.out}: {counts['lines']} lines, {counts['tagged']} tagged "
           f"({counts['reordered']} whose reference puts the tags in another order)")
 

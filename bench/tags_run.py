@@ -34,10 +34,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tags_score import read, score
+from tfm.data.sentences import Passage
 from tfm.decoding.engines import load_translator
 from tfm.documents import inline
 from tfm.documents.segments import Segment
-from tfm.documents.translate import translate_document
+from tfm.documents.translate import project, translate_document
 
 _MARKUP = re.compile(r"<[^<>]*>")
 
@@ -70,6 +71,35 @@ def translate(translator, lines: list[str], beam: int | None, aligned: bool = Tr
     return out.decode().splitlines(), seconds
 
 
+def oracle(tagged: list[str], references: list[str], alignments: list[str] | None
+           ) -> list[str]:
+    """The tags of ``tagged`` placed by tfm's projection on the reference translation itself,
+    by the reference alignment (eflomal's, ``i-j`` pairs a line) or, with None, by position:
+    what projection reaches with a perfect translation and a careful aligner."""
+    document = LinesDocument(tagged)
+    links = [[tuple(map(int, p.split("-"))) for p in a.split()] for a in alignments] \
+        if alignments is not None else [None] * len(tagged)
+    placed = [project(s, Passage.whole(s.text), [r], [a])
+              for s, r, a in zip(document.segments, references, links)]
+    return document.write(placed).decode().splitlines()
+
+
+def run_oracles(testset: Path, out: Path) -> dict[str, dict[str, float]]:
+    """The model-free rows: tfm's projection onto the reference, by eflomal's alignment and by
+    position."""
+    tagged, ref = read(testset / "test.tagged.en"), read(testset / "test.tagged.de")
+    plain_ref = read(testset / "test.de")
+    results = {}
+    for method, alignments in [("oracle-eflomal", read(testset / "test.align")),
+                               ("oracle-position", None)]:
+        hyps = oracle(tagged, plain_ref, alignments)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"hyp.{method}.de").write_text("".join(f"{h}\n" for h in hyps),
+                                              encoding="utf-8")
+        results[method] = score(hyps, ref, plain_ref)
+    return results
+
+
 def run(model: Path, testset: Path, out: Path, beam: int | None, methods: list[str]
         ) -> dict[str, dict[str, float]]:
     """Each method's scores (see the module), its hypotheses written under ``out``."""
@@ -89,27 +119,30 @@ def run(model: Path, testset: Path, out: Path, beam: int | None, methods: list[s
                       per_s=len(tagged) / seconds, plain_per_s=len(tagged) / plain_s,
                       cost=100 * (seconds / plain_s - 1))
         results[method] = scores
-    (out / "scores.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--model", type=Path, help="without: only the oracle rows")
     parser.add_argument("--set", type=Path, default=Path("runs/tagged"), dest="testset")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--beam", type=int)
     parser.add_argument("--methods", default="attention,position")
     args = parser.parse_args()
-    out = args.out or args.testset / args.model.name
-    results = run(args.model, args.testset, out, args.beam, args.methods.split(","))
+    out = args.out or args.testset / (args.model.name if args.model else "oracle")
+    results = run_oracles(args.testset, out)
+    if args.model is not None:
+        results.update(run(args.model, args.testset, out, args.beam, args.methods.split(",")))
+    (out / "scores.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     for method, s in results.items():
+        speed = (f" {s['per_s']:.1f} vs {s['plain_per_s']:.1f} sent/s ({s['cost']:+.1f}%)"
+                 if "per_s" in s else "")
         print(f"{method}: structure {s['structure']:.1f}% placement exact "
               f"{s['placement_exact']:.1f}% f1 {s['placement_f1']:.1f}% exact-translated "
               f"{s['placement_exact_translated']:.1f}% ({s['tags_translated']}/{s['tags']}) "
               f"chrF {s['chrf']:.2f} vs plain {s['chrf_plain']:.2f} "
-              f"({s['chrf_delta']:+.2f}) {s['per_s']:.1f} vs {s['plain_per_s']:.1f} sent/s "
-              f"({s['cost']:+.1f}%)")
+              f"({s['chrf_delta']:+.2f}){speed}")
 
 
 if __name__ == "__main__":
