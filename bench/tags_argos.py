@@ -53,6 +53,29 @@ def argos_html(lines: list[str], translate: dict[str, str] | None) -> tuple[list
     return out, asked
 
 
+def sent_and_kept(path: Path) -> dict[str, object]:
+    """Without a model: the texts Argos and tfm send to the model for the HTML file ``path``,
+    and each one's output when every text comes back unchanged (what the round trip itself
+    keeps and changes)."""
+    from tfm.documents.formats import format_for
+    from tfm.documents.translate import DocumentWork
+
+    source = path.read_text(encoding="utf-8")
+    head = "<!DOCTYPE html>"  # argostranslatefiles' Html.translate takes this prefix apart
+    body = source[len(head):] if source.startswith(head) else source
+    _, argos_sent = argos_html([body], None)
+    argos_out, _ = argos_html([body], {t: t for t in argos_sent})
+    argos_out[0] = (head if body != source else "") + argos_out[0]
+    document = format_for(path).read(path.read_bytes())
+    work = DocumentWork.of(document, True, "en")
+    tfm_out = document.write(document.segments).decode()
+    return {"argos_sent": sorted(t for t in argos_sent if t.strip()),
+            "argos_whitespace_sent": sum(not t.strip() for t in argos_sent),
+            "argos_roundtrip_same": argos_out[0] == source, "argos_roundtrip": argos_out[0],
+            "tfm_sent": work.sentences, "tfm_roundtrip_same": tfm_out == source,
+            "tfm_roundtrip": tfm_out}
+
+
 def tfm_texts(translator, texts: set[str], beam: int | None) -> dict[str, str]:
     """Each text translated by tfm (whitespace alone kept as it is)."""
     wanted = sorted(t for t in texts if t.strip())
@@ -82,21 +105,27 @@ def run(model: Path, testset: Path, out: Path, beam: int | None, html: list[Path
                   ) / max(1, sum("<" in line for line in tagged)))
     for path in html:
         document = path.read_text(encoding="utf-8")
-        _, asked = argos_html([document], None)
-        done, _ = argos_html([document], tfm_texts(translator, asked, beam))
-        (out / f"{path.stem}.argos{path.suffix}").write_text(done[0], encoding="utf-8")
+        head = "<!DOCTYPE html>" if document.startswith("<!DOCTYPE html>") else ""
+        _, asked = argos_html([document[len(head):]], None)
+        done, _ = argos_html([document[len(head):]], tfm_texts(translator, asked, beam))
+        (out / f"{path.stem}.argos{path.suffix}").write_text(head + done[0], encoding="utf-8")
     (out / "scores.argos.json").write_text(json.dumps(scores, indent=1), encoding="utf-8")
     return scores
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--model", type=Path, help="without: only --html's texts and round "
+                        "trips, no model")
     parser.add_argument("--set", type=Path, default=Path("runs/tagged"), dest="testset")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--beam", type=int)
     parser.add_argument("--html", type=Path, nargs="*", default=[])
     args = parser.parse_args()
+    if args.model is None:
+        for path in args.html:
+            print(json.dumps(sent_and_kept(path), indent=1, ensure_ascii=False))
+        return
     out = args.out or args.testset / args.model.name
     for key, value in run(args.model, args.testset, out, args.beam, args.html).items():
         print(f"{key}\t{value:.2f}" if isinstance(value, float) else f"{key}\t{value}")

@@ -138,3 +138,13 @@ def test_drawn_tags_render_well_nested_on_word_boundaries_and_project_by_alignme
     placed = testset.project([("<b>", "</b>", 4, 6), ("<x/>", "", 1, 1)], links)
     assert testset.render(ref, placed) == "Ein Hund<x/> schläft <b>im Garten</b>."
     assert testset.project([("<b>", "</b>", 0, 1)], {(1, 1)}) is None
+
+
+def test_tfm_projection_onto_the_reference_by_its_alignment_gives_the_reference() -> None:
+    run = load("tags_run")
+    tagged = ['A <b>dog</b> sleeps in the <a href="g.html">garden</a>.']
+    plain = ["Ein Hund schläft im Garten."]
+    placed = run.oracle(tagged, plain, ["0-0 1-1 2-2 3-3 4-3 5-4"])
+    assert placed == ['Ein <b>Hund</b> schläft im <a href="g.html">Garten</a>.']
+    by_position = run.oracle(tagged, plain, None)
+    assert tags.structure(tags.parse(by_position[0])) == tags.structure(tags.parse(tagged[0]))
