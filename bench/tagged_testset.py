@@ -231,9 +231,12 @@ def build(data: Path, out: Path, share: float, seed: int, split: str = "test_201
                       read_lines(data / f"{extra}.de.gz"))
     rng = random.Random(seed)
     tagged_src, tagged_ref, counts = [], [], {"lines": len(sources), "tagged": 0,
-                                               "left_untagged": 0, "reordered": 0}
+                                               "left_untagged": 0, "reordered": 0,
+                                               "drawn": 0}
     for source, reference, pairs in zip(sources, references, links):
-        pair = tag_line(rng, source, reference, pairs) if rng.random() < share else None
+        drawn = rng.random() < share
+        counts["drawn"] += drawn
+        pair = tag_line(rng, source, reference, pairs) if drawn else None
         if pair is None:
             pair = (source, reference)
         elif structure(parse(pair[0])) != structure(parse(pair[1])):
@@ -261,7 +264,8 @@ def main() -> None:
                         help="take OUT/test.align from an earlier run instead of aligning")
     args = parser.parse_args()
     counts = build(args.data, args.out, args.share, args.seed, reuse=args.reuse_alignment)
-    print(f"{args.out}: {counts['lines']} lines, {counts['tagged']} tagged "
+    print(f"{args.out}: {counts['lines']} lines, {counts['drawn']} drawn to be tagged, "
+          f"{counts['tagged']} tagged "
           f"({counts['reordered']} whose reference puts the tags in another order)")
 
 
