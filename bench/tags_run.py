@@ -1,0 +1,149 @@
+"""Translates the tagged test set (bench/tagged_testset.py) with a tfm model by each method of
+placing inline tags, and scores it (bench/tags_score.py).
+
+    python bench/tags_run.py --model MODEL [--set runs/tagged] [--out runs/tagged/MODEL_NAME]
+        [--beam N] [--methods attention,position]
+
+The lines go through the documents path (tfm.documents.translate.translate_document), as
+`tfm translate --input FILE` sends a document's segments: each line is one segment whose inline
+markup is held apart as tags (tfm.documents.inline, the reader the subtitle and catalogue
+formats use for markup inside a string), translated whole (``split=False``: the test set is a
+sentence a line) and written back with its tags placed. No file format of tfm's fits a
+sentence a line with HTML-ish tags as it is (an HTML file would be one paragraph), hence this
+small in-memory document.
+
+Methods:
+
+- ``attention``: projection by the model's cross-attention alignments (tfm's default today).
+- ``position``: projection by relative word position, what an engine without attention gets
+  (a CTranslate2 export): the floor any alignment must beat.
+- the same sentences without tags (``plain``): the chrF and the time that tags must not cost.
+
+Writes ``hyp.METHOD.de`` and ``hyp.plain.de`` under ``--out`` and prints a line of scores per
+method: structure, placement (exact, F1, exact where the reference words were translated),
+chrF without tags against chrF plain, and sentences/s tagged against plain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tags_score import read, score
+from tfm.data.sentences import Passage
+from tfm.decoding.engines import load_translator
+from tfm.documents import inline
+from tfm.documents.segments import Segment
+from tfm.documents.translate import project, translate_document
+
+_MARKUP = re.compile(r"<[^<>]*>")
+
+
+class LinesDocument:
+    """A sentence a line with inline markup, read as tfm's documents read markup inside a
+    string: each line is a segment, its tags held apart."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        self.markup: list[inline.Markup] = []
+        self.segments = [inline.segment(line, _MARKUP, self.markup) for line in lines]
+
+    def write(self, translations: Sequence[Segment]) -> bytes:
+        return "".join(inline.render(s, self.markup) + "\n" for s in translations).encode()
+
+
+def translate(translator, lines: list[str], beam: int | None, aligned: bool = True
+              ) -> tuple[list[str], float]:
+    """``lines`` translated through the documents path, and the seconds it took;
+    ``aligned=False``: the engine's attention hidden, so tags are placed by position."""
+    options = translator.default_options(beam=beam)
+    saved = translator.supports_attention
+    translator.supports_attention = saved and aligned
+    try:
+        start = time.perf_counter()
+        out = translate_document(LinesDocument(lines), translator, options, split=False)
+        seconds = time.perf_counter() - start
+    finally:
+        translator.supports_attention = saved
+    return out.decode().splitlines(), seconds
+
+
+def oracle(tagged: list[str], references: list[str], alignments: list[str] | None
+           ) -> list[str]:
+    """The tags of ``tagged`` placed by tfm's projection on the reference translation itself,
+    by the reference alignment (eflomal's, ``i-j`` pairs a line) or, with None, by position:
+    what projection reaches with a perfect translation and a careful aligner."""
+    document = LinesDocument(tagged)
+    links = [[tuple(map(int, p.split("-"))) for p in a.split()] for a in alignments] \
+        if alignments is not None else [None] * len(tagged)
+    placed = [project(s, Passage.whole(s.text), [r], [a])
+              for s, r, a in zip(document.segments, references, links)]
+    return document.write(placed).decode().splitlines()
+
+
+def run_oracles(testset: Path, out: Path) -> dict[str, dict[str, float]]:
+    """The model-free rows: tfm's projection onto the reference, by eflomal's alignment and by
+    position."""
+    tagged, ref = read(testset / "test.tagged.en"), read(testset / "test.tagged.de")
+    plain_ref = read(testset / "test.de")
+    results = {}
+    for method, alignments in [("oracle-eflomal", read(testset / "test.align")),
+                               ("oracle-position", None)]:
+        hyps = oracle(tagged, plain_ref, alignments)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"hyp.{method}.de").write_text("".join(f"{h}\n" for h in hyps),
+                                              encoding="utf-8")
+        results[method] = score(hyps, ref, plain_ref)
+    return results
+
+
+def run(model: Path, testset: Path, out: Path, beam: int | None, methods: list[str]
+        ) -> dict[str, dict[str, float]]:
+    """Each method's scores (see the module), its hypotheses written under ``out``."""
+    translator = load_translator(model)
+    tagged, ref = read(testset / "test.tagged.en"), read(testset / "test.tagged.de")
+    plain_src = read(testset / "test.en")
+    out.mkdir(parents=True, exist_ok=True)
+    plain, plain_s = translate(translator, plain_src, beam)
+    (out / "hyp.plain.de").write_text("".join(f"{h}\n" for h in plain), encoding="utf-8")
+    results = {}
+    for method in methods:
+        hyps, seconds = translate(translator, tagged, beam, aligned=method == "attention")
+        (out / f"hyp.{method}.de").write_text("".join(f"{h}\n" for h in hyps),
+                                              encoding="utf-8")
+        scores = score(hyps, ref, plain)
+        scores.update(seconds=seconds, plain_seconds=plain_s,
+                      per_s=len(tagged) / seconds, plain_per_s=len(tagged) / plain_s,
+                      cost=100 * (seconds / plain_s - 1))
+        results[method] = scores
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, help="without: only the oracle rows")
+    parser.add_argument("--set", type=Path, default=Path("runs/tagged"), dest="testset")
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--beam", type=int)
+    parser.add_argument("--methods", default="attention,position")
+    args = parser.parse_args()
+    out = args.out or args.testset / (args.model.name if args.model else "oracle")
+    results = run_oracles(args.testset, out)
+    if args.model is not None:
+        results.update(run(args.model, args.testset, out, args.beam, args.methods.split(",")))
+    (out / "scores.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    for method, s in results.items():
+        speed = (f" {s['per_s']:.1f} vs {s['plain_per_s']:.1f} sent/s ({s['cost']:+.1f}%)"
+                 if "per_s" in s else "")
+        print(f"{method}: structure {s['structure']:.1f}% placement exact "
+              f"{s['placement_exact']:.1f}% f1 {s['placement_f1']:.1f}% exact-translated "
+              f"{s['placement_exact_translated']:.1f}% ({s['tags_translated']}/{s['tags']}) "
+              f"chrF {s['chrf']:.2f} vs plain {s['chrf_plain']:.2f} "
+              f"({s['chrf_delta']:+.2f}){speed}")
+
+
+if __name__ == "__main__":
+    main()
