@@ -59,13 +59,14 @@ def test_a_file_comes_back_translated_in_its_format(url: str, translator: Transl
     assert response.content == want.encode()
     assert response.content.count(b"\r\n") == 1 and response.content.endswith(b"\n")
     assert response.headers["content-type"].startswith("text/plain")
-    assert 'filename="notes.translated.txt"' in response.headers["content-disposition"]
+    # Named after the model's target language (a model of several: the one asked for).
+    assert 'filename="notes.de.txt"' in response.headers["content-disposition"]
 
 
 def test_a_file_s_format_may_be_named(url: str):
     response = upload(url, b"One dog.\n", format="text", filename="../../etc/x y")
     assert response.status_code == 200, response.text
-    assert 'filename="x_y.translated.txt"' in response.headers["content-disposition"]
+    assert 'filename="x_y.de.txt"' in response.headers["content-disposition"]
 
 
 def test_bad_files_are_refused_in_one_line(url: str):

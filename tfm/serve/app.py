@@ -268,7 +268,8 @@ class _Service:
         if done is None:
             return Response(status_code=CLIENT_CLOSED)
         ((data, truncated),), language, source = done
-        name = download_name(filename, fmt, language.target or body.target_lang)
+        assert self.translator is not None
+        name = download_name(filename, fmt, language.target or self.translator.info.tgt_lang)
         return Response(data, media_type=MEDIA_TYPES.get(fmt.name, "application/octet-stream"),
                         headers={"Content-Disposition": f'attachment; filename="{name}"',
                                  "X-Content-Type-Options": "nosniff",
