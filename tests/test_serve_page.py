@@ -294,13 +294,7 @@ def test_a_dropped_html_file_is_translated_shown_rendered_in_a_closed_frame_and_
         assert inside.locator("body").get_attribute("data-ran") is None
         assert page.locator("body").get_attribute("data-reached") is None
         assert page.locator("#target-box h1, .panes h1, .panes b").count() == 0
-        page.set_viewport_size({"width": 1100, "height": 900})
-        page.screenshot(path=str(SCREENSHOTS / "page-html.png"), full_page=True) \
-            if SCREENSHOTS.is_dir() else None
         page.close()
-
-
-SCREENSHOTS = Path(__file__).parent / "screenshots"  # made only to look at the page
 
 
 def test_a_markdown_file_s_translation_is_rendered_by_the_server(browser,
@@ -355,4 +349,37 @@ def test_the_page_names_the_source_language_identified_or_unknown(browser, tmp_p
         translate_in_page(page, "Der Hund schläft.")
         assert "Klingon is not one of this model's 3 source languages" in page.inner_text(
             "#status")
+        page.close()
+
+
+def test_an_nllb_model_s_languages_are_typed_by_the_names_the_page_shows(
+        browser, tmp_path: Path):
+    from test_import_m2m100 import build, sentencepiece_model
+
+    from tfm.decoding.engines import load_translator
+    from tfm.interop.m2m100_import import import_m2m100
+    from tfm.serve.app import create_app
+
+    build(tmp_path / "hf", sentencepiece_model(), "nllb")  # NLLB-200's layout, 202 codes
+    nllb = load_translator(import_m2m100(tmp_path / "hf", tmp_path / "tfm"), "cpu")
+    with serving(create_app(nllb, ServeConfig())) as url:
+        posts: list[Any] = []
+        page = open_page(browser, url + "/", posts=posts)
+        page.fill("#target-lang", "German")
+        page.fill("#source-choice", "english (latin)")
+        assert direction(page) == ("English (Latin) (eng_Latn) → German (Latin) (deu_Latn)",
+                                   "(eng_Latn)", "(deu_Latn)")
+        translate_in_page(page, "A dog sleeps.")
+        assert page.get_attribute("#status", "class") != "error", page.inner_text("#status")
+        assert posts[-1] == {"text": "A dog sleeps.", "target_lang": "deu_Latn",
+                             "source_lang": "eng_Latn"}
+        # A name of several scripts is refused, naming them; the server refuses it alike.
+        page.fill("#target-lang", "Chinese")
+        translate_in_page(page, "A dog sleeps.")
+        assert "Chinese is the name of 2 of this model's languages: Chinese (Simplified) " \
+            "(zho_Hans), Chinese (Traditional) (zho_Hant); choose one" in page.inner_text(
+                "#status")
+        refused = local_http.post(f"{url}/v1/translate", json={
+            "text": "x", "target_lang": "chinese", "source_lang": "eng_Latn"})
+        assert refused.status_code == 422 and "zho_Hans" in refused.json()["error"]
         page.close()
