@@ -72,3 +72,17 @@ def test_a_model_of_tags_resolves_a_target_s_name_and_reads_a_source_s():
     assert tagged(("cs", "de", "en")).source_languages == ["cs", "de", "en"]
     assert tagged().source_languages == ["en"]
     assert nllb().source_languages == list(NLLB)
+
+
+def test_the_command_line_takes_a_language_s_name(tmp_path):
+    from conftest import tfm
+    from test_bad_inputs import refused
+    from test_serve import write_tiny_model
+
+    model = str(write_tiny_model(tmp_path / "m", (">>de<<", ">>fr<<", ">>it<<")))
+    by_code = tfm("translate", "--model", model, "--target-lang", "fr", "A dog runs.")
+    by_name = tfm("translate", "--model", model, "--target-lang", "FRENCH", "A dog runs.")
+    assert by_code.returncode == 0, by_code.stderr
+    assert by_name.stdout == by_code.stdout and by_name.returncode == 0
+    refused(tfm("translate", "--model", model, "--target-lang", "Klingon", "A dog runs."), 2,
+            "--target-lang Klingon: the model has no >>Klingon<< token; it has de, fr, it")
