@@ -317,6 +317,7 @@ class _Service:
             raise ApiError(413, f"{len(sentences)} sentences are more than this server takes "
                            f"in one request ({self.config.max_sentences}): send fewer at a "
                            "time", "max_sentences", self.config.max_sentences)
+        self.progress.check(progress)  # again: no await from here to its count
         jobs = []
         for chosen, with_tags in _groups(works):
             wanted = DocumentWork.options(options, with_tags, self.translator.supports_attention)
