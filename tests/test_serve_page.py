@@ -383,3 +383,34 @@ def test_an_nllb_model_s_languages_are_typed_by_the_names_the_page_shows(
             "text": "x", "target_lang": "chinese", "source_lang": "eng_Latn"})
         assert refused.status_code == 422 and "zho_Hans" in refused.json()["error"]
         page.close()
+
+
+def test_a_long_document_shows_its_sentences_done_while_it_is_translated(
+        browser, translator: Translator, monkeypatch: pytest.MonkeyPatch):
+    import re
+    import time
+
+    from playwright.sync_api import expect
+
+    from tfm.serve.app import create_app
+
+    decode = translator.translate_prepared
+
+    def slowly(*args, **kwargs):  # a batch takes long enough for the page to count it
+        time.sleep(0.4)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(translator, "translate_prepared", slowly)
+    document = "".join(f"{source}\n" for source, _ in PAIRS[:6])
+    # A batch of one sentence at a time (the tiny model's sentences are 8 to 20 tokens).
+    with serving(create_app(translator, ServeConfig(max_batch_tokens=80, beam=4))) as url:
+        page = open_page(browser, url + "/")
+        page.set_input_files("#file", files=[{"name": "long.txt", "mimeType": "text/plain",
+                                              "buffer": document.encode()}])
+        expect(page.locator("#source")).to_have_value(document)
+        page.click("#translate")
+        expect(page.locator("#status")).to_have_text(
+            re.compile(r"Translating… [0-5] / 6 sentences"))
+        expect(page.locator("#download")).to_be_visible(timeout=60_000)
+        assert page.inner_text("#status").endswith(" s")
+        page.close()
