@@ -63,6 +63,11 @@ def test_the_source_language_is_identified_among_the_model_s_not_assumed(url: st
     assert response.headers["x-source-lang"] == "de"
     assert response.headers["x-source-lang-by"] == "identified"
     assert 'filename="a.fr.txt"' in response.headers["content-disposition"]
+    odd = local_http.post(f"{url}/v1/document", content=GERMAN.encode(), timeout=60,
+                          params={"filename": "a.txt", "target_lang": "fr",
+                                  "source_lang": "Deutsch ✓\r\nX: y"})
+    assert odd.status_code == 200 and odd.headers["x-source-lang"] == "Deutsch____X__y"
+
 
 
 def test_a_language_s_name_is_taken_where_its_code_is(url: str):

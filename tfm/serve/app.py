@@ -274,7 +274,10 @@ class _Service:
                         headers={"Content-Disposition": f'attachment; filename="{name}"',
                                  "X-Content-Type-Options": "nosniff",
                                  "X-Truncated": "true" if truncated else "false",
-                                 "X-Source-Lang": source["source_lang"] or "",
+                                 # A code; a source_lang of a model that does not check it
+                                 # (of tags: its rules only) in what a header may carry.
+                                 "X-Source-Lang": re.sub(r"[^A-Za-z0-9_-]", "_",
+                                                         source["source_lang"] or "")[:64],
                                  "X-Source-Lang-By": source["source_lang_by"] or ""})
 
     def enqueue(self, batcher: Batcher, sources: list[Source], options: SearchOptions) -> Job:
