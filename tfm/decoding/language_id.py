@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tfm.data.language_marks import tag_language
+from tfm.data.language_names import code_of
 from tfm.errors import UsageError
 from tfm.extras import require
 
@@ -64,7 +65,11 @@ _ISO639_1 = {
 def language_code(lang: str) -> str:
     """``lang`` as py3langid names languages: without ``>>..<<`` brackets, region or script
     (``>>pt_br<<`` and ``de-AT`` are ``pt`` and ``de``: it tells neither apart), by its
-    two-letter code where it has one (``fra`` is ``fr``)."""
+    two-letter code where it has one (``fra`` is ``fr``); a language's English name as its code
+    (``German`` is ``de``: tfm.data.language_names)."""
+    named = code_of(lang)
+    if named is not None:
+        return named
     code = tag_language(lang.strip())
     code = code.replace("-", "_").split("_")[0].lower()
     return _ISO639_1.get(code, code)
