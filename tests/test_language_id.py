@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tfm.decoding.language_id import TargetLanguageCheck, language_code
+from tfm.decoding.language_id import TargetLanguageCheck, identify, language_code
 from tfm.errors import UsageError
 
 GERMAN = [
@@ -87,7 +87,8 @@ def test_one_identifier_serves_several_calls() -> None:
 
 @pytest.mark.parametrize("given, code", [
     ("de", "de"), (">>fr<<", "fr"), ("pt_br", "pt"), ("de-AT", "de"), ("fra", "fr"),
-    (">>cmn_Hans<<", "zh"), ("DEU", "de"), ("yue", "yue")])
+    (">>cmn_Hans<<", "zh"), ("DEU", "de"), ("yue", "yue"), ("German", "de"),
+    (" french ", "fr")])
 def test_a_language_is_taken_with_brackets_region_script_or_three_letters(
         given: str, code: str) -> None:
     assert language_code(given) == code
@@ -104,3 +105,16 @@ def test_without_py3langid_the_error_names_the_extra(monkeypatch: pytest.MonkeyP
     with pytest.raises(UsageError, match=r'pip install "tfm\[langid\]"') as e:
         TargetLanguageCheck("de")(GERMAN)
     assert "\n" not in str(e.value)
+
+
+def test_a_text_s_language_is_identified_among_a_model_s_or_left_unknown() -> None:
+    german = "Der Hund schläft im Garten. Meine Schwester kauft Brot auf dem Markt."
+    assert identify(german, ["en", "de", "cs"]) == "de"
+    assert identify(german, ["eng_Latn", "deu_Latn", "zzz_Arab"]) == "deu_Latn"
+    assert identify("Pes spí na zahradě.", ["en", "de", "cs"]) == "cs"
+    # Nothing to tell a language by, or no choice to make: unknown rather than a guess.
+    assert identify("1234 5678", ["en", "de", "cs"]) is None
+    assert identify(german, ["de"]) is None and identify(german, ["de", "zzz"]) is None
+    assert identify("", ["en", "de"]) is None
+    # Two candidates it does not tell apart (one language, two scripts).
+    assert identify("Пас спава у башти.", ["srp_Cyrl", "srp_Latn", "eng_Latn"]) is None

@@ -104,10 +104,10 @@ def test_a_model_of_language_codes_starts_from_eos_and_marks_both_sides() -> Non
         "deu_Latn", "eng_Latn", (EOS_ID, 30), (31,))
     assert de.source_ids([9]) == [31, 9, EOS_ID]
     with pytest.raises(LanguageError) as refused:
-        languages.resolve("deu_Latn", "english")
+        languages.resolve("deu_Latn", "klingon")
     assert refused.value.side == "source"
     assert refused.value.worded("--source-lang").startswith(
-        "--source-lang english: not a language code of this model")
+        "--source-lang klingon: not a language code of this model")
 
 
 def test_the_marking_is_model_metadata_that_round_trips(tmp_path: Path) -> None:

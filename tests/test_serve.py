@@ -58,11 +58,12 @@ LONG = " ".join(["the dog runs through the snow"] * 20)  # over the model's 64 p
 # --- the model and the servers --------------------------------------------------------------
 
 def write_tiny_model(directory: Path, tags: tuple[str, ...] = (),
-                     marking: str | None = None) -> Path:
+                     marking: str | None = None, directions: tuple[str, ...] = ()) -> Path:
     """A model directory with fixed random weights (d_model 32, one layer each side, at most
     64 positions), a BPE trained on the test pairs, beam 4 by default and short outputs;
     ``tags``: target-language tags (``>>fr<<``) of a multilingual model, placed as
-    ``marking`` says (tfm.data.language_marks.WHERE; None: before the source, inferred)."""
+    ``marking`` says (tfm.data.language_marks.WHERE; None: before the source, inferred) and
+    its ``directions`` (``de-fr``) as recorded."""
     tokenizer = train_tokenizer((t for pair in PAIRS for t in pair), vocab_size=300, tags=tags)
     vocab = tokenizer.get_vocab_size()
     torch.manual_seed(0)
@@ -72,6 +73,7 @@ def write_tiny_model(directory: Path, tags: tuple[str, ...] = (),
     info = ModelInfo(config, src_lang="en", tgt_lang="de",
                      generation=GenerationDefaults(beam=4, max_len_a=1.0, max_len_b=5),
                      provenance={"note": "random weights for tests"},
+                     directions=list(directions),
                      language_marking=None if marking is None else LanguageMarking(marking))
     save_model_dir(directory, Transformer(config).eval(), tokenizer, info)
     return directory

@@ -59,13 +59,14 @@ def test_a_file_comes_back_translated_in_its_format(url: str, translator: Transl
     assert response.content == want.encode()
     assert response.content.count(b"\r\n") == 1 and response.content.endswith(b"\n")
     assert response.headers["content-type"].startswith("text/plain")
-    assert 'filename="notes.translated.txt"' in response.headers["content-disposition"]
+    # Named after the model's target language (a model of several: the one asked for).
+    assert 'filename="notes.de.txt"' in response.headers["content-disposition"]
 
 
 def test_a_file_s_format_may_be_named(url: str):
     response = upload(url, b"One dog.\n", format="text", filename="../../etc/x y")
     assert response.status_code == 200, response.text
-    assert 'filename="x_y.translated.txt"' in response.headers["content-disposition"]
+    assert 'filename="x_y.de.txt"' in response.headers["content-disposition"]
 
 
 def test_bad_files_are_refused_in_one_line(url: str):
@@ -114,3 +115,39 @@ def test_the_page_is_told_the_formats_a_text_can_hold(url: str):
     assert '"formats": [{"name": "text", "extensions": [".txt", ".text"]}' in page
     assert '"name": "html"' in page and '"name": "docx"' not in page
     assert 'id="file"' in page and 'id="download"' in page
+
+
+def test_a_document_s_progress_is_counted_under_the_client_s_id(url: str):
+    from types import SimpleNamespace
+
+    from tfm.serve.progress import Progress
+
+    ident = "page-0123456789"
+    response = upload(url, DOCUMENT.encode(), filename="notes.txt", progress=ident)
+    assert response.status_code == 200, response.text
+    # Counted only while the document is out: afterwards nothing is kept.
+    gone = local_http.get(f"{url}/v1/document/{ident}/progress")
+    assert_refused(gone, 404, ident, "no document is being translated")
+    assert_refused(upload(url, b"x", filename="a.txt", progress="no/way"), 422, "progress")
+    # While out: the sentences done of the total, over every batcher job of the document.
+    progress = Progress()
+    jobs = [SimpleNamespace(sentences=["a", "b", "c"], remaining=1, done=False),
+            SimpleNamespace(sentences=["d"], remaining=1, done=True)]  # answered
+    with progress.watching(ident, jobs):  # type: ignore[arg-type]
+        assert progress.count(ident) == {"done": 3, "total": 4}
+        with pytest.raises(Exception, match="counting another document"):
+            progress.check(ident)
+    with pytest.raises(Exception, match="no document"):
+        progress.count(ident)
+
+
+def test_markdown_is_rendered_for_the_page_with_raw_html_escaped(url: str):
+    response = local_http.post(f"{url}/v1/preview", params={"format": "markdown"},
+                               content=b"# Title\n\nA *dog* <script>alert(1)</script>\n\n"
+                               b"| a | b |\n|---|---|\n| 1 | 2 |\n")
+    assert response.status_code == 200, response.text
+    html = response.text
+    assert "<h1>Title</h1>" in html and "<em>dog</em>" in html and "<td>2</td>" in html
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert local_http.post(f"{url}/v1/preview", params={"format": "html"},
+                           content=b"x").status_code == 415

@@ -58,15 +58,22 @@ def browser() -> Iterator[object]:
 def open_page(browser, url: str, requests: list[str] | None = None,
               posts: list[Any] | None = None):
     """A new page at ``url`` (its browser's language English); the URL of every request it
-    makes goes to ``requests``, the JSON body of every POST to ``posts``."""
-    page = browser.new_page(locale="en-US")
+    makes goes to ``requests``; of every POST, the JSON body (or the URL and the body, where
+    it is not JSON) to ``posts``."""
+    page = browser.new_page(locale="en-US", accept_downloads=True)
     if requests is not None:
         page.on("request", lambda request: requests.append(request.url))
     if posts is not None:
-        page.on("request", lambda request: posts.append(request.post_data_json)
+        page.on("request", lambda request: posts.append(_posted(request))
                 if request.method == "POST" else None)
     page.goto(url)
     return page
+
+
+def _posted(request) -> Any:
+    if "json" in (request.headers.get("content-type") or ""):
+        return request.post_data_json
+    return (request.url, request.post_data)
 
 
 def translate_in_page(page, text: str, keys: str | None = None) -> str:
@@ -196,28 +203,214 @@ def test_the_page_file_ships_inside_the_package():
 
 
 def test_a_file_opened_on_the_page_is_translated_and_offered_as_a_file(
-        browser, translator: Translator):
+        browser, translator: Translator, tmp_path: Path):
     from playwright.sync_api import expect
 
     from tfm.serve.app import create_app
 
     first, second = PAIRS[0][0], PAIRS[1][0]
+    document = f"{first}\n\n{second}\n"
     with serving(create_app(translator, ServeConfig())) as url:
         posts: list[Any] = []
         page = open_page(browser, url + "/", posts=posts)
         formats = page.locator("#format option")
         assert "html" in [formats.nth(i).get_attribute("value") for i in range(formats.count())]
         page.set_input_files("#file", files=[{"name": "notes.txt", "mimeType": "text/plain",
-                                              "buffer": f"{first}\n\n{second}\n".encode()}])
-        expect(page.locator("#source")).to_have_value(f"{first}\n\n{second}\n")
+                                              "buffer": document.encode()}])
+        expect(page.locator("#source")).to_have_value(document)
         assert page.input_value("#format") == "text"
         page.click("#translate")
         expect(page.locator("#download")).to_be_visible()
         assert page.input_value("#target") == \
             f"{expected(translator, first)}\n\n{expected(translator, second)}\n"
-        assert page.get_attribute("#download", "download") == "notes.de.txt"
-        assert posts == [{"text": f"{first}\n\n{second}\n"}]  # plain text: no format sent
+        # The file goes to /v1/document; what downloads is the server's answer, byte for byte.
+        ((posted, body),) = [p for p in posts if isinstance(p, tuple)]
+        assert posted.startswith(f"{url}/v1/document?filename=notes.txt&format=text&progress=")
+        assert body == document
+        direct = local_http.post(f"{url}/v1/document", params={"filename": "notes.txt"},
+                                 content=document.encode())
+        saved = download(page, tmp_path)
+        assert (saved.name, saved.read_bytes()) == ("notes.de.txt", direct.content)
         page.set_input_files("#file", files=[{"name": "page.html", "mimeType": "text/html",
                                               "buffer": b"<p>x</p>"}])
-        assert page.input_value("#format") == "html" and page.is_hidden("#download")
+        expect(page.locator("#format")).to_have_value("html")
+        assert page.is_hidden("#download")
+        page.close()
+
+
+def download(page, directory: Path) -> Path:
+    """Click the page's download link; the file it saves, under the name it gives."""
+    with page.expect_download() as started:
+        page.click("#download")
+    saved = directory / started.value.suggested_filename
+    started.value.save_as(saved)
+    return saved
+
+
+def drop(page, name: str, text: str, kind: str) -> None:
+    """Drop a file named ``name`` holding ``text`` on the source pane, as a person does."""
+    transfer = page.evaluate_handle(
+        "([name, text, kind]) => { const t = new DataTransfer(); "
+        "t.items.add(new File([text], name, {type: kind})); return t; }", [name, text, kind])
+    page.dispatch_event("#source", "drop", {"dataTransfer": transfer})
+
+
+HTML = ("<!doctype html><html><head><title>Garden</title>"
+        "<style>h1 {{ color: #1565c0; }}</style></head><body>"
+        "<h1>{0}</h1><p>{1} <b>{2}</b></p>"
+        "<script>document.body.setAttribute('data-ran', '1'); "
+        "parent.document.body.setAttribute('data-reached', '1');</script>"
+        "</body></html>")
+
+
+def test_a_dropped_html_file_is_translated_shown_rendered_in_a_closed_frame_and_downloaded(
+        browser, translator: Translator, tmp_path: Path):
+    from playwright.sync_api import expect
+
+    from tfm.serve.app import create_app
+
+    html = HTML.format(PAIRS[0][0], PAIRS[1][0], PAIRS[2][0])
+    with serving(create_app(translator, ServeConfig())) as url:
+        page = open_page(browser, url + "/")
+        drop(page, "garden.html", html, "text/html")
+        expect(page.locator("#source")).to_have_value(html)
+        assert page.input_value("#format") == "html"
+        page.click("#translate")
+        expect(page.locator("#download")).to_be_visible()
+        translation = page.input_value("#target")
+        direct = local_http.post(f"{url}/v1/document", params={"filename": "garden.html"},
+                                 content=html.encode())
+        assert translation.encode() == direct.content
+        saved = download(page, tmp_path)
+        assert (saved.name, saved.read_bytes()) == ("garden.de.html", direct.content)
+        # Rendered in a frame of no rights: its srcdoc, no script run, this page untouched.
+        frame = page.locator("#preview")
+        expect(frame).to_be_visible()
+        assert frame.get_attribute("sandbox") == ""
+        assert frame.get_attribute("srcdoc") == translation
+        inside = page.frame_locator("#preview")
+        expect(inside.locator("h1")).to_have_text(expected(translator, PAIRS[0][0]))
+        assert inside.locator("b").count() == 1
+        assert inside.locator("body").get_attribute("data-ran") is None
+        assert page.locator("body").get_attribute("data-reached") is None
+        assert page.locator("#target-box h1, .panes h1, .panes b").count() == 0
+        page.close()
+
+
+def test_a_markdown_file_s_translation_is_rendered_by_the_server(browser,
+                                                                 translator: Translator):
+    from playwright.sync_api import expect
+
+    from tfm.serve.app import create_app
+
+    markdown = f"# {PAIRS[0][0]}\n\n{PAIRS[1][0]} *{PAIRS[2][0]}*\n\n<img src=x onerror=y>\n"
+    with serving(create_app(translator, ServeConfig())) as url:
+        page = open_page(browser, url + "/")
+        page.set_input_files("#file", files=[{"name": "README.md", "mimeType": "text/markdown",
+                                              "buffer": markdown.encode()}])
+        expect(page.locator("#source")).to_have_value(markdown)
+        page.click("#translate")
+        expect(page.locator("#preview")).to_be_visible()
+        inside = page.frame_locator("#preview")
+        expect(inside.locator("h1")).to_have_text(expected(translator, PAIRS[0][0]))
+        assert inside.locator("em").count() == 1
+        assert inside.locator("img").count() == 0  # raw HTML is shown as text, not made
+        # Plain text shows no frame.
+        page.select_option("#format", "text")
+        assert page.is_hidden("#preview")
+        page.close()
+
+
+def test_the_page_names_the_source_language_identified_or_unknown(browser, tmp_path: Path):
+    from tfm.decoding.engines import load_translator
+    from tfm.serve.app import create_app
+
+    pytest.importorskip("py3langid")
+    # A model of tags into de, fr, it from three sources: cs, de, en.
+    model = write_tiny_model(tmp_path / "m", TAGS, None, ("cs-fr", "de-fr", "en-fr", "en-it"))
+    with serving(create_app(load_translator(model, "cpu"), ServeConfig())) as url:
+        posts: list[Any] = []
+        page = open_page(browser, url + "/", posts=posts)
+        assert page.is_visible("#source-choice")
+        assert page.get_attribute("#source-choice", "placeholder") == "identify"
+        page.fill("#target-lang", "French")  # a name, as the hint says
+        assert direction(page) == ("(identified) → French (fr)", "(identified from the text)",
+                                   "(fr)")
+        translate_in_page(page, "Der Hund schläft im Garten. Meine Schwester kauft Brot.")
+        assert posts[-1]["target_lang"] == "fr" and "source_lang" not in posts[-1]
+        assert direction(page) == ("German (de) → French (fr)", "(de, identified)", "(fr)")
+        translate_in_page(page, "1234 5678")
+        assert direction(page)[:2] == ("unknown → French (fr)", "(unknown: not identified)")
+        page.fill("#source-choice", "czech")  # picked by the person
+        translate_in_page(page, "Der Hund schläft.")
+        assert posts[-1]["source_lang"] == "cs"
+        assert direction(page)[:2] == ("Czech (cs) → French (fr)", "(cs)")
+        page.fill("#source-choice", "Klingon")
+        translate_in_page(page, "Der Hund schläft.")
+        assert "Klingon is not one of this model's 3 source languages" in page.inner_text(
+            "#status")
+        page.close()
+
+
+def test_an_nllb_model_s_languages_are_typed_by_the_names_the_page_shows(
+        browser, tmp_path: Path):
+    from test_import_m2m100 import build, sentencepiece_model
+
+    from tfm.decoding.engines import load_translator
+    from tfm.interop.m2m100_import import import_m2m100
+    from tfm.serve.app import create_app
+
+    build(tmp_path / "hf", sentencepiece_model(), "nllb")  # NLLB-200's layout, 202 codes
+    nllb = load_translator(import_m2m100(tmp_path / "hf", tmp_path / "tfm"), "cpu")
+    with serving(create_app(nllb, ServeConfig())) as url:
+        posts: list[Any] = []
+        page = open_page(browser, url + "/", posts=posts)
+        page.fill("#target-lang", "German")
+        page.fill("#source-choice", "english (latin)")
+        assert direction(page) == ("English (Latin) (eng_Latn) → German (Latin) (deu_Latn)",
+                                   "(eng_Latn)", "(deu_Latn)")
+        translate_in_page(page, "A dog sleeps.")
+        assert page.get_attribute("#status", "class") != "error", page.inner_text("#status")
+        assert posts[-1] == {"text": "A dog sleeps.", "target_lang": "deu_Latn",
+                             "source_lang": "eng_Latn"}
+        # A name of several scripts is refused, naming them; the server refuses it alike.
+        page.fill("#target-lang", "Chinese")
+        translate_in_page(page, "A dog sleeps.")
+        assert "Chinese is the name of 2 of this model's languages: Chinese (Simplified) " \
+            "(zho_Hans), Chinese (Traditional) (zho_Hant); choose one" in page.inner_text(
+                "#status")
+        refused = local_http.post(f"{url}/v1/translate", json={
+            "text": "x", "target_lang": "chinese", "source_lang": "eng_Latn"})
+        assert refused.status_code == 422 and "zho_Hans" in refused.json()["error"]
+        page.close()
+
+
+def test_a_long_document_shows_its_sentences_done_while_it_is_translated(
+        browser, translator: Translator, monkeypatch: pytest.MonkeyPatch):
+    import re
+    import time
+
+    from playwright.sync_api import expect
+
+    from tfm.serve.app import create_app
+
+    decode = translator.translate_prepared
+
+    def slowly(*args, **kwargs):  # a batch takes long enough for the page to count it
+        time.sleep(0.4)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(translator, "translate_prepared", slowly)
+    document = "".join(f"{source}\n" for source, _ in PAIRS[:6])
+    # A batch of one sentence at a time (the tiny model's sentences are 8 to 20 tokens).
+    with serving(create_app(translator, ServeConfig(max_batch_tokens=80, beam=4))) as url:
+        page = open_page(browser, url + "/")
+        page.set_input_files("#file", files=[{"name": "long.txt", "mimeType": "text/plain",
+                                              "buffer": document.encode()}])
+        expect(page.locator("#source")).to_have_value(document)
+        page.click("#translate")
+        expect(page.locator("#status")).to_have_text(
+            re.compile(r"Translating… [0-5] / 6 sentences"))
+        expect(page.locator("#download")).to_be_visible(timeout=60_000)
+        assert page.inner_text("#status").endswith(" s")
         page.close()

@@ -88,11 +88,13 @@ def translate(
         rich_help_panel=IO)] = None,
     target_lang: Annotated[Optional[str], typer.Option(
         "--target-lang", help="A model of several target languages: the one to translate "
-        "into (e.g. fr; NLLB-200: deu_Latn).", show_default=False,
+        "into, by code or English name (e.g. fr or French; NLLB-200: deu_Latn or German).",
+        show_default=False,
         rich_help_panel=LANGUAGES)] = None,
     source_lang: Annotated[Optional[str], typer.Option(
         "--source-lang", help="NLLB-200 and M2M100 models: the sentences' language, by the "
-        "model's code (e.g. eng_Latn).", show_default=False, rich_help_panel=LANGUAGES)] = None,
+        "model's code or English name (e.g. eng_Latn or English).", show_default=False,
+        rich_help_panel=LANGUAGES)] = None,
     *,
     search: dict[str, Any],  # SearchOptions' options, those given
     engine: EngineOptions,

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from difflib import get_close_matches
 from typing import Any, Protocol
 
+from tfm.data.language_names import code_of, labelled, matching
 from tfm.errors import UsageError
 from tfm.special_tokens import BOS_ID, EOS_ID
 
@@ -335,7 +336,12 @@ class ModelLanguages:
     where its marking puts them (``>>xx<<`` tags; a model of language codes: its codes as its
     vocabulary spells them); ``token_id`` and ``source_id``: the target and source
     vocabularies' ids; ``src_lang`` and ``tgt_lang``: the languages the model records, which
-    a model of language codes takes where a request gives none."""
+    a model of language codes takes where a request gives none; ``sources``: the source
+    languages of a multilingual model's directions (``en-fr``, ``de-fr``: en, de).
+
+    A language is given by its code or by its English name as tfm.data.language_names has it
+    (and the server's page shows it): "German", "german (latin)", "German (Latin) (deu_Latn)",
+    any case; a name that fits several of the model's languages is refused listing them."""
 
     marking: LanguageMarking
     tags: tuple[str, ...]
@@ -343,20 +349,32 @@ class ModelLanguages:
     source_id: Callable[[str], int | None]
     src_lang: str | None = None
     tgt_lang: str | None = None
+    sources: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, vocabs: Any, marking: LanguageMarking | None = None,
-           src_lang: str | None = None, tgt_lang: str | None = None) -> ModelLanguages:
-        """A model's languages from its vocabularies (tfm.data.tokenizer.Vocabularies) and
-        its recorded marking (None: none recorded, inferred from the source vocabulary's
-        tags: ``LanguageMarking.infer``)."""
+           src_lang: str | None = None, tgt_lang: str | None = None,
+           directions: Sequence[str] = ()) -> ModelLanguages:
+        """A model's languages from its vocabularies (tfm.data.tokenizer.Vocabularies), its
+        recorded marking (None: none recorded, inferred from the source vocabulary's tags:
+        ``LanguageMarking.infer``) and its directions (``en-de``)."""
         marking = marking or LanguageMarking.infer(vocabulary_tags(vocabs.src))
         if marking.by_codes:
             tags = sorted(marking.token(code) for code in marking.codes)
         else:
             tags = vocabulary_tags(vocabs.src if marking.in_source else vocabs.tgt)
+        sources = sorted({d.split("-")[0] for d in directions if "-" in d})
         return cls(marking, tuple(tags), vocabs.tgt.token_to_id, vocabs.src.token_to_id,
-                   src_lang, tgt_lang)
+                   src_lang, tgt_lang, tuple(sources))
+
+    @property
+    def source_languages(self) -> list[str]:
+        """The languages the model translates from, where known: a model of language codes'
+        codes, a multilingual model's directions' sources, else its one recorded source
+        language (none where it records none)."""
+        if self.marking.by_codes:
+            return sorted(self.marking.codes)
+        return list(self.sources) or ([self.src_lang] if self.src_lang else [])
 
     @property
     def targets(self) -> list[str]:
@@ -375,7 +393,12 @@ class ModelLanguages:
         """A request's languages (``fr`` or ``>>fr<<``; a model of language codes: its codes,
         ``deu_Latn``, or their tokens, ``__de__``) as the model reads them; None: none asked
         (a model of one target language, or sentences that carry their own tags). Raises
-        LanguageError for a language the model lacks or needs and is not given."""
+        LanguageError for a language the model lacks or needs and is not given. Either may
+        be given by its name (the class's docstring)."""
+        if target is not None:
+            target = _named("target", target, self.targets)
+        if source is not None:
+            source = _named("source", source, self.source_languages, lenient=True)
         if self.marking.by_codes:
             return self._coded(target, source)
         if target is None:
@@ -429,3 +452,17 @@ class ModelLanguages:
         return replace(resolved, target=codes["target"], source=codes["source"])
 
 
+def _named(side: str, lang: str, codes: Sequence[str], lenient: bool = False) -> str:
+    """The code of ``codes`` that ``lang`` names (its code or its name: language_names),
+    or ``lang`` as given where none does (the caller refuses it, naming the model's
+    languages). A name of several is refused listing them. ``lenient`` (a source language,
+    which a model of tags does not check): a name the model's languages lack is still read
+    as the language's own code where the table knows it (German: de)."""
+    found = matching(lang, list(codes))
+    if len(found) > 1:
+        raise LanguageError(side, f"{{option}} {lang}: the name of {len(found)} of this "
+                            f"model's languages: {', '.join(map(labelled, found))}; give one "
+                            "of them", lang, tuple(codes))
+    if found:
+        return found[0]
+    return (code_of(lang) or lang) if lenient else lang

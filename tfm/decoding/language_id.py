@@ -1,16 +1,19 @@
-"""The off-target rate: the share of translations that are not in the language asked for, the
-known failure of multilingual models (zero-shot directions above all). Each translation's
-language is identified by py3langid (a maintained fork of langid.py whose model ships inside the
-package; the optional extra ``tfm[langid]``)."""
+"""Languages identified by py3langid (a maintained fork of langid.py whose model ships inside
+the package; the optional extra ``tfm[langid]``): the off-target rate, the share of
+translations that are not in the language asked for (the known failure of multilingual
+models, zero-shot directions above all), and the server's source language of a text, among a
+model's source languages (``identify``)."""
 
 from __future__ import annotations
 
 import copy
 import functools
+import math
 from collections import Counter
 from dataclasses import dataclass
 
 from tfm.data.language_marks import tag_language
+from tfm.data.language_names import code_of
 from tfm.errors import UsageError
 from tfm.extras import require
 
@@ -62,7 +65,11 @@ _ISO639_1 = {
 def language_code(lang: str) -> str:
     """``lang`` as py3langid names languages: without ``>>..<<`` brackets, region or script
     (``>>pt_br<<`` and ``de-AT`` are ``pt`` and ``de``: it tells neither apart), by its
-    two-letter code where it has one (``fra`` is ``fr``)."""
+    two-letter code where it has one (``fra`` is ``fr``); a language's English name as its code
+    (``German`` is ``de``: tfm.data.language_names)."""
+    named = code_of(lang)
+    if named is not None:
+        return named
     code = tag_language(lang.strip())
     code = code.replace("-", "_").split("_")[0].lower()
     return _ISO639_1.get(code, code)
@@ -160,3 +167,39 @@ class TargetLanguageCheck:
         off = sum(n for lang, n in found.items() if lang != self.lang)
         return OffTarget(self.lang, len(hypotheses), empty, unidentifiable, off,
                          dict(found.most_common()), self.languages, self._version)
+
+
+IDENTIFIED_CHARACTERS = 4000  # what identification reads of a text: enough to tell
+IDENTIFIED_SHARE = 0.9  # the probability, among the candidates, of a language identified
+
+
+@functools.lru_cache(maxsize=16)
+def _identifier_among(codes: tuple[str, ...]):
+    """py3langid's identifier restricted to ``codes`` (a copy; made once a set of codes)."""
+    identifier = copy.copy(_bundled_identifier(_py3langid()))
+    identifier.set_languages(list(codes))
+    return identifier
+
+
+def identify(text: str, candidates: list[str]) -> str | None:
+    """Which of ``candidates`` (a model's source languages: ``de``, ``deu``, ``deu_Latn``)
+    ``text`` is written in, by py3langid among those of them it knows; None where it cannot
+    tell: nothing in the text it knows a language by, fewer than two candidates it knows,
+    two candidates it does not tell apart (``srp_Cyrl``, ``srp_Latn``), or no language
+    ``IDENTIFIED_SHARE`` likely among them. Needs the
+    ``langid`` extra (a UsageError saying so otherwise)."""
+    known = set(_bundled_identifier(_py3langid()).labels)
+    by_code: dict[str, list[str]] = {}
+    for candidate in candidates:
+        code = language_code(candidate)
+        if code in known:
+            by_code.setdefault(code, []).append(candidate)
+    if len(by_code) < 2 or not text.strip():
+        return None
+    ranked = _identifier_among(tuple(sorted(by_code))).rank(text[:IDENTIFIED_CHARACTERS])
+    lang, best = ranked[0]
+    # The best language's probability among the candidates: near even for text that tells
+    # little (numbers, one short word), which is unknown rather than a guess.
+    share = 1.0 / sum(math.exp(score - best) for _, score in ranked)
+    found = by_code.get(lang, [])
+    return found[0] if share >= IDENTIFIED_SHARE and len(found) == 1 else None

@@ -210,7 +210,7 @@ class Translator(ABC):
         if self._languages is None:
             info = self.info
             self._languages = ModelLanguages.of(self.vocabs, info.language_marking,
-                                                info.src_lang, info.tgt_lang)
+                                                info.src_lang, info.tgt_lang, info.directions)
         return self._languages
 
     def prepare(self, sentences: list[str],

@@ -33,7 +33,8 @@ from starlette.exceptions import HTTPException
 
 from tfm import __version__
 from tfm.config import SearchOptions
-from tfm.data.language_marks import LanguageError, ResolvedLanguage
+from tfm.data.language_marks import LanguageError, ModelLanguages, ResolvedLanguage
+from tfm.data.language_names import names_of
 from tfm.data.sentences import Passage, split_sentences
 from tfm.decoding.constraints import MAX_CONSTRAINTS, ConstraintError, ConstraintSpec
 from tfm.decoding.glossary import Glossary
@@ -45,6 +46,7 @@ from tfm.errors import DataError, OptionError, UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
 from tfm.serve.metrics import ServeMetrics
+from tfm.serve.progress import Progress
 from tfm.serve.schema import (
     BINARY_FORMATS,
     REQUEST_OPTIONS,
@@ -59,7 +61,7 @@ _log = logging.getLogger("uvicorn.error")  # the app runs under uvicorn: log whe
 
 # Paths counted under their own name in the metrics; any other path counts as "other".
 _ENDPOINTS = frozenset({"/", "/health", "/metrics", "/v1/translate", "/v1/document",
-                        "/v1/info", "/docs",
+                        "/v1/info", "/v1/preview", "/docs",
                         "/redoc", "/openapi.json", "/docs/oauth2-redirect"})
 _PAGE_HEADERS = {
     # The page loads nothing from elsewhere and talks only to this server.
@@ -97,6 +99,7 @@ class _Service:
         self.error = ""
         self.defaults: SearchOptions | None = None
         self.choices: list[str] = []  # what target_lang chooses among (Translator's)
+        self.progress = Progress()  # documents being translated, by their progress id
 
     def attach(self, translator: Translator) -> None:
         """Start serving ``translator`` (in the running event loop)."""
@@ -176,7 +179,7 @@ class _Service:
         config = self.config
         texts = [body.text] if isinstance(body.text, str) else body.text
         phrases, prefixes = _per_text(body, len(texts))
-        language = self.resolve(body)
+        language, source = self.resolve(body, texts)
         rules = language.source or self.translator.info.src_lang  # whose rules cut
         passages = [split_sentences(t, rules)
                     if body.split and not phrases[i] and not prefixes[i]
@@ -203,16 +206,39 @@ class _Service:
         results = await _unless_disconnected(job, batcher, receive)
         if results is None:
             return Response(status_code=CLIENT_CLOSED)
-        return JSONResponse({"translations": _results(passages, results, body, options)})
+        return JSONResponse({"translations": _results(passages, results, body, options),
+                             **source})
 
-    def resolve(self, body: TranslateRequest) -> ResolvedLanguage:
+    def resolve(self, body: TranslateRequest, texts: list[str]
+                ) -> tuple[ResolvedLanguage, dict[str, str | None]]:
         """The request's ``target_lang`` and ``source_lang`` resolved against the model, once,
-        or a 422 naming the field."""
+        or a 422 naming the field; and the source language as the answer reports it
+        (``source_language``). A model of several source languages, asked with no
+        ``source_lang``, has the language of ``texts`` identified among them."""
         assert self.translator is not None
+        languages = self.translator.languages
+        given = body.source_lang
+        identified = None if given is not None else self.identify(texts)
         try:
-            return self.translator.languages.resolve(body.target_lang, body.source_lang)
+            language = languages.resolve(body.target_lang, given or identified)
         except LanguageError as e:
             raise ApiError(422, f"invalid request: {e.worded(FIELDS[e.side])}") from e
+        return language, source_language(languages, language, given, identified)
+
+    def identify(self, texts: list[str]) -> str | None:
+        """The language ``texts`` are written in, among the model's source languages where
+        it has several (tfm.decoding.language_id); None where it cannot be told, or
+        identification is not installed (the ``langid`` extra)."""
+        assert self.translator is not None
+        candidates = self.translator.languages.source_languages
+        if len(candidates) < 2:
+            return None
+        from tfm.decoding.language_id import identify
+
+        try:
+            return identify("\n".join(texts), candidates)
+        except UsageError:
+            return None
 
     async def translate_formatted(self, body: TranslateRequest, receive: Receive) -> Response:
         """POST /v1/translate with a ``format``: each text read as a document of that format
@@ -223,24 +249,36 @@ class _Service:
         fmt = format_for(None, body.format)
         texts = [body.text] if isinstance(body.text, str) else body.text
         documents = [self.read_document(fmt, t.encode("utf-8")) for t in texts]
-        written = await self.translate_documents(documents, body, receive)
-        if written is None:
+        done = await self.translate_documents(documents, body, receive)
+        if done is None:
             return Response(status_code=CLIENT_CLOSED)
+        written, _, source = done
         return JSONResponse({"translations": [
-            {"text": data.decode("utf-8"), "truncated": truncated} for data, truncated in written]})
+            {"text": data.decode("utf-8"), "truncated": truncated} for data, truncated in written],
+            **source})
 
-    async def document(self, data: bytes, fmt: Format, body: TranslateRequest, name: str,
-                       receive: Receive) -> Response:
-        """POST /v1/document: the file translated, in its format, as a download."""
+    async def document(self, data: bytes, fmt: Format, body: TranslateRequest,
+                       filename: str | None, receive: Receive, progress: str | None = None
+                       ) -> Response:
+        """POST /v1/document: the file translated, in its format, as a download named
+        after ``filename`` and the target language; ``progress``: the id under which
+        GET /v1/document/{id}/progress counts its sentences while it is translated."""
         document = await asyncio.to_thread(self.read_document, fmt, data)
-        written = await self.translate_documents([document], body, receive)
-        if written is None:
+        done = await self.translate_documents([document], body, receive, progress)
+        if done is None:
             return Response(status_code=CLIENT_CLOSED)
-        ((data, truncated),) = written
+        ((data, truncated),), language, source = done
+        assert self.translator is not None
+        name = download_name(filename, fmt, language.target or self.translator.info.tgt_lang)
         return Response(data, media_type=MEDIA_TYPES.get(fmt.name, "application/octet-stream"),
                         headers={"Content-Disposition": f'attachment; filename="{name}"',
                                  "X-Content-Type-Options": "nosniff",
-                                 "X-Truncated": "true" if truncated else "false"})
+                                 "X-Truncated": "true" if truncated else "false",
+                                 # A code; a source_lang of a model that does not check it
+                                 # (of tags: its rules only) in what a header may carry.
+                                 "X-Source-Lang": re.sub(r"[^A-Za-z0-9_-]", "_",
+                                                         source["source_lang"] or "")[:64],
+                                 "X-Source-Lang-By": source["source_lang_by"] or ""})
 
     def enqueue(self, batcher: Batcher, sources: list[Source], options: SearchOptions) -> Job:
         """The sources queued for decoding, or a 503 (the queue full, the server stopping)."""
@@ -264,14 +302,17 @@ class _Service:
             raise ApiError(415, f"this server cannot read {fmt.name} documents") from e
 
     async def translate_documents(self, documents: list[Document], body: TranslateRequest,
-                                  receive: Receive) -> list[tuple[bytes, bool]] | None:
-        """Each document written back translated, with whether a sentence was truncated;
-        their sentences decoded through the batcher as a text's are (the same limits and
-        errors), with attention for those of segments with tags. None: the client left."""
+                                  receive: Receive, progress: str | None = None
+                                  ) -> tuple[list[tuple[bytes, bool]], ResolvedLanguage,
+                                             dict[str, str | None]] | None:
+        """Each document written back translated, with whether a sentence was truncated
+        (and the languages, resolved and as the answer reports the source's); their
+        sentences decoded through the batcher as a text's are (the same limits and errors),
+        with attention for those of segments with tags. None: the client left."""
         batcher = self.ready_batcher()
         assert self.translator is not None
         options = self.options(body)
-        language = self.resolve(body)
+        language, source = self.resolve(body, [s.text for d in documents for s in d.segments])
         rules = language.source or self.translator.info.src_lang  # whose rules cut
         works = [DocumentWork.of(d, body.split, rules) for d in documents]
         sentences = [s for w in works for s in w.sentences]
@@ -279,6 +320,7 @@ class _Service:
             raise ApiError(413, f"{len(sentences)} sentences are more than this server takes "
                            f"in one request ({self.config.max_sentences}): send fewer at a "
                            "time", "max_sentences", self.config.max_sentences)
+        self.progress.check(progress)  # again: no await from here to its count
         jobs = []
         for chosen, with_tags in _groups(works):
             wanted = DocumentWork.options(options, with_tags, self.translator.supports_attention)
@@ -291,31 +333,32 @@ class _Service:
             except UsageError as e:
                 raise ApiError(422, f"invalid request: {e}") from e
             jobs.append((chosen, self.enqueue(batcher, sources, wanted)))
-        results: list[Translation] = [None] * len(sentences)  # type: ignore[list-item]
-        for chosen, job in jobs:
-            found = await _unless_disconnected(job, batcher, receive)
-            if found is None:
-                for _, other in jobs:
-                    batcher.cancel(other)
-                return None
-            for i, result in zip(chosen, found):
-                results[i] = result
-        return _written(works, results)
+        with self.progress.watching(progress, [job for _, job in jobs]):
+            results = await _gathered(jobs, len(sentences), batcher, receive)
+        if results is None:
+            return None
+        return _written(works, results), language, source
 
     def languages(self) -> dict[str, Any]:
         """The model's languages, for /v1/info and the page: ``src_lang`` and ``tgt_lang``
         (None where not known), its ``directions`` (several, or none), and the
         ``target_languages`` a request chooses among with ``target_lang`` (the codes of its
         >>xx<< tokens, or its own language codes; none for a model of one target language),
-        and for a model of language codes (NLLB-200, M2M100) the ``source_languages`` of
-        ``source_lang``, the same codes."""
+        and for a model of several source languages (of language codes, such as NLLB-200;
+        of several directions' sources) the ``source_languages`` of ``source_lang``; and
+        ``language_names``, the English name of each language named (tfm.data.language_names:
+        what the page shows, and what a request may give instead of a code)."""
         model = self.translator.info if self.translator is not None else None
         body = {"src_lang": model.src_lang if model else None,
                 "tgt_lang": model.tgt_lang if model else None,
                 "directions": model.directions if model else [],
                 "target_languages": list(self.choices)}
-        if self.translator is not None and self.translator.languages.needs_source:
-            body["source_languages"] = list(self.choices)
+        sources = self.translator.languages.source_languages if self.translator else []
+        if len(sources) > 1:
+            body["source_languages"] = sources
+        own = [lang for lang in (body["src_lang"], body["tgt_lang"]) if lang]
+        named = [*self.choices, *sources, *own]
+        body["language_names"] = names_of(named)
         return body
 
     def info(self) -> dict[str, Any]:
@@ -489,9 +532,13 @@ def _add_document_route(app: FastAPI, service: _Service) -> None:
     async def document(request: Request, filename: Optional[str] = None,
                        format: Optional[str] = None, target_lang: Optional[str] = None,
                        source_lang: Optional[str] = None, beam: Optional[int] = None,
-                       split: bool = True, glossary: bool = True) -> Response:
+                       split: bool = True, glossary: bool = True,
+                       progress: Optional[str] = None) -> Response:
         """Translate a file sent as the body (its format by ``format``, else by the
-        extension of ``filename``); the answer is the translated file, in the same format."""
+        extension of ``filename``); the answer is the translated file, in the same format.
+        ``progress``: an id of the client's choosing (8 to 64 letters, digits, ``-``) under
+        which GET /v1/document/{id}/progress counts the sentences done."""
+        service.progress.check(progress)
         try:
             fmt = format_for(Path(filename) if filename else None, format)
         except UsageError as e:
@@ -502,9 +549,28 @@ def _add_document_route(app: FastAPI, service: _Service) -> None:
         except ValidationError as e:
             raise ApiError(422, f"invalid request: {e.errors()[0]['msg']}") from e
         data = await request.body()
-        return await service.document(data, fmt, body,
-                                      download_name(filename, fmt, target_lang),
-                                      request.receive)
+        return await service.document(data, fmt, body, filename, request.receive, progress)
+
+    @app.post("/v1/preview", response_class=HTMLResponse, responses={415: {}, 422: {}})
+    async def preview(request: Request, format: str = "markdown") -> Response:
+        """A Markdown text (the body, UTF-8) rendered to HTML by markdown-it-py, raw HTML in
+        it escaped, for the page to show in its sandboxed frame (the page shows an HTML
+        document as it is)."""
+        if format != "markdown":
+            raise ApiError(415, f"format {format}: only markdown is rendered here")
+        try:
+            text = (await request.body()).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ApiError(422, f"invalid request: not UTF-8 (byte {e.start})") from e
+        return HTMLResponse(await asyncio.to_thread(render_markdown, text),
+                            headers={"X-Content-Type-Options": "nosniff"})
+
+    @app.get("/v1/document/{ident}/progress", responses={404: {}})
+    async def progress_of(ident: str) -> dict[str, int]:
+        """How many of a document's sentences are translated (``done`` of ``total``), while
+        the POST /v1/document that gave ``progress=ident`` is being translated; 404 before
+        its sentences are queued and after it is answered."""
+        return service.progress.count(ident)
 
 
 async def _unless_disconnected(job: Job, batcher: Batcher, receive: Receive
@@ -542,6 +608,48 @@ MEDIA_TYPES = {
 # The formats the page offers, and their extensions: those a text can hold (not DOCX).
 TEXT_FORMATS = [{"name": f.name, "extensions": list(f.extensions)} for f in FORMATS
                 if f.name not in BINARY_FORMATS]
+
+
+def render_markdown(text: str) -> str:
+    """``text`` as HTML: CommonMark with tables and strikethrough (as GitHub shows a
+    README), raw HTML escaped rather than passed through (the documents module's parser)."""
+    try:
+        from markdown_it import MarkdownIt
+    except ModuleNotFoundError as e:
+        raise ApiError(415, "this server cannot render markdown (pip install "
+                       "\"tfm[documents]\")") from e
+    return MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"]
+                                                             ).render(text)
+
+
+def source_language(languages: ModelLanguages, language: ResolvedLanguage, given: str | None,
+                    identified: str | None) -> dict[str, str | None]:
+    """What an answer says of its source language: ``source_lang`` (a code; None: unknown)
+    and ``source_lang_by``: ``request`` (given), ``identified`` (among the model's source
+    languages), ``model`` (the model's one source language, or the one a model of language
+    codes records and takes where none is given nor identified) or ``unknown``."""
+    if given is not None or identified is not None:
+        return {"source_lang": language.source or given or identified,
+                "source_lang_by": "request" if given is not None else "identified"}
+    sources = languages.source_languages
+    own = language.source or (sources[0] if len(sources) == 1 else None)
+    return {"source_lang": own, "source_lang_by": "model" if own else "unknown"}
+
+
+async def _gathered(jobs: list[tuple[list[int], Job]], total: int, batcher: Batcher,
+                    receive: Receive) -> list[Translation] | None:
+    """The translations of ``total`` sentences, each job's in its positions; None (every
+    job cancelled) when the client goes away first."""
+    results: list[Translation] = [None] * total  # type: ignore[list-item]
+    for chosen, job in jobs:
+        found = await _unless_disconnected(job, batcher, receive)
+        if found is None:
+            for _, other in jobs:
+                batcher.cancel(other)
+            return None
+        for i, result in zip(chosen, found):
+            results[i] = result
+    return results
 
 
 def _groups(works: list[DocumentWork]) -> list[tuple[list[int], bool]]:

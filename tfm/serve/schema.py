@@ -170,3 +170,8 @@ class TextResult(BaseModel):
 
 class TranslateResponse(BaseModel):
     translations: list[TextResult]
+    source_lang: str | None = Field(None, description="The source language translated from "
+                                    "(null: unknown).")
+    source_lang_by: str = Field(description="How it is known: request (source_lang), "
+                                "identified (among the model's source languages), model (its "
+                                "one, or the one it records) or unknown.")
