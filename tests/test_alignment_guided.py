@@ -205,11 +205,11 @@ def train(data: Path, output: Path, *extra: str):
 
 def test_a_guided_run_needs_tfm_align_first_then_saves_its_head(toy_data: Path,
                                                                  tmp_path: Path) -> None:
-    refused = train(toy_data, tmp_path / "m0", "--guided-alignment-weight", "0.05")
+    refused = train(toy_data, tmp_path / "m0", "--guided-alignment", "0.05")
     assert refused.returncode != 0 and "tfm align" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert tfm("align", str(toy_data)).returncode == 0
-    done = train(toy_data, tmp_path / "m1", "--guided-alignment-weight", "0.05")
+    done = train(toy_data, tmp_path / "m1", "--guided-alignment", "0.05")
     assert done.returncode == 0, done.stderr
     config = json.loads((tmp_path / "m1" / "config.json").read_text())
     layers = config["model"]["decoder_layers"]

@@ -131,7 +131,7 @@ class ModelConfig:
         panel="Model", option="--decoder-self-attn")
     # Format 6: the decoder layer (0-based) whose cross-attention's first head was trained
     # towards word alignments (guided alignment, Garg et al. 2019: `tfm train
-    # --guided-alignment-weight`); alignments are read from that head. None: not trained, read
+    # --guided-alignment`); alignments are read from that head. None: not trained, read
     # from the last layer's heads averaged. Set by training, no parameter depends on it.
     alignment_layer: int | None = _cli(None, None)
 
@@ -246,7 +246,7 @@ class TrainConfig:
     guided_alignment_weight: float = option(
         0.0, "Train the penultimate decoder layer's first cross-attention head towards the "
         "word alignments of `tfm align`, adding w x its cross-entropy (0: off; Garg et al. "
-        "2019 used 0.05).", min=0, panel="Optimisation")
+        "2019 used 0.05).", min=0, panel="Alignment", option="--guided-alignment")
     online_bt_from: int = option(
         0, "After step k, also train on sources the model translates on the fly into a "
         "third language (0: never).", min=0, panel="Multilingual")

@@ -163,8 +163,9 @@ def align(
         "--iterations", help="eflomal's sampling iterations per model (0: its choice by the "
         "corpus size).", min=0, rich_help_panel=OUTPUT)] = 0,
 ) -> None:
-    """Word-align a prepared dataset with eflomal, for `tfm train --guided-alignment-weight`.
+    """Word-align prepared data (eflomal), for guided alignment.
 
+    For `tfm train --guided-alignment`.
     Both directions are aligned and symmetrised (grow-diag-final-and); the word alignments are
     mapped onto the tokens training reads and stored beside the split (<split>.align.npz).
     """

@@ -164,7 +164,7 @@ class TokenAlignments:
 def load_token_alignments(path: Path, rows: int) -> TokenAlignments:
     """A split's token alignments, refused in one line when missing or not the split's."""
     if not Path(path).is_file():
-        raise UsageError(f"--guided-alignment-weight needs {path}: run `tfm align` on the "
+        raise UsageError(f"--guided-alignment needs {path}: run `tfm align` on the "
                          "prepared data first")
     with np.load(path) as data:
         found = TokenAlignments(data["pairs"], data["offsets"])

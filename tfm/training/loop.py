@@ -758,7 +758,7 @@ class _Window:
 
 
 def guided_model_config(model: ModelConfig, config: TrainConfig) -> ModelConfig:
-    """The model of a run with --guided-alignment-weight records the layer whose first
+    """The model of a run with --guided-alignment records the layer whose first
     cross-attention head it trains (the penultimate, as Garg et al. 2019), for decoding to read
     alignments from; without it the model's config is unchanged."""
     if not config.guided_alignment_weight:
@@ -886,7 +886,7 @@ def _batch_loss(model: torch.nn.Module, batch: Batch, config: TrainConfig,
                 amp_dtype: torch.dtype | None, language_loss: LanguageLoss | None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One batch's objective (the translation loss, plus --language-loss's and
-    --guided-alignment-weight's terms), its summed label-smoothed loss and its summed NLL."""
+    --guided-alignment's terms), its summed label-smoothed loss and its summed NLL."""
     guided = config.guided_alignment_weight > 0 and batch.alignment is not None
     with autocast(batch.src.device, amp_dtype):
         out = model(batch.src, batch.tgt_in, batch.tgt_mask, alignment=guided)
@@ -894,7 +894,7 @@ def _batch_loss(model: torch.nn.Module, batch: Batch, config: TrainConfig,
     loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
                                     config.label_smoothing)
     objective = loss if language_loss is None else loss + language_loss(logits, batch)
-    if weights is not None:  # --guided-alignment-weight: the guided head's term
+    if weights is not None:  # --guided-alignment: the guided head's term
         objective = objective + config.guided_alignment_weight * guided_alignment_loss(
             weights, batch.alignment)
     return objective, loss, nll
