@@ -61,6 +61,7 @@ _EXPORTED_FIELDS = {
     "activation", "output_bias", "positions",
     "drop_residual_layer",  # its default only: 0, every residual (check_supported)
     "decoder_self_attention",  # its default only: attention (check_supported)
+    "alignment_layer",  # the decoder spec's alignment_layer and alignment_heads (_spec)
     # training-only: no effect on inference
     "dropout", "attention_dropout", "activation_dropout",
 }
