@@ -218,3 +218,14 @@ def test_a_guided_run_needs_tfm_align_first_then_saves_its_head(toy_data: Path,
                      "--format", "jsonl", stdin="pa ki\n")
     assert translated.returncode == 0, translated.stderr
     assert "alignment" in json.loads(translated.stdout)
+
+
+@pytest.mark.parametrize("layer", [None, 1])
+def test_a_ctranslate2_export_reads_alignments_where_tfm_does(layer: int | None) -> None:
+    pytest.importorskip("ctranslate2")
+    from tfm.interop.ctranslate2 import build_spec
+
+    tokens = [f"t{i}" for i in range(VOCAB)]
+    spec = build_spec(tiny(alignment_layer=layer), tokens, tokens)
+    got = (int(spec.decoder.alignment_layer.numpy()), int(spec.decoder.alignment_heads.numpy()))
+    assert got == ((-1, HEADS) if layer is None else (1, 1))
