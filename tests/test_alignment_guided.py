@@ -218,6 +218,13 @@ def test_a_guided_run_needs_tfm_align_first_then_saves_its_head(toy_data: Path,
                      "--format", "jsonl", stdin="pa ki\n")
     assert translated.returncode == 0, translated.stderr
     assert "alignment" in json.loads(translated.stdout)
+    page = tmp_path / "page.html"  # documents place inline tags by the guided head
+    page.write_text("<p>pa <b>ki</b> tu</p>\n", encoding="utf-8")
+    tagged = tfm("translate", "--model", str(tmp_path / "m1"), "--input", str(page),
+                 "--output", str(tmp_path / "out.html"))
+    assert tagged.returncode == 0, tagged.stderr
+    out = (tmp_path / "out.html").read_text(encoding="utf-8")
+    assert out.count("<b>") == 1 and out.count("</b>") == 1
 
 
 @pytest.mark.parametrize("layer", [None, 1])
