@@ -888,9 +888,9 @@ def _batch_loss(model: torch.nn.Module, batch: Batch, config: TrainConfig,
     """One batch's objective (the translation loss, plus --language-loss's and
     --guided-alignment's terms), its summed label-smoothed loss and its summed NLL."""
     guided = config.guided_alignment_weight > 0 and batch.alignment is not None
-    with autocast(batch.src.device, amp_dtype):
-        out = model(batch.src, batch.tgt_in, batch.tgt_mask, alignment=guided)
-    logits, weights = out if guided else (out, None)  # (N, V) at real positions; (B, T, S)
+    with autocast(batch.src.device, amp_dtype):  # (N, V) at real positions; (B, T, S)
+        logits, weights = model(batch.src, batch.tgt_in, batch.tgt_mask, alignment=True) \
+            if guided else (model(batch.src, batch.tgt_in, batch.tgt_mask), None)
     loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
                                     config.label_smoothing)
     objective = loss if language_loss is None else loss + language_loss(logits, batch)
