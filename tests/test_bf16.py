@@ -267,8 +267,8 @@ def test_a_bf16_run_on_a_cpu_pads_its_batches_to_a_few_widths(
 
     widths: set[int] = set()
 
-    def recording(split, indices, width_multiple=1, starts=None):
-        batch = collate(split, indices, width_multiple, starts)
+    def recording(split, indices, width_multiple=1, starts=None, alignments=None):
+        batch = collate(split, indices, width_multiple, starts, alignments)
         widths.update((batch.src.shape[1], batch.tgt_in.shape[1]))
         return batch
 

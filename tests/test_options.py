@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import tfm.cli  # noqa: F401 (registers the commands)
 from tfm.cli.app import app
-from tfm.cli.distill import MULTILINGUAL
+from tfm.cli.distill import NOT_A_STUDENT_S
 from tfm.cli.fields import Fields
 from tfm.config import (
     BacktranslateConfig,
@@ -44,7 +44,7 @@ DERIVED = {
               Fields(ServeConfig)],
     "distill": [Fields(DistillConfig),
                 Fields(ModelConfig, given_only=True, exclude=("drop_residual_layer",)),
-                Fields(TrainConfig, given_only=True, exclude=MULTILINGUAL)],
+                Fields(TrainConfig, given_only=True, exclude=NOT_A_STUDENT_S)],
     "backtranslate": [Fields(SearchOptions, given_only=True, exclude=("n_best", "mbr")),
                       Fields(EngineOptions, exclude=("model", "ensemble", "reverse_model",
                                                      "reverse_weight")),

@@ -385,7 +385,7 @@ def test_a_deep_encoder_shallow_decoder_student_exports_to_ctranslate2(tmp_path:
     config = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4,
                          encoder_layers=6, decoder_layers=1, d_ff=64, dropout=0.0)
     save_model_dir(tmp_path / "model", Transformer(config), tokenizer,
-                   ModelInfo(config, "en", "de"))
+                   ModelInfo(config, src_lang="en", tgt_lang="de"))
     export = export_ctranslate2(tmp_path / "model", tmp_path / "ct2")
     ours = TorchTranslator(tmp_path / "model", "cpu")
     theirs = CTranslate2Translator(export, "cpu", "fp32", exact=True)

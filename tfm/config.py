@@ -129,6 +129,11 @@ class ModelConfig:
         "attention", "The decoder layers' first sub-layer: attention (masked self-attention) "
         "or ssru (a recurrent unit: faster steps, for students; not exportable).",
         panel="Model", option="--decoder-self-attn")
+    # Format 6: the decoder layer (0-based) whose cross-attention's first head was trained
+    # towards word alignments (guided alignment, Garg et al. 2019: `tfm train
+    # --guided-alignment`); alignments are read from that head. None: not trained, read
+    # from the last layer's heads averaged. Set by training, no parameter depends on it.
+    alignment_layer: int | None = _cli(None, None)
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -145,6 +150,10 @@ class ModelConfig:
         if self.positions not in POSITION_TABLES:
             raise UsageError(f"unknown positions {self.positions!r}; tfm has "
                              f"{', '.join(POSITION_TABLES)}")
+        if self.alignment_layer is not None and not 0 <= self.alignment_layer < max(
+                self.decoder_layers, 1):
+            raise UsageError(f"alignment layer {self.alignment_layer}: the decoder has "
+                             f"{self.decoder_layers} layers")
         if self.decoder_self_attention not in DECODER_SELF_ATTENTIONS:
             raise UsageError(f"--decoder-self-attn {self.decoder_self_attention}: choose "
                              f"one of {', '.join(DECODER_SELF_ATTENTIONS)}")
@@ -234,6 +243,10 @@ class TrainConfig:
     language_loss: float = option(
         0.0, "Add w x a loss that predicts the target language at each target position "
         "(0: none).", min=0, panel="Multilingual")
+    guided_alignment_weight: float = option(
+        0.0, "Train the penultimate decoder layer's first cross-attention head towards the "
+        "word alignments of `tfm align`, adding w x its cross-entropy (0: off; Garg et al. "
+        "2019 used 0.05).", min=0, panel="Alignment", option="--guided-alignment")
     online_bt_from: int = option(
         0, "After step k, also train on sources the model translates on the fly into a "
         "third language (0: never).", min=0, panel="Multilingual")

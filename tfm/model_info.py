@@ -25,12 +25,13 @@ from tfm.layout import CONFIG_FILE
 # tfm versions of that format read: one that uses nothing of format 2 is format 1.
 # 4: ModelConfig.drop_residual_layer, and the source_and_decoder marking (the levers of
 # zero-shot multilingual models, docs/multi30k.md). 5: ModelConfig.decoder_self_attention (an
-# SSRU decoder, for students).
-FORMAT_VERSION = 5
+# SSRU decoder, for students). 6: ModelConfig.alignment_layer (guided alignment).
+FORMAT_VERSION = 6
 # Model fields that older formats do not have, by the format that added them, with the values
 # the older formats imply.
 NEW_FIELDS = {2: {"activation": "relu", "output_bias": False}, 3: {"positions": "paper"},
-              4: {"drop_residual_layer": 0}, 5: {"decoder_self_attention": "attention"}}
+              4: {"drop_residual_layer": 0}, 5: {"decoder_self_attention": "attention"},
+              6: {"alignment_layer": None}}
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Data commands: ``tfm train-tokenizer`` and ``tfm prepare``."""
+"""Data commands: ``tfm train-tokenizer``, ``tfm prepare`` and ``tfm align``."""
 
 from __future__ import annotations
 
@@ -157,3 +157,26 @@ def prepare(
             err.print(f"{name}: removed control or zero-width characters from "
                       f"{r.invisible_removed:,} pairs")
     err.print(f"in {time.monotonic() - start:.1f} s")
+
+
+@app.command()
+def align(
+    data: Annotated[Path, typer.Argument(help="A prepared dataset (from `tfm prepare`).")],
+    split: Annotated[str, typer.Option(
+        "--split", help="The split to align.", rich_help_panel=OUTPUT)] = "train",
+    iterations: Annotated[int, typer.Option(
+        "--iterations", help="eflomal's sampling iterations per model (0: its choice by the "
+        "corpus size).", min=0, rich_help_panel=OUTPUT)] = 0,
+) -> None:
+    """Word-align prepared data (eflomal), for guided alignment.
+
+    For `tfm train --guided-alignment`.
+    Both directions are aligned and symmetrised (grow-diag-final-and); the word alignments are
+    mapped onto the tokens training reads and stored beside the split (<split>.align.npz).
+    """
+    from tfm.data.word_alignment import align_prepared
+
+    start = time.monotonic()
+    with writing_into(data, "tfm align"), err.status(f"Aligning {data} {split} ..."):
+        path = align_prepared(data, split, iterations or None)
+    err.print(f"wrote {path} in {time.monotonic() - start:.1f} s")

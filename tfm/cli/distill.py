@@ -16,8 +16,10 @@ from tfm.config import DistillConfig, ModelConfig, TrainConfig
 from tfm.errors import EXIT_INTERRUPTED, UsageError
 
 RUN = "Teacher, corpus and output"  # --help's panel of the run's own options
-# A student of one direction: the training options of several are not its.
+# A student of one direction: the training options of several are not its (nor guided
+# alignment, whose alignments `tfm align` makes of a prepared dataset, not of distilled pairs).
 MULTILINGUAL = ("sampling_temperature", "language_loss", "online_bt_from", "online_bt_share")
+NOT_A_STUDENT_S = (*MULTILINGUAL, "guided_alignment_weight")  # TrainConfig fields distill lacks
 
 
 @app.command()
@@ -26,7 +28,7 @@ MULTILINGUAL = ("sampling_temperature", "language_loss", "online_bt_from", "onli
         model=Fields(ModelConfig, given_only=True, exclude=("drop_residual_layer",),
                      metavars=dict.fromkeys(("dropout", "attention_dropout",
                                              "activation_dropout"), "<p>")),
-        options=Fields(TrainConfig, given_only=True, exclude=MULTILINGUAL))
+        options=Fields(TrainConfig, given_only=True, exclude=NOT_A_STUDENT_S))
 def distill(
     teacher: Annotated[Path, typer.Option(
         "--teacher", help="The teacher's model directory.", show_default=False,

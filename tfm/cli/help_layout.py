@@ -26,7 +26,7 @@ OTHER = "Other"  # the panel of a command's options that name none, where others
 # The order panels are drawn in, whatever the order of the options that name them (a panel not
 # listed: before OTHER).
 PANELS = ("Input and output", "Data and output", "Corpus", "Tokenizer", "Output", "Cleaning",
-          "Model", "Dropout", "Optimisation", "Stopping", "Multilingual",
+          "Model", "Dropout", "Optimisation", "Alignment", "Stopping", "Multilingual",
           "Checkpoints and logs", "Device", "Server", "Requests", "Batching", "Scores", "Search",
           "Sampling", "Reranking", "Constraints", "Languages", "Speed", OTHER)
 

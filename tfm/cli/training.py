@@ -23,7 +23,7 @@ RUN = "Data and output"  # --help's panel of the run's own options (the others: 
             "drop_residual_layer": "<n>"}),
         options=Fields(TrainConfig, given_only=True, metavars={
             "sampling_temperature": "<T>", "language_loss": "<w>", "online_bt_from": "<k>",
-            "online_bt_share": "<F>"}))
+            "online_bt_share": "<F>", "guided_alignment_weight": "<w>"}))
 def train(
     data: Annotated[Path, typer.Option(
         "--data", "-d", help="Prepared dataset directory from `tfm prepare`.",

@@ -16,6 +16,7 @@ from torch import Tensor
 
 from tfm.data.dataset import TokenizedSplit
 from tfm.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tfm.data.word_alignment import TokenAlignments
 
 
 def batch_sizes(src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> np.ndarray:
@@ -90,6 +91,9 @@ class Batch:
     # (B,) each row's direction, an index into the dataset's directions (``collate`` sets it;
     # the multilingual training levers read it: tfm.training.multilingual)
     directions: Tensor | None = None
+    # (B, T, S) the guided-alignment targets (``alignment_targets``): row t is the distribution
+    # over the source positions aligned to label t (zeros: none); None: not asked
+    alignment: Tensor | None = None
 
     @property
     def src_mask(self) -> Tensor:
@@ -112,20 +116,42 @@ class Batch:
     def to(self, device: torch.device) -> Batch:
         return Batch(*(t.to(device, non_blocking=True) for t in (self.src, self.tgt_in,
                                                                  self.tgt_out)),
-                     None if self.directions is None else self.directions.to(device))
+                     *(None if t is None else t.to(device, non_blocking=True)
+                       for t in (self.directions, self.alignment)))
 
 
 def collate(split: TokenizedSplit, indices: np.ndarray, width_multiple: int = 1,
-            starts: Sequence[Sequence[int]] | None = None) -> Batch:
+            starts: Sequence[Sequence[int]] | None = None,
+            alignments: TokenAlignments | None = None) -> Batch:
     """Rows ``indices`` of a split -> a padded Batch (see ``pad_pairs``). ``starts``: the
     forced decoder start of each of the dataset's directions (prepare.json's
-    ``decoder_starts``: a model of language codes), by each row's direction; None: BOS."""
+    ``decoder_starts``: a model of language codes), by each row's direction; None: BOS.
+    ``alignments``: the split's token alignments (`tfm align`), made the batch's guided
+    alignment targets."""
     directions = split.directions[indices]
     rows = None if starts is None else [starts[d] for d in directions]
     batch = pad_pairs([split.src(i) for i in indices], [split.tgt(i) for i in indices],
                       width_multiple, rows)
     batch.directions = torch.from_numpy(np.asarray(directions, dtype=np.int64))
+    if alignments is not None:
+        fed = [0 if rows is None else len(rows[r]) - 1 for r in range(len(indices))]
+        batch.alignment = alignment_targets([alignments.row(i) for i in indices], fed,
+                                            tuple(batch.tgt_out.shape), batch.src.size(1))
     return batch
+
+
+def alignment_targets(pairs: Sequence[np.ndarray], fed: Sequence[int], shape: tuple[int, int],
+                      src_width: int) -> Tensor:
+    """Each row's token alignments ((source position, target position) pairs, as `tfm align`
+    stores them) -> (B, T, S) distributions: the label at column ``fed + t`` of ``tgt_out``
+    (``fed``: forced decoder tokens before the first label) spreads 1 evenly over the source
+    positions aligned to target token t; an unaligned label's row is all zeros."""
+    targets = np.zeros((*shape, src_width), dtype=np.float32)
+    for row, (links, shift) in enumerate(zip(pairs, fed)):
+        if len(links):
+            targets[row, links[:, 1] + shift, links[:, 0]] = 1.0
+    totals = targets.sum(axis=2, keepdims=True)
+    return torch.from_numpy(np.divide(targets, totals, out=targets, where=totals > 0))
 
 
 def pad_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],

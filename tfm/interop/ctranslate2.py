@@ -61,6 +61,7 @@ _EXPORTED_FIELDS = {
     "activation", "output_bias", "positions",
     "drop_residual_layer",  # its default only: 0, every residual (check_supported)
     "decoder_self_attention",  # its default only: attention (check_supported)
+    "alignment_layer",  # the decoder spec's alignment_layer and alignment_heads (_spec)
     # training-only: no effect on inference
     "dropout", "attention_dropout", "activation_dropout",
 }
@@ -155,10 +156,13 @@ def build_spec(model: Transformer, src_tokens: list[str], tgt_tokens: list[str],
     spec_module = ct2_specs.transformer_spec
     encoder = spec_module.TransformerEncoderSpec(c.encoder_layers, c.n_heads,
                                                  pre_norm=c.norm_first, activation=activation)
-    # Attention returned for alignments: the last layer's, averaged over all heads, as in tfm.
-    decoder = spec_module.TransformerDecoderSpec(c.decoder_layers, c.n_heads,
-                                                 pre_norm=c.norm_first, activation=activation,
-                                                 alignment_layer=-1, alignment_heads=c.n_heads)
+    # Attention returned for alignments, as in tfm: the last layer's, averaged over all heads,
+    # or the guided layer's first head (ModelConfig.alignment_layer).
+    guided = c.alignment_layer is not None
+    decoder = spec_module.TransformerDecoderSpec(
+        c.decoder_layers, c.n_heads, pre_norm=c.norm_first, activation=activation,
+        alignment_layer=c.alignment_layer if guided else -1,
+        alignment_heads=1 if guided else c.n_heads)
     spec = spec_module.TransformerSpec(encoder, decoder)
     positions = _array(position_table(c))  # (P, D)
 

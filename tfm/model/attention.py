@@ -59,7 +59,8 @@ def attention(
     """softmax(Q K^T / sqrt(d_k)) V.
 
     q: (B, H, T, Dh), k and v: (B, H, S, Dh), mask broadcastable to (B, H, T, S).
-    Returns the output (B, H, T, Dh) and, when ``need_weights``, the weights (B, H, T, S).
+    Returns the output (B, H, T, Dh) and, when ``need_weights``, the weights (B, H, T, S)
+    (before attention dropout).
     The fast path is PyTorch's fused kernel; the explicit path below is the same formula
     written out, used when a caller wants the weights (alignments, attention pictures).
     """
@@ -78,9 +79,10 @@ def attention(
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
-    if dropout > 0.0:
-        weights = F.dropout(weights, p=dropout)
-    return weights @ v, weights
+    # The weights returned are those before dropout: the attention's distribution, which
+    # guided alignment trains (tfm.training.objective) and alignments are read from.
+    dropped = F.dropout(weights, p=dropout) if dropout > 0.0 else weights
+    return dropped @ v, weights
 
 
 class MultiHeadAttention(nn.Module):

@@ -182,31 +182,58 @@ class Transformer(nn.Module):
     # --- decoder, all positions at once (training, scoring) ------------------------------------
 
     def decode_hidden(self, tgt_in: Tensor, memory: Tensor, memory_mask: Tensor,
-                      need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                      need_weights: bool = False, alignment_only: bool = False
+                      ) -> tuple[Tensor, Tensor | None]:
         """tgt_in (B, T) ids -> decoder output (B, T, D) before the vocabulary projection, and
-        the last layer's cross-attention weights (B, H, T, S) when asked."""
+        the alignment heads' cross-attention weights (B, H', T, S) when asked
+        (``alignment_heads``). ``alignment_only``: the weights computed in that layer alone
+        (training's guided alignment); otherwise every layer computes them, as before."""
         if self.config.decoder_self_attention == "ssru":
             self_mask = tgt_in != PAD_ID  # (B, T): the SSRU is causal by its recurrence
         else:
             self_mask = decoder_self_attention_mask(tgt_in, PAD_ID)  # (B, 1, T, T)
         x = self.tgt_embed(tgt_in)
         weights = None
-        for layer in self.decoder_layers:
+        kept = self.alignment_layer
+        for i, layer in enumerate(self.decoder_layers):
             cross_kv = layer.encoder_attn.project_kv(memory)
-            x, _, weights = layer(x, cross_kv, self_mask, memory_mask, None, need_weights)
-        return self.decoder_norm(x), weights
+            asked = need_weights and (i == kept or not alignment_only)
+            x, _, layer_weights = layer(x, cross_kv, self_mask, memory_mask, None, asked)
+            if i == kept:
+                weights = layer_weights
+        return self.decoder_norm(x), self.alignment_heads(weights)
 
-    def forward(self, src: Tensor, tgt_in: Tensor, score_mask: Tensor | None = None) -> Tensor:
+    @property
+    def alignment_layer(self) -> int:
+        """The decoder layer alignments are read from: the guided one, else the last."""
+        c = self.config
+        return c.decoder_layers - 1 if c.alignment_layer is None else c.alignment_layer
+
+    def alignment_heads(self, weights: Tensor | None) -> Tensor | None:
+        """A layer's cross-attention weights (B, H, ...) -> those alignments are read from:
+        the first head alone (B, 1, ...) in a model trained with guided alignment, else all
+        heads (averaged by the search)."""
+        if weights is None or self.config.alignment_layer is None:
+            return weights
+        return weights[:, :1]
+
+    def forward(self, src: Tensor, tgt_in: Tensor, score_mask: Tensor | None = None,
+                alignment: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Teacher forcing: src (B, S), tgt_in (B, T) = BOS + target -> logits (B, T, V).
 
         With ``score_mask`` (B, T), logits only where it is True, as (N, V): training skips
         the vocabulary projection, the largest matrix product, at padded positions.
+        With ``alignment`` (a model with ``alignment_layer``, in guided-alignment training),
+        also the guided head's cross-attention weights (B, T, S), before dropout.
         """
         memory, memory_mask = self.encode(src)
-        hidden = self.decode_hidden(tgt_in, memory, memory_mask)[0]  # (B, T, D)
+        hidden, weights = self.decode_hidden(tgt_in, memory, memory_mask, alignment, True)
         if score_mask is not None:
             hidden = hidden[score_mask]  # (N, D)
-        return self.logits(hidden)
+        if not alignment:
+            return self.logits(hidden)
+        assert weights is not None and self.config.alignment_layer is not None
+        return self.logits(hidden), weights[:, 0]
 
     # --- decoder, one position at a time (search) ----------------------------------------------
 
@@ -232,15 +259,19 @@ class Transformer(nn.Module):
                     rows: OutputRows | None = None
                     ) -> tuple[Tensor, DecoderState, Tensor | None]:
         """tokens (B,) fed at position ``state.step`` -> logits (B, V) for the next position
-        (with ``rows``, (B, V') over their ids: ``logits``), the extended state, and the last
-        layer's cross-attention weights (B, H, S)."""
+        (with ``rows``, (B, V') over their ids: ``logits``), the extended state, and the
+        alignment heads' cross-attention weights (B, H', S) (``alignment_heads``: the last
+        layer's H heads, or the guided head alone)."""
         x = self.tgt_embed(tokens[:, None], offset=state.step)  # (B, 1, D)
         new_layers = []
         weights = None
-        for layer, cache in zip(self.decoder_layers, state.layers):
-            x, new_cache, weights = layer(x, (cache.cross_k, cache.cross_v), None,
-                                          state.memory_mask, cache, need_weights, state.group)
+        for i, (layer, cache) in enumerate(zip(self.decoder_layers, state.layers)):
+            x, new_cache, layer_weights = layer(x, (cache.cross_k, cache.cross_v), None,
+                                                state.memory_mask, cache, need_weights,
+                                                state.group)
             new_layers.append(new_cache)
+            if i == self.alignment_layer:
+                weights = self.alignment_heads(layer_weights)
         logits = self.logits(self.decoder_norm(x), rows)[:, 0]  # (B, V)
         new_state = DecoderState(state.memory_mask, new_layers, state.step + 1, state.group)
         return logits, new_state, None if weights is None else weights[:, :, 0]

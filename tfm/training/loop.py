@@ -27,7 +27,7 @@ import signal
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from tfm.data.directions import Direction
 from tfm.data.language_marks import ModelLanguages
 from tfm.data.sampling import direction_probabilities, epoch_rows
 from tfm.data.tokenizer import Vocabularies, load_vocabularies
+from tfm.data.word_alignment import alignment_path, load_token_alignments
 from tfm.device import (
     autocast,
     cpu_bf16_support,
@@ -64,7 +65,7 @@ from tfm.model_info import ModelInfo
 from tfm.training import distributed
 from tfm.training.bf16 import BATCH_WIDTH_MULTIPLE, Bf16Copy
 from tfm.training.multilingual import BackTranslator, LanguageLoss
-from tfm.training.objective import label_smoothed_loss
+from tfm.training.objective import guided_alignment_loss, label_smoothed_loss
 from tfm.training.reporting import Reporters, TrainReporter
 from tfm.training.schedule import budget_progress, learning_rate
 from tfm.training.state import (
@@ -257,7 +258,8 @@ class _Trainer:
         self._seed_initial_weights()
         prep = read_prepare_info(data_dir)
         self.vocabs = load_vocabularies(data_dir / TOKENIZER_FILE)
-        self.model_config = self._fit_to_vocabularies(start.model_config)
+        self.model_config = guided_model_config(
+            self._fit_to_vocabularies(start.model_config), self.config)
         self._read_data(data_dir, prep)
         master = self._build_model(data_dir, init_from)
         self._build_optimizer(master)
@@ -307,6 +309,9 @@ class _Trainer:
     def _read_data(self, data_dir: Path, prep: PrepareInfo) -> None:
         """The splits, their directions and how they are drawn, what the best model is judged by."""
         self.train_split = load_split(data_dir, "train")
+        self.train_alignments = load_token_alignments(
+            alignment_path(data_dir, "train"), len(self.train_split)) \
+            if self.config.guided_alignment_weight else None
         self.valid_split = load_split(data_dir, "valid") if "valid" in prep.splits else None
         self.directions = prep.direction_names
         # A model of language codes: each direction's forced decoder start (tfm prepare)
@@ -597,8 +602,8 @@ class _Trainer:
         (_in_phase), followed by their back-translated pairs, made by the weights being
         trained as the steps compute with them: the bf16 copy in a bf16 run on a CPU (rounded
         from the masters after every update), else the fp32 masters."""
-        group = [collate(self.train_split, b, width, self.starts).to(self.device)
-                 for b in batches]
+        group = [collate(self.train_split, b, width, self.starts,
+                         self.train_alignments).to(self.device) for b in batches]
         bt = self.back_translator
         if bt is None or not self._in_phase(progress):
             return group
@@ -752,6 +757,15 @@ class _Window:
         self.src_tokens += src_tokens
 
 
+def guided_model_config(model: ModelConfig, config: TrainConfig) -> ModelConfig:
+    """The model of a run with --guided-alignment records the layer whose first
+    cross-attention head it trains (the penultimate, as Garg et al. 2019), for decoding to read
+    alignments from; without it the model's config is unchanged."""
+    if not config.guided_alignment_weight:
+        return model
+    return replace(model, alignment_layer=max(model.decoder_layers - 2, 0))
+
+
 def _sampling(prep: PrepareInfo, directions: list[str], split: TokenizedSplit,
               config: TrainConfig) -> tuple[np.ndarray, dict[str, Any]]:
     """How the run draws its directions (tfm.data.sampling): their probabilities, and as the
@@ -871,11 +885,16 @@ def _update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, group: lis
 def _batch_loss(model: torch.nn.Module, batch: Batch, config: TrainConfig,
                 amp_dtype: torch.dtype | None, language_loss: LanguageLoss | None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One batch's objective (the translation loss, plus --language-loss's term), its summed
-    label-smoothed loss and its summed NLL."""
-    with autocast(batch.src.device, amp_dtype):
-        logits = model(batch.src, batch.tgt_in, batch.tgt_mask)  # (N, V), real positions
+    """One batch's objective (the translation loss, plus --language-loss's and
+    --guided-alignment's terms), its summed label-smoothed loss and its summed NLL."""
+    guided = config.guided_alignment_weight > 0 and batch.alignment is not None
+    with autocast(batch.src.device, amp_dtype):  # (N, V) at real positions; (B, T, S)
+        logits, weights = model(batch.src, batch.tgt_in, batch.tgt_mask, alignment=True) \
+            if guided else (model(batch.src, batch.tgt_in, batch.tgt_mask), None)
     loss, nll = label_smoothed_loss(logits, batch.tgt_out[batch.tgt_mask],
                                     config.label_smoothing)
     objective = loss if language_loss is None else loss + language_loss(logits, batch)
+    if weights is not None:  # --guided-alignment: the guided head's term
+        objective = objective + config.guided_alignment_weight * guided_alignment_loss(
+            weights, batch.alignment)
     return objective, loss, nll

@@ -121,3 +121,14 @@ def label_smoothed_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: flo
     function = _RowwiseSmoothedCrossEntropy if rowwise else _SmoothedCrossEntropy
     loss, nll = function.apply(logits, target, float(epsilon))
     return loss.sum(), nll.sum()
+
+
+def guided_alignment_loss(weights: torch.Tensor, targets: torch.Tensor,
+                          floor: float = 1e-9) -> torch.Tensor:
+    """Guided alignment's term (Garg et al., 2019): the summed cross-entropy
+    -sum_t sum_s A[t, s] log p[t, s] of one head's cross-attention weights p (B, T, S) against
+    the alignment targets A (B, T, S) (tfm.data.batching.alignment_targets: each aligned label
+    a distribution over its aligned source positions, the others zero rows). Summed, as the
+    translation loss is, so that the update divides both by its target tokens."""
+    log_p = weights.float().clamp_min(floor).log()
+    return -(targets * log_p).sum()
