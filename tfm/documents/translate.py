@@ -39,6 +39,7 @@ from tfm.documents.formats import Document
 from tfm.documents.segments import Segment, Tag
 
 _WORD = re.compile(r"\S+")
+_CLOSING = set(".,;:!?)]}»\"'…")  # after these no space is added behind an empty tag
 Alignment = list[tuple[int, int]]  # (source word, target word), words split at whitespace
 
 
@@ -175,7 +176,8 @@ def project(segment: Segment, passage: Passage, translations: Sequence[str],
                                                                       links)
     events = [(kind, t.ref) for kind, t in segment.pieces() if kind != "text"]
     placed = _repair(events, wanted, len(target.text))
-    return Segment(target.text, _tags(segment, events, placed))
+    text, placed = _spaced(segment, source.text, target.text, events, placed)
+    return Segment(text, _tags(segment, events, placed))
 
 
 def _links(alignment: Alignment | None, sources: int, targets: int) -> list[list[int]]:
@@ -269,18 +271,94 @@ def _punctuation(text: str) -> bool:
 
 def _point(position: int, source: _Side, target: _Side, links: list[list[list[int]]]) -> int:
     """Where an empty tag at ``position`` goes: after the target of the word it follows, or
-    before that of the word it precedes; on a sentence's edge or between sentences, exactly."""
+    before that of the word it precedes (after the previous one where that is punctuation);
+    inside a word (glued to it in the source), at the same edge of that word's target, before
+    or after its punctuation as in the source, never inside its letters; on a sentence's edge
+    or between sentences, exactly. Its spaces are made as the source's later (``_spaced``)."""
     k = source.inside(position)
     if k is None:
         return _gap_position(position, source, target)
     words = source.words[k]
+    holder = [w for w, (start, end) in enumerate(words) if start < position < end]
+    if holder:
+        return _inside_word(position, words[holder[0]], source,
+                            _target_words(k, holder, target, links), target)
     before = [w for w, (_, end) in enumerate(words) if end <= position]
     after = [w for w, (start, _) in enumerate(words) if start >= position]
-    if before and words[before[-1]][1] == position or not after:
-        span = _target_words(k, [before[-1]], target, links) if before else None
+    punctuation = after and _punctuation(source.text[slice(*words[after[0]])])
+    if before and (words[before[-1]][1] == position or not after or punctuation):
+        span = _target_words(k, [before[-1]], target, links)
+        if span and punctuation:  # "press <kbd/>." -> "drücken <kbd/>."
+            return _before_punctuation(span, target.text)
         return span[1] if span else target.bounds[k][1]
     span = _target_words(k, [after[0]], target, links)
     return span[0] if span else target.bounds[k][0]
+
+
+def _inside_word(position: int, word: tuple[int, int], source: _Side,
+                 span: tuple[int, int] | None, target: _Side) -> int:
+    """An empty tag inside a source word, put on the matching edge of its target ``span``:
+    before the target's closing punctuation where the source tag stood before the word's
+    punctuation ("Hello<x/>," -> "Hallo<x/>,"), after its opening punctuation where it stood
+    after the word's ("(<x/>see" -> "(<x/>siehe"), else after the whole target word."""
+    if span is None:
+        return target.bounds[-1][1] if target.bounds else 0
+    start, end = span
+    if _punctuation(source.text[position:word[1]]):
+        return _before_punctuation(span, target.text)
+    if _punctuation(source.text[word[0]:position]):
+        while start < end and _punctuation(target.text[start]):
+            start += 1
+        return start if start < end else span[0]
+    return end
+
+
+def _before_punctuation(span: tuple[int, int], text: str) -> int:
+    """The end of ``span`` before its closing punctuation (its end, if it is all punctuation)."""
+    start, end = span
+    while end > start and _punctuation(text[end - 1]):
+        end -= 1
+    return end if end > start else span[1]
+
+
+def _spaced(segment: Segment, source: str, text: str, events: list[tuple[str, int]],
+            placed: dict[tuple[str, int], int]) -> tuple[str, dict[tuple[str, int], int]]:
+    """The target text and edges with a space each side of every empty tag where the source
+    had one (inline code or a placeholder used as a word: "Type <code/> to" never "Type
+    <code/>to"): a space copied twice beside it is shared out, else one is added."""
+    wanted = {t.ref: (t.start > 0 and source[t.start - 1].isspace(),
+                      t.start < len(source) and source[t.start].isspace())
+              for t in segment.tags if t.empty}
+    pieces: list[str] = []  # the text between consecutive edges: one more than the edges
+    position = 0
+    for event in events:
+        pieces.append(text[position:placed[event]])
+        position = placed[event]
+    pieces.append(text[position:])
+    for n, (kind, ref) in enumerate(events):
+        if kind == "empty":
+            _space_out(pieces, n, *wanted[ref])
+    spaced, position = dict(placed), 0
+    for n, event in enumerate(events):
+        position += len(pieces[n])
+        spaced[event] = position
+    return "".join(pieces), spaced
+
+
+def _space_out(pieces: list[str], n: int, before: bool, after: bool) -> None:
+    """Spaces around the empty tag between ``pieces[n]`` and ``pieces[n + 1]``."""
+    left = next((p[-1] for p in reversed(pieces[:n + 1]) if p), None)
+    right = next((p[0] for p in pieces[n + 1:] if p), None)
+    if after and right is not None and not right.isspace() and right not in _CLOSING:
+        if pieces[n][-2:].isspace() and len(pieces[n]) >= 2:
+            pieces[n], pieces[n + 1] = pieces[n][:-1], pieces[n][-1] + pieces[n + 1]
+        else:
+            pieces[n + 1] = " " + pieces[n + 1]
+    if before and left is not None and not left.isspace():
+        if pieces[n + 1][:2].isspace() and len(pieces[n + 1]) >= 2:
+            pieces[n], pieces[n + 1] = pieces[n] + pieces[n + 1][0], pieces[n + 1][1:]
+        else:
+            pieces[n] += " "
 
 
 def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], length: int
