@@ -59,7 +59,8 @@ class MarkdownDocument:
         self.text, self.newline, self.bom = text, newline, bom
         self.segments, self.places = segments, places
 
-    def write(self, translations: Sequence[Segment]) -> bytes:
+    def write(self, translations: Sequence[Segment], language: str | None = None) -> bytes:
+        # ``language``: the format has no place that names it
         """The file with each changed segment's source range rewritten, the rest as read."""
         if len(translations) != len(self.segments):
             raise ValueError(f"{len(translations)} translations for {len(self.segments)} "

@@ -35,7 +35,7 @@ from tfm.decoding.alignment import word_ids
 from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import prepare_request
 from tfm.decoding.translator import Translation, Translator
-from tfm.documents.formats import Document
+from tfm.documents.formats import Document, language_tag
 from tfm.documents.segments import Segment, Tag
 
 _WORD = re.compile(r"\S+")
@@ -53,8 +53,12 @@ def translate_document(document: Document, translator: Translator, options: Sear
     rules cut the sentences), ``glossary``: as ``prepare_request`` takes them; ``split``:
     cut segments into sentences (False: each segment is one); ``progress``: called with the
     number of sentences done, as they are; ``work``: the
-    document as ``DocumentWork.of`` cut it, if already done (to count its sentences first)."""
-    work = work or DocumentWork.of(document, split, language.source if language else None)
+    document as ``DocumentWork.of`` cut it, if already done (to count its sentences first).
+    The file names the request's target language (else the model's one) where its format
+    names one."""
+    target = (language.target if language else None) or model_target(translator)
+    work = work or DocumentWork.of(document, split, language.source if language else None,
+                                   target)
     results: list[Translation | None] = [None] * len(work.sentences)
     for chosen, with_tags in work.groups():
         wanted = work.options(options, with_tags, translator.supports_attention)
@@ -73,14 +77,15 @@ class DocumentWork:
 
     document: Document
     passages: list[Passage]
+    target: str | None = None  # the target language, as tfm names it (None: unknown)
 
     @classmethod
-    def of(cls, document: Document, split: bool = True, language: str | None = None
-           ) -> DocumentWork:
+    def of(cls, document: Document, split: bool = True, language: str | None = None,
+           target: str | None = None) -> DocumentWork:
         """``document``'s segments cut into sentences (``split``: by ``language``'s rules;
-        else each segment whole)."""
+        else each segment whole); ``target``: the language the file will name, if known."""
         return cls(document, [split_sentences(s.text, language) if split else
-                              Passage.whole(s.text) for s in document.segments])
+                              Passage.whole(s.text) for s in document.segments], target)
 
     @property
     def sentences(self) -> list[str]:
@@ -111,7 +116,21 @@ class DocumentWork:
             position += len(passage.sentences)
             alignments = [text_alignment(r, s) for r, s in zip(mine, passage.sentences)]
             segments.append(project(segment, passage, [r.text for r in mine], alignments))
-        return self.document.write(segments)
+        tag = language_tag(self.target)
+        if tag is None:  # a Document written before formats named their language
+            return self.document.write(segments)
+        return self.document.write(segments, language=tag)
+
+
+def model_target(translator: Translator) -> str | None:
+    """The model's one target language, if it names one (a multilingual model's, where
+    all its directions go to one)."""
+    info = getattr(translator, "info", None)
+    directions = getattr(info, "directions", None) or []
+    targets = {d.rsplit("-", 1)[-1] for d in directions}
+    if directions:
+        return targets.pop() if len(targets) == 1 else None
+    return getattr(info, "tgt_lang", None) or None
 
 
 def text_alignment(result: Translation, sentence: str) -> Alignment | None:
