@@ -126,6 +126,13 @@ def test_an_empty_tag_with_a_space_before_and_punctuation_after_keeps_its_space(
     assert shown(result) == "Dann drücken <1/>."
 
 
+def test_an_empty_tag_before_punctuation_takes_the_space_the_translation_left_there():
+    # "in <span translate=no>New York</span>." reads "in ." to the model, which copies it
+    source = Segment("They walk in .", (Tag(13, 13, 1),))
+    result = translated(source, ["SIE GEHEN IN ."], [[(0, 0), (1, 1), (2, 2), (3, 3)]])
+    assert shown(result) == "SIE GEHEN IN <1/>."
+
+
 def test_an_empty_tag_never_splits_a_word():
     source = Segment("The filename is here.", (Tag(8, 8, 1),))  # The file<x/>name is here
     result = translated(source, ["Der Dateiname ist hier."], [[(0, 0), (1, 1), (2, 2), (3, 3)]])

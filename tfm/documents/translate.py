@@ -117,9 +117,17 @@ class DocumentWork:
             alignments = [text_alignment(r, s) for r, s in zip(mine, passage.sentences)]
             segments.append(project(segment, passage, [r.text for r in mine], alignments))
         tag = language_tag(self.target)
-        if tag is None:  # a Document written before formats named their language
+        if tag is None or not _names_language(self.document):
             return self.document.write(segments)
         return self.document.write(segments, language=tag)
+
+
+def _names_language(document: Document) -> bool:
+    """Whether ``document.write`` takes a ``language`` (a Document written before formats
+    named their language takes the translations alone)."""
+    import inspect
+
+    return "language" in inspect.signature(document.write).parameters
 
 
 def model_target(translator: Translator) -> str | None:
@@ -365,19 +373,33 @@ def _spaced(segment: Segment, source: str, text: str, events: list[tuple[str, in
 
 
 def _space_out(pieces: list[str], n: int, before: bool, after: bool) -> None:
-    """Spaces around the empty tag between ``pieces[n]`` and ``pieces[n + 1]``."""
-    left = next((p[-1] for p in reversed(pieces[:n + 1]) if p), None)
-    right = next((p[0] for p in pieces[n + 1:] if p), None)
-    if after and right is not None and not right.isspace() and right not in _CLOSING:
-        if pieces[n][-2:].isspace() and len(pieces[n]) >= 2:
-            pieces[n], pieces[n + 1] = pieces[n][:-1], pieces[n][-1] + pieces[n + 1]
-        else:
-            pieces[n + 1] = " " + pieces[n + 1]
+    """Spaces around the empty tag between ``pieces[n]`` and ``pieces[n + 1]``: one before it
+    if ``before`` (moved from after it where the source had none there: "in <x/> ." -> "in
+    <x/>."), one after it if ``after`` (likewise), none added before closing punctuation."""
+    left, right = _edge(pieces[:n + 1], -1), _edge(pieces[n + 1:], 0)
     if before and left is not None and not left.isspace():
-        if pieces[n + 1][:2].isspace() and len(pieces[n + 1]) >= 2:
+        if pieces[n + 1][:1].isspace() and (not after or _spaces(pieces[n + 1], 0)):
             pieces[n], pieces[n + 1] = pieces[n] + pieces[n + 1][0], pieces[n + 1][1:]
         else:
             pieces[n] += " "
+    left, right = _edge(pieces[:n + 1], -1), _edge(pieces[n + 1:], 0)
+    if after and right is not None and not right.isspace() and right not in _CLOSING:
+        if pieces[n][-1:].isspace() and (not before or _spaces(pieces[n], -1)):
+            pieces[n], pieces[n + 1] = pieces[n][:-1], pieces[n][-1] + pieces[n + 1]
+        else:
+            pieces[n + 1] = " " + pieces[n + 1]
+
+
+def _edge(pieces: list[str], side: int) -> str | None:
+    """The last (``side`` -1) or first (0) character of the pieces' text, if any."""
+    found = [p for p in pieces if p]
+    return found[side][side] if found else None
+
+
+def _spaces(piece: str, side: int) -> bool:
+    """Whether ``piece`` has two whitespace characters at its end (-1) or start (0)."""
+    edge = piece[-2:] if side == -1 else piece[:2]
+    return len(edge) == 2 and edge.isspace()
 
 
 def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], length: int
