@@ -246,6 +246,18 @@ def test_a_text_document_is_translated_sentence_by_sentence_with_its_layout_kept
     assert sum(done) == 3
 
 
+def test_a_sentence_without_a_letter_is_kept_as_it_is_and_never_sent():
+    data = "The dog sleeps.\n42\n\u2014 3.50 \u20ac\nA bird.\n".encode()
+    translator = UpperTranslator()
+    done: list[int] = []
+    out = translate_document(read(data, Limits()), translator, SearchOptions(),
+                             progress=done.append)
+    assert out == data.replace(b"The dog sleeps.", b"THE DOG SLEEPS.").replace(b"A bird",
+                                                                               b"A BIRD")
+    assert translator.calls == [(["The dog sleeps.", "A bird."], False)]
+    assert sum(done) == 4  # the bar counts the kept ones too
+
+
 def test_only_the_sentences_of_tagged_segments_are_translated_with_attention():
     @dataclass
     class Doc:

@@ -66,7 +66,9 @@ def translate_document(document: Document, translator: Translator, options: Sear
                                   None, glossary, language)
         for i, result in zip(chosen, translator.translate_prepared(sources, wanted, progress)):
             results[i] = result
-    return work.write([r for r in results if r is not None])
+    if progress is not None and work.unsent:
+        progress(len(work.unsent))
+    return work.write(results)
 
 
 @dataclass
@@ -93,20 +95,28 @@ class DocumentWork:
 
     def groups(self) -> list[tuple[list[int], bool]]:
         """The sentences (their positions) to decode without and with attention: those of
-        segments with tags need the alignment that places them (slower)."""
+        segments with tags need the alignment that places them (slower). A sentence without
+        a letter (a number, a price, a dash, a music note) is in neither: it is kept as it
+        is (``unsent``), as a model would only damage it."""
         tagged = [bool(segment.tags) for segment, p in zip(self.document.segments,
                                                            self.passages) for _ in p.sentences]
-        groups = [([i for i, t in enumerate(tagged) if t == want], want)
-                  for want in (False, True)]
+        groups = [([i for i, t in enumerate(tagged) if t == want and _has_words(
+            self.sentences[i])], want) for want in (False, True)]
         return [(chosen, want) for chosen, want in groups if chosen]
+
+    @property
+    def unsent(self) -> list[int]:
+        """The sentences kept as they are, never sent to the model (see ``groups``)."""
+        return [i for i, sentence in enumerate(self.sentences) if not _has_words(sentence)]
 
     @staticmethod
     def options(options: SearchOptions, with_tags: bool, aligned: bool) -> SearchOptions:
         """The search options of a group: attention on for tags, where the engine has it."""
         return replace(options, attention=options.attention or (with_tags and aligned))
 
-    def write(self, results: Sequence[Translation]) -> bytes:
-        """The file with the translations (of ``sentences``, in order) in place."""
+    def write(self, results: Sequence[Translation | None]) -> bytes:
+        """The file with the translations (of ``sentences``, in order; None for one of the
+        ``unsent``, kept as it is) in place."""
         if len(results) != len(self.sentences):
             raise ValueError(f"{len(results)} translations for {len(self.sentences)} "
                              "sentences")
@@ -114,8 +124,10 @@ class DocumentWork:
         for segment, passage in zip(self.document.segments, self.passages):
             mine = results[position: position + len(passage.sentences)]
             position += len(passage.sentences)
-            alignments = [text_alignment(r, s) for r, s in zip(mine, passage.sentences)]
-            segments.append(project(segment, passage, [r.text for r in mine], alignments))
+            alignments = [text_alignment(r, s) if r is not None else _itself(s)
+                          for r, s in zip(mine, passage.sentences)]
+            texts = [r.text if r is not None else s for r, s in zip(mine, passage.sentences)]
+            segments.append(project(segment, passage, texts, alignments))
         tag = language_tag(self.target)
         if tag is None or not _names_language(self.document):
             return self.document.write(segments)
@@ -139,6 +151,15 @@ def model_target(translator: Translator) -> str | None:
     if directions:
         return targets.pop() if len(targets) == 1 else None
     return getattr(info, "tgt_lang", None) or None
+
+
+def _has_words(sentence: str) -> bool:
+    return any(ch.isalpha() for ch in sentence)
+
+
+def _itself(sentence: str) -> Alignment:
+    """A sentence kept as it is, aligned word for word to itself."""
+    return [(i, i) for i in range(len(_WORD.findall(sentence)))]
 
 
 def text_alignment(result: Translation, sentence: str) -> Alignment | None:

@@ -292,7 +292,7 @@ class _Service:
             except UsageError as e:
                 raise ApiError(422, f"invalid request: {e}") from e
             jobs.append((chosen, self.enqueue(batcher, sources, wanted)))
-        results: list[Translation] = [None] * len(sentences)  # type: ignore[list-item]
+        results: list[Translation | None] = [None] * len(sentences)  # None: unsent
         for chosen, job in jobs:
             found = await _unless_disconnected(job, batcher, receive)
             if found is None:
@@ -557,7 +557,8 @@ def _groups(works: list[DocumentWork]) -> list[tuple[list[int], bool]]:
     return [(positions, want) for want, positions in chosen.items() if positions]
 
 
-def _written(works: list[DocumentWork], results: list[Translation]) -> list[tuple[bytes, bool]]:
+def _written(works: list[DocumentWork], results: list[Translation | None]
+             ) -> list[tuple[bytes, bool]]:
     """Each document written back with its sentences' translations, and whether one was
     truncated; a document its format cannot write is a 500 (a format's fault, not the
     request's)."""
@@ -565,7 +566,7 @@ def _written(works: list[DocumentWork], results: list[Translation]) -> list[tupl
     for work in works:
         mine = results[offset: offset + len(work.sentences)]
         offset += len(work.sentences)
-        written.append((work.write(mine), any(r.truncated for r in mine)))
+        written.append((work.write(mine), any(r is not None and r.truncated for r in mine)))
     return written
 
 
