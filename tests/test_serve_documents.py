@@ -114,3 +114,10 @@ def test_the_page_is_told_the_formats_a_text_can_hold(url: str):
     assert '"formats": [{"name": "text", "extensions": [".txt", ".text"]}' in page
     assert '"name": "html"' in page and '"name": "docx"' not in page
     assert 'id="file"' in page and 'id="download"' in page
+
+
+def test_a_page_names_the_model_s_target_language(url: str, translator: Translator):
+    page = b'<html lang="en"><body><p>The dog sleeps.</p></body></html>'
+    response = upload(url, page, filename="page.html")
+    assert response.status_code == 200, response.text
+    assert f'<html lang="{translator.info.tgt_lang}">'.encode() in response.content
