@@ -18,10 +18,11 @@ inline tags carried across by word alignment.
 A tag over whole sentences covers their whole translations; one inside a sentence covers the
 target words aligned to its source words; an empty one (inline code, a placeholder) goes to a
 word boundary beside its neighbour word's translation, spaced as in the source. A sentence
-without a letter (a number, a price) is kept as it is, never sent to the model. Whitespace between sentences is copied, so a tag's
-edge that lies there maps exactly. Whatever the alignment says (crossing, garbage, none: an
-engine without attention), the result is a valid segment: the tags' edges, taken in the source's
-document order, are made non-decreasing in the target, which keeps the source's nesting.
+without a letter (a number, a price) is kept as it is, never sent to the model. Whitespace
+between sentences is copied, so a tag's edge that lies there maps exactly. Whatever the
+alignment says (crossing, garbage, none: an engine without attention), the result is a valid
+segment: the tags' edges, taken in the source's document order, are made non-decreasing in
+the target, which keeps the source's nesting.
 """
 
 from __future__ import annotations
