@@ -156,10 +156,7 @@ def _paths(path: Path, name: str, src_lang: str, tgt_lang: str, lines: list[str]
     for exact in (True, False):
         engines[f"ct2-{'exact' if exact else 'one-pass'}"] = CTranslate2Translator(
             path.parent / f"{path.name}.ct2", "cpu", "fp32", exact=exact)
-    langs = {} if name == "bilingual" else {"target_lang": tgt_lang}
-    if name == "nllb":
-        langs = {"target_lang": {"en": "eng_Latn", "de": "deu_Latn"}[tgt_lang],
-                 "source_lang": {"en": "eng_Latn", "de": "deu_Latn"}[src_lang]}
+    langs = _languages(torch_engine, name, src_lang, tgt_lang)
     sources = [s for s in torch_engine.prepare(lines, **langs) if s.ids]
     batch, start = [s.ids for s in sources], [s.start for s in sources]
     graphs = CudaGraphs(torch_engine.model)
@@ -172,6 +169,18 @@ def _paths(path: Path, name: str, src_lang: str, tgt_lang: str, lines: list[str]
         yield f"graph {label}", _plain(graphs.search(src, o, forced))
         if o.beam > 1 or fields.get("min_len"):
             yield from _constrained(torch_engine, engines, lines, langs, o, label)
+
+
+def _languages(translator, name: str, src_lang: str, tgt_lang: str) -> dict:
+    """The keywords by which ``prepare`` and ``translate`` take the direction: the resolved
+    language where the tfm has the one resolver (#78), its two strings before."""
+    if name == "bilingual":
+        return {}
+    codes = {"en": "eng_Latn", "de": "deu_Latn"} if name == "nllb" else {}
+    target, source = codes.get(tgt_lang, tgt_lang), codes.get(src_lang) if codes else None
+    if hasattr(translator, "languages"):
+        return {"language": translator.languages.resolve(target, source)}
+    return {"target_lang": target, **({"source_lang": source} if source else {})}
 
 
 def _constrained(torch_engine, engines, lines: list[str], langs: dict, o, label: str):

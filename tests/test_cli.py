@@ -258,6 +258,16 @@ def test_a_text_document_comes_back_byte_for_byte_but_its_words(demo_model: Path
     assert to_stdout.stdout.count("\n") == 4 and "Translated 2 sentences" in to_stdout.stderr
 
 
+def test_a_translated_page_names_the_target_language(demo_model: Path, tmp_path: Path) -> None:
+    page = tmp_path / "page.html"
+    page.write_bytes(f'<html lang="en"><body><p>{ONE}</p></body></html>'.encode())
+    result = tfm("translate", "-m", str(demo_model), "-b", "1", "--input", str(page),
+                 "--output", str(tmp_path / "page.de.html"))
+    assert result.returncode == 0, result.stderr
+    target = json.loads((demo_model / "config.json").read_text())["tgt_lang"]
+    assert f'<html lang="{target}">'.encode() in (tmp_path / "page.de.html").read_bytes()
+
+
 def test_a_document_is_refused_what_only_lines_can_take(demo_model: Path,
                                                           tmp_path: Path) -> None:
     page = tmp_path / "page.html"

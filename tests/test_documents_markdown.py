@@ -146,6 +146,13 @@ def test_translated_words_that_look_like_markup_are_escaped():
     assert tokens[-2].children[0].content == "1. <b> & &amp;"
 
 
+def test_a_line_start_that_starts_nothing_is_not_escaped():
+    doc = markdown.read(b"A line.\n\nAnother line.\n\nA third.\n", Limits())
+    out = doc.write([Segment("...und so weiter"), Segment("5-mal gelesen"),
+                     Segment("2) zwei")])
+    assert out == b"...und so weiter\n\n5-mal gelesen\n\n2\\) zwei\n"
+
+
 def test_whitespace_moves_outside_emphasis_so_it_stays_emphasis():
     doc = markdown.read(b"Some **bold** words\n", Limits())
     (segment,) = doc.segments

@@ -89,6 +89,58 @@ def test_an_empty_translation_keeps_every_tag():
     assert sorted(t.ref for t in result.tags) == [1, 2, 3, 4]
 
 
+# --- empty tags (inline code used as a word, a placeholder): at a word boundary, spaced as the
+# source spaced them, never inside a word --------------------------------------------------------
+
+def test_an_empty_tag_between_spaces_keeps_one_space_each_side():
+    source = Segment("Type  to list the files.", (Tag(5, 5, 1),))  # Type <code/> to list...
+    result = translated(source, ["Tippe zum Auflisten der Dateien."],
+                        [[(0, 0), (1, 1), (2, 2), (3, 3), (4, 4)]])
+    assert shown(result) == "Tippe <1/> zum Auflisten der Dateien."
+
+
+def test_an_empty_tag_between_spaces_takes_one_of_two_copied_spaces_each_side():
+    source = Segment("Type  to list.", (Tag(5, 5, 1),))
+    result = translated(source, ["TYPE  TO LIST."], [[(0, 0), (1, 1), (2, 2)]])
+    assert shown(result) == "TYPE <1/> TO LIST."
+
+
+def test_an_empty_tag_follows_its_neighbour_word_where_the_translation_moves_it():
+    source = Segment("Press  to save the file.", (Tag(6, 6, 1),))  # Press <kbd/> to save...
+    result = translated(source, ["Um die Datei zu speichern, drücken Sie."],
+                        [[(0, 5), (1, 3), (2, 4), (3, 1), (4, 2)]])
+    assert shown(result) == "Um die Datei <1/> zu speichern, drücken Sie."
+
+
+def test_an_empty_tag_glued_before_punctuation_stays_before_the_target_s_punctuation():
+    # A catalogue's "Hello {name}, you": the placeholder took its space along, so the text is
+    # "Hello, you" with the tag between the word and its comma.
+    source = Segment("Hello, you have mail.", (Tag(5, 5, 1),))
+    result = translated(source, ["Hallo, du hast Post."], [[(0, 0), (1, 1), (2, 2), (3, 3)]])
+    assert shown(result) == "Hallo<1/>, du hast Post."
+
+
+def test_an_empty_tag_with_a_space_before_and_punctuation_after_keeps_its_space():
+    source = Segment("Then press .", (Tag(11, 11, 1),))  # Then press <kbd/>.
+    result = translated(source, ["Dann drücken."], [[(0, 0), (1, 1)]])
+    assert shown(result) == "Dann drücken <1/>."
+
+
+def test_an_empty_tag_before_punctuation_takes_the_space_the_translation_left_there():
+    # "in <span translate=no>New York</span>." reads "in ." to the model, which copies it
+    source = Segment("They walk in .", (Tag(13, 13, 1),))
+    result = translated(source, ["SIE GEHEN IN ."], [[(0, 0), (1, 1), (2, 2), (3, 3)]])
+    assert shown(result) == "SIE GEHEN IN <1/>."
+
+
+def test_an_empty_tag_never_splits_a_word():
+    source = Segment("The filename is here.", (Tag(8, 8, 1),))  # The file<x/>name is here
+    result = translated(source, ["Der Dateiname ist hier."], [[(0, 0), (1, 1), (2, 2), (3, 3)]])
+    text, (tag,) = result.text, result.tags
+    assert text == "Der Dateiname ist hier."
+    assert tag.start in (4, 13)  # at an edge of the word aligned to the one it was inside
+
+
 @st.composite
 def tagged_segments(draw) -> tuple[Segment, list[str], list]:
     """A segment with random well-nested tags, random translations of its sentences and
@@ -192,6 +244,18 @@ def test_a_text_document_is_translated_sentence_by_sentence_with_its_layout_kept
     assert out == b"  THE DOG SLEEPS. THE CAT EATS.\r\n\n\tA BIRD.  \n"
     assert translator.calls == [(["The dog sleeps.", "The cat eats.", "A bird."], False)]
     assert sum(done) == 3
+
+
+def test_a_sentence_without_a_letter_is_kept_as_it_is_and_never_sent():
+    data = "The dog sleeps.\n42\n\u2014 3.50 \u20ac\nA bird.\n".encode()
+    translator = UpperTranslator()
+    done: list[int] = []
+    out = translate_document(read(data, Limits()), translator, SearchOptions(),
+                             progress=done.append)
+    assert out == data.replace(b"The dog sleeps.", b"THE DOG SLEEPS.").replace(b"A bird",
+                                                                               b"A BIRD")
+    assert translator.calls == [(["The dog sleeps.", "A bird."], False)]
+    assert sum(done) == 4  # the bar counts the kept ones too
 
 
 def test_only_the_sentences_of_tagged_segments_are_translated_with_attention():

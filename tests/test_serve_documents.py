@@ -151,3 +151,10 @@ def test_markdown_is_rendered_for_the_page_with_raw_html_escaped(url: str):
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert local_http.post(f"{url}/v1/preview", params={"format": "html"},
                            content=b"x").status_code == 415
+
+
+def test_a_page_names_the_model_s_target_language(url: str, translator: Translator):
+    page = b'<html lang="en"><body><p>The dog sleeps.</p></body></html>'
+    response = upload(url, page, filename="page.html")
+    assert response.status_code == 200, response.text
+    assert f'<html lang="{translator.info.tgt_lang}">'.encode() in response.content

@@ -73,7 +73,10 @@ class WordDocument:
     data: bytes = field(repr=False)
     where: list[tuple[int, int]] = field(repr=False)  # each segment's part and paragraph
 
-    def write(self, translations: Sequence[Segment]) -> bytes:
+    def write(self, translations: Sequence[Segment], language: str | None = None) -> bytes:
+        """The file with its paragraphs translated; ``language``, if given, named where Word
+        reads it: the file's properties (``dc:language``, where it has them) and the proofing
+        language (``w:lang``) of the styles and of the translated paragraphs' runs."""
         if len(translations) != len(self.segments):
             raise ValueError(f"{len(translations)} translations for {len(self.segments)} "
                              "paragraphs")
@@ -84,6 +87,10 @@ class WordDocument:
             if target != source:
                 paragraph = paragraphs[part][index]
                 _rebuild(paragraph, target, _Paragraph().read(paragraph)[1])
+                if language:
+                    _name_language(paragraph, language)
+        if language:
+            _name_document_language(document, language)
         for part, root in parts:
             _store(part, root)
         out = io.BytesIO()
@@ -161,6 +168,31 @@ def _inflate(archive: zipfile.ZipFile, member: zipfile.ZipInfo, room: int) -> in
         raise DataError(f"truncated or not a DOCX (member {member.filename} is damaged)"
                         ) from None
     return size
+
+
+def _name_language(element: Any, language: str) -> None:
+    """Each ``w:lang`` under ``element`` names ``language`` as the text's (``w:val``; the East
+    Asian and complex-script languages, ``w:eastAsia`` and ``w:bidi``, left as they were)."""
+    for lang in element.iter(f"{_W}lang"):
+        if lang.get(f"{_W}val") is not None:
+            lang.set(f"{_W}val", language)
+
+
+def _name_document_language(document: Any, language: str) -> None:
+    """The styles' proofing language and the file's ``dc:language`` (only where the file has
+    properties: python-docx would otherwise make them, naming itself their author)."""
+    from docx.opc.constants import RELATIONSHIP_TYPE
+
+    try:  # (document.styles would make a styles part where the file has none)
+        _name_language(document.part.part_related_by(RELATIONSHIP_TYPE.STYLES).element,
+                       language)
+    except KeyError:
+        pass
+    try:
+        document.part.package.part_related_by(RELATIONSHIP_TYPE.CORE_PROPERTIES)
+    except KeyError:
+        return
+    document.core_properties.language = language
 
 
 def _open(data: bytes) -> Any:

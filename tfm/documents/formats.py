@@ -34,10 +34,23 @@ class Document(Protocol):
 
     segments: list[Segment]
 
-    def write(self, translations: Sequence[Segment]) -> bytes:
+    def write(self, translations: Sequence[Segment], language: str | None = None) -> bytes:
         """The file with ``translations[i]`` in place of ``segments[i]``; everything else as
-        it was read."""
+        it was read, except that a format that names its language (HTML's ``lang``, XLIFF's
+        target language, PO's ``Language:``, DOCX's) names ``language`` (a BCP 47 tag, see
+        ``language_tag``), where the caller knows it (None: left as it was)."""
         ...
+
+
+def language_tag(code: str | None) -> str | None:
+    """A language as a document names it (BCP 47: ``de``, ``pt-BR``, ``deu-Latn``) from the
+    code tfm's options and models use (``de``, ``>>de<<``, ``__de__``, ``pt_BR``,
+    ``deu_Latn``); None for none. NLLB's three-letter codes stay three letters (well-formed
+    BCP 47, though not the shortest tag: no table of ISO 639 is kept here)."""
+    if not code:
+        return None
+    bare = code.strip().removeprefix(">>").removesuffix("<<").strip("_")
+    return bare.replace("_", "-") or None
 
 
 @dataclass(frozen=True)

@@ -66,10 +66,14 @@ class CatalogueDocument:
     markup: list[inline.Markup] = field(repr=False)  # what a tag's ref writes
     fuzzy: bool = True  # mark the entries filled for review
 
-    def write(self, translations: Sequence[Segment]) -> bytes:
+    def write(self, translations: Sequence[Segment], language: str | None = None) -> bytes:
+        """The catalogue with the msgstrs filled; ``language``, if given, in its
+        ``Language:`` header (PO names it as a locale: ``de``, ``pt_BR``)."""
         if len(translations) != len(self.segments):
             raise ValueError(f"{len(translations)} translations for {len(self.segments)} "
                              "entries")
+        if language:
+            self.catalogue.metadata["Language"] = language.replace("-", "_")
         for slot, segment in zip(self.slots, translations):
             text = slot.before + inline.render(segment, self.markup) + slot.after
             if slot.forms is None:

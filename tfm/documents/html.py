@@ -15,8 +15,9 @@ lxml's HTML serializer: the same element tree, comments and entities decoded and
 as characters (``&amp;``, ``&lt;``, ``&gt;`` escaped); the bytes before ``<html>`` (the
 doctype, comments) are the source's. Bytes change where html5lib's repair or the serializer's
 spelling differ from the source (attribute quotes, ``<tbody>`` added, tags' case); a file
-without ``<html>``, ``<head>`` or ``<body>`` (a fragment) is written back as a fragment. The
-page's ``lang`` attribute is left as it was (the format is not told the target language).
+without ``<html>``, ``<head>`` or ``<body>`` (a fragment) is written back as a fragment. A
+whole page told its target language names it on ``<html>`` (``lang``, and ``xml:lang`` where
+the page has one or is XHTML); ``lang`` on elements inside is left as it was.
 """
 
 from __future__ import annotations
@@ -64,10 +65,12 @@ class HtmlDocument:
         self.segments = segments_of(self.tree.getroot(), RULES, limits.max_segments,
                                     "the HTML page").segments
 
-    def write(self, translations: Sequence[Segment]) -> bytes:
+    def write(self, translations: Sequence[Segment], language: str | None = None) -> bytes:
         tree = copy.deepcopy(self.tree)  # the same segments, found again in the copy
         put_back(segments_of(tree.getroot(), RULES, self.limits.max_segments, "the HTML page"),
                  translations)
+        if language and (self.xhtml or _WHOLE_PAGE.search(self.data)):
+            _name_language(tree.getroot(), language, self.xhtml)
         if self.xhtml:
             return xml.serialize(tree, self.data)
         _html_names(tree.getroot())
@@ -230,6 +233,21 @@ def _html_names(root: Any) -> None:
             prefix = _PREFIXES.get(namespace)
             el.set(f"{prefix}U0003A{local_name}" if prefix else local_name, value)  # _uncoerce
     etree.cleanup_namespaces(root)
+
+
+_XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
+
+
+def _name_language(root: Any, language: str, xhtml: bool) -> None:
+    """``<html>`` names ``language``: its ``lang``, and its ``xml:lang`` where the page has one
+    (html5lib holds it as ``xmlU0003Alang``) or is XHTML."""
+    if not isinstance(root.tag, str) or root.tag.rsplit("}", 1)[-1] != "html":
+        return
+    root.set("lang", language)
+    if xhtml:
+        root.set(_XML_LANG, language)
+    elif "xmlU0003Alang" in root.attrib:
+        root.set("xmlU0003Alang", language)
 
 
 def _around_html(out: bytes, data: bytes) -> bytes:

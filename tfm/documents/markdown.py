@@ -34,7 +34,8 @@ _FRONT_MATTER_END = re.compile(r"^(---|\.\.\.)[ \t]*$")
 _SPECIAL = re.compile(r"([\\`*\[\]<>|~])")
 _UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")  # inside a word it is a letter
 _ENTITY = re.compile(r"&(?=#?\w+;)")
-_LINE_START = re.compile(r"^(\d*)([#+.)-])")
+# What would start a heading or a list item: "#", "+", "-", or a number before "." or ")"
+_LINE_START = re.compile(r"^(\d+(?=[.)])|(?=[#+-]))([#+.)-])")
 _EMPHASIS = "*_~"
 _TASK = re.compile(r"\[[ xX]\] ")  # a task list's box (GitHub), kept as written
 
@@ -59,7 +60,8 @@ class MarkdownDocument:
         self.text, self.newline, self.bom = text, newline, bom
         self.segments, self.places = segments, places
 
-    def write(self, translations: Sequence[Segment]) -> bytes:
+    def write(self, translations: Sequence[Segment], language: str | None = None) -> bytes:
+        # ``language``: the format has no place that names it
         """The file with each changed segment's source range rewritten, the rest as read."""
         if len(translations) != len(self.segments):
             raise ValueError(f"{len(translations)} translations for {len(self.segments)} "

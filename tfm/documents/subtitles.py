@@ -67,7 +67,8 @@ class SubtitleDocument:
     markup: list[inline.Markup] = field(repr=False)  # what a tag's ref writes
     escape: str = ""  # WebVTT: the characters written back as entities
 
-    def write(self, translations: Sequence[Segment]) -> bytes:
+    def write(self, translations: Sequence[Segment], language: str | None = None) -> bytes:
+        # ``language``: the format has no place that names it
         if len(translations) != len(self.segments):
             raise ValueError(f"{len(translations)} translations for {len(self.segments)} cues")
         out = []

@@ -31,7 +31,8 @@ class TextDocument:
     segments: list[Segment]
     between: list[str]
 
-    def write(self, translations: Sequence[Segment]) -> bytes:
+    def write(self, translations: Sequence[Segment], language: str | None = None) -> bytes:
+        # ``language``: the format has no place that names it
         if len(translations) != len(self.segments):
             raise ValueError(f"{len(translations)} translations for "
                              f"{len(self.segments)} segments")

@@ -16,10 +16,13 @@ inline tags carried across by word alignment.
     Document.write(translated segments) -> bytes
 
 A tag over whole sentences covers their whole translations; one inside a sentence covers the
-target words aligned to its source words. Whitespace between sentences is copied, so a tag's
-edge that lies there maps exactly. Whatever the alignment says (crossing, garbage, none: an
-engine without attention), the result is a valid segment: the tags' edges, taken in the source's
-document order, are made non-decreasing in the target, which keeps the source's nesting.
+target words aligned to its source words; an empty one (inline code, a placeholder) goes to a
+word boundary beside its neighbour word's translation, spaced as in the source. A sentence
+without a letter (a number, a price) is kept as it is, never sent to the model. Whitespace
+between sentences is copied, so a tag's edge that lies there maps exactly. Whatever the
+alignment says (crossing, garbage, none: an engine without attention), the result is a valid
+segment: the tags' edges, taken in the source's document order, are made non-decreasing in
+the target, which keeps the source's nesting.
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ from tfm.decoding.alignment import word_ids
 from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import prepare_request
 from tfm.decoding.translator import Translation, Translator
-from tfm.documents.formats import Document
+from tfm.documents.formats import Document, language_tag
 from tfm.documents.segments import Segment, Tag
 
 _WORD = re.compile(r"\S+")
+_CLOSING = set(".,;:!?)]}»\"'…")  # after these no space is added behind an empty tag
 Alignment = list[tuple[int, int]]  # (source word, target word), words split at whitespace
 
 
@@ -52,8 +56,12 @@ def translate_document(document: Document, translator: Translator, options: Sear
     rules cut the sentences), ``glossary``: as ``prepare_request`` takes them; ``split``:
     cut segments into sentences (False: each segment is one); ``progress``: called with the
     number of sentences done, as they are; ``work``: the
-    document as ``DocumentWork.of`` cut it, if already done (to count its sentences first)."""
-    work = work or DocumentWork.of(document, split, language.source if language else None)
+    document as ``DocumentWork.of`` cut it, if already done (to count its sentences first).
+    The file names the request's target language (else the model's one) where its format
+    names one."""
+    target = (language.target if language else None) or model_target(translator)
+    work = work or DocumentWork.of(document, split, language.source if language else None,
+                                   target)
     results: list[Translation | None] = [None] * len(work.sentences)
     for chosen, with_tags in work.groups():
         wanted = work.options(options, with_tags, translator.supports_attention)
@@ -61,7 +69,9 @@ def translate_document(document: Document, translator: Translator, options: Sear
                                   None, glossary, language)
         for i, result in zip(chosen, translator.translate_prepared(sources, wanted, progress)):
             results[i] = result
-    return work.write([r for r in results if r is not None])
+    if progress is not None and work.unsent:
+        progress(len(work.unsent))
+    return work.write(results)
 
 
 @dataclass
@@ -72,14 +82,15 @@ class DocumentWork:
 
     document: Document
     passages: list[Passage]
+    target: str | None = None  # the target language, as tfm names it (None: unknown)
 
     @classmethod
-    def of(cls, document: Document, split: bool = True, language: str | None = None
-           ) -> DocumentWork:
+    def of(cls, document: Document, split: bool = True, language: str | None = None,
+           target: str | None = None) -> DocumentWork:
         """``document``'s segments cut into sentences (``split``: by ``language``'s rules;
-        else each segment whole)."""
+        else each segment whole); ``target``: the language the file will name, if known."""
         return cls(document, [split_sentences(s.text, language) if split else
-                              Passage.whole(s.text) for s in document.segments])
+                              Passage.whole(s.text) for s in document.segments], target)
 
     @property
     def sentences(self) -> list[str]:
@@ -87,20 +98,28 @@ class DocumentWork:
 
     def groups(self) -> list[tuple[list[int], bool]]:
         """The sentences (their positions) to decode without and with attention: those of
-        segments with tags need the alignment that places them (slower)."""
+        segments with tags need the alignment that places them (slower). A sentence without
+        a letter (a number, a price, a dash, a music note) is in neither: it is kept as it
+        is (``unsent``), as a model would only damage it."""
         tagged = [bool(segment.tags) for segment, p in zip(self.document.segments,
                                                            self.passages) for _ in p.sentences]
-        groups = [([i for i, t in enumerate(tagged) if t == want], want)
-                  for want in (False, True)]
+        groups = [([i for i, t in enumerate(tagged) if t == want and _has_words(
+            self.sentences[i])], want) for want in (False, True)]
         return [(chosen, want) for chosen, want in groups if chosen]
+
+    @property
+    def unsent(self) -> list[int]:
+        """The sentences kept as they are, never sent to the model (see ``groups``)."""
+        return [i for i, sentence in enumerate(self.sentences) if not _has_words(sentence)]
 
     @staticmethod
     def options(options: SearchOptions, with_tags: bool, aligned: bool) -> SearchOptions:
         """The search options of a group: attention on for tags, where the engine has it."""
         return replace(options, attention=options.attention or (with_tags and aligned))
 
-    def write(self, results: Sequence[Translation]) -> bytes:
-        """The file with the translations (of ``sentences``, in order) in place."""
+    def write(self, results: Sequence[Translation | None]) -> bytes:
+        """The file with the translations (of ``sentences``, in order; None for one of the
+        ``unsent``, kept as it is) in place."""
         if len(results) != len(self.sentences):
             raise ValueError(f"{len(results)} translations for {len(self.sentences)} "
                              "sentences")
@@ -108,9 +127,42 @@ class DocumentWork:
         for segment, passage in zip(self.document.segments, self.passages):
             mine = results[position: position + len(passage.sentences)]
             position += len(passage.sentences)
-            alignments = [text_alignment(r, s) for r, s in zip(mine, passage.sentences)]
-            segments.append(project(segment, passage, [r.text for r in mine], alignments))
-        return self.document.write(segments)
+            alignments = [text_alignment(r, s) if r is not None else _itself(s)
+                          for r, s in zip(mine, passage.sentences)]
+            texts = [r.text if r is not None else s for r, s in zip(mine, passage.sentences)]
+            segments.append(project(segment, passage, texts, alignments))
+        tag = language_tag(self.target)
+        if tag is None or not _names_language(self.document):
+            return self.document.write(segments)
+        return self.document.write(segments, language=tag)
+
+
+def _names_language(document: Document) -> bool:
+    """Whether ``document.write`` takes a ``language`` (a Document written before formats
+    named their language takes the translations alone)."""
+    import inspect
+
+    return "language" in inspect.signature(document.write).parameters
+
+
+def model_target(translator: Translator) -> str | None:
+    """The model's one target language, if it names one (a multilingual model's, where
+    all its directions go to one)."""
+    info = getattr(translator, "info", None)
+    directions = getattr(info, "directions", None) or []
+    targets = {d.rsplit("-", 1)[-1] for d in directions}
+    if directions:
+        return targets.pop() if len(targets) == 1 else None
+    return getattr(info, "tgt_lang", None) or None
+
+
+def _has_words(sentence: str) -> bool:
+    return any(ch.isalpha() for ch in sentence)
+
+
+def _itself(sentence: str) -> Alignment:
+    """A sentence kept as it is, aligned word for word to itself."""
+    return [(i, i) for i in range(len(_WORD.findall(sentence)))]
 
 
 def text_alignment(result: Translation, sentence: str) -> Alignment | None:
@@ -175,7 +227,8 @@ def project(segment: Segment, passage: Passage, translations: Sequence[str],
                                                                       links)
     events = [(kind, t.ref) for kind, t in segment.pieces() if kind != "text"]
     placed = _repair(events, wanted, len(target.text))
-    return Segment(target.text, _tags(segment, events, placed))
+    text, placed = _spaced(segment, source.text, target.text, events, placed)
+    return Segment(text, _tags(segment, events, placed))
 
 
 def _links(alignment: Alignment | None, sources: int, targets: int) -> list[list[int]]:
@@ -269,18 +322,108 @@ def _punctuation(text: str) -> bool:
 
 def _point(position: int, source: _Side, target: _Side, links: list[list[list[int]]]) -> int:
     """Where an empty tag at ``position`` goes: after the target of the word it follows, or
-    before that of the word it precedes; on a sentence's edge or between sentences, exactly."""
+    before that of the word it precedes (after the previous one where that is punctuation);
+    inside a word (glued to it in the source), at the same edge of that word's target, before
+    or after its punctuation as in the source, never inside its letters; on a sentence's edge
+    or between sentences, exactly. Its spaces are made as the source's later (``_spaced``)."""
     k = source.inside(position)
     if k is None:
         return _gap_position(position, source, target)
     words = source.words[k]
+    holder = [w for w, (start, end) in enumerate(words) if start < position < end]
+    if holder:
+        return _inside_word(position, words[holder[0]], source,
+                            _target_words(k, holder, target, links), target)
     before = [w for w, (_, end) in enumerate(words) if end <= position]
     after = [w for w, (start, _) in enumerate(words) if start >= position]
-    if before and words[before[-1]][1] == position or not after:
-        span = _target_words(k, [before[-1]], target, links) if before else None
+    punctuation = after and _punctuation(source.text[slice(*words[after[0]])])
+    if before and (words[before[-1]][1] == position or not after or punctuation):
+        span = _target_words(k, [before[-1]], target, links)
+        if span and punctuation:  # "press <kbd/>." -> "drücken <kbd/>."
+            return _before_punctuation(span, target.text)
         return span[1] if span else target.bounds[k][1]
     span = _target_words(k, [after[0]], target, links)
     return span[0] if span else target.bounds[k][0]
+
+
+def _inside_word(position: int, word: tuple[int, int], source: _Side,
+                 span: tuple[int, int] | None, target: _Side) -> int:
+    """An empty tag inside a source word, put on the matching edge of its target ``span``:
+    before the target's closing punctuation where the source tag stood before the word's
+    punctuation ("Hello<x/>," -> "Hallo<x/>,"), after its opening punctuation where it stood
+    after the word's ("(<x/>see" -> "(<x/>siehe"), else after the whole target word."""
+    if span is None:
+        return target.bounds[-1][1] if target.bounds else 0
+    start, end = span
+    if _punctuation(source.text[position:word[1]]):
+        return _before_punctuation(span, target.text)
+    if _punctuation(source.text[word[0]:position]):
+        while start < end and _punctuation(target.text[start]):
+            start += 1
+        return start if start < end else span[0]
+    return end
+
+
+def _before_punctuation(span: tuple[int, int], text: str) -> int:
+    """The end of ``span`` before its closing punctuation (its end, if it is all punctuation)."""
+    start, end = span
+    while end > start and _punctuation(text[end - 1]):
+        end -= 1
+    return end if end > start else span[1]
+
+
+def _spaced(segment: Segment, source: str, text: str, events: list[tuple[str, int]],
+            placed: dict[tuple[str, int], int]) -> tuple[str, dict[tuple[str, int], int]]:
+    """The target text and edges with a space each side of every empty tag where the source
+    had one (inline code or a placeholder used as a word: "Type <code/> to" never "Type
+    <code/>to"): a space copied twice beside it is shared out, else one is added."""
+    wanted = {t.ref: (t.start > 0 and source[t.start - 1].isspace(),
+                      t.start < len(source) and source[t.start].isspace())
+              for t in segment.tags if t.empty}
+    pieces: list[str] = []  # the text between consecutive edges: one more than the edges
+    position = 0
+    for event in events:
+        pieces.append(text[position:placed[event]])
+        position = placed[event]
+    pieces.append(text[position:])
+    for n, (kind, ref) in enumerate(events):
+        if kind == "empty":
+            _space_out(pieces, n, *wanted[ref])
+    spaced, position = dict(placed), 0
+    for n, event in enumerate(events):
+        position += len(pieces[n])
+        spaced[event] = position
+    return "".join(pieces), spaced
+
+
+def _space_out(pieces: list[str], n: int, before: bool, after: bool) -> None:
+    """Spaces around the empty tag between ``pieces[n]`` and ``pieces[n + 1]``: one before it
+    if ``before`` (moved from after it where the source had none there: "in <x/> ." -> "in
+    <x/>."), one after it if ``after`` (likewise), none added before closing punctuation."""
+    left, right = _edge(pieces[:n + 1], -1), _edge(pieces[n + 1:], 0)
+    if before and left is not None and not left.isspace():
+        if pieces[n + 1][:1].isspace() and (not after or _spaces(pieces[n + 1], 0)):
+            pieces[n], pieces[n + 1] = pieces[n] + pieces[n + 1][0], pieces[n + 1][1:]
+        else:
+            pieces[n] += " "
+    left, right = _edge(pieces[:n + 1], -1), _edge(pieces[n + 1:], 0)
+    if after and right is not None and not right.isspace() and right not in _CLOSING:
+        if pieces[n][-1:].isspace() and (not before or _spaces(pieces[n], -1)):
+            pieces[n], pieces[n + 1] = pieces[n][:-1], pieces[n][-1] + pieces[n + 1]
+        else:
+            pieces[n + 1] = " " + pieces[n + 1]
+
+
+def _edge(pieces: list[str], side: int) -> str | None:
+    """The last (``side`` -1) or first (0) character of the pieces' text, if any."""
+    found = [p for p in pieces if p]
+    return found[side][side] if found else None
+
+
+def _spaces(piece: str, side: int) -> bool:
+    """Whether ``piece`` has two whitespace characters at its end (-1) or start (0)."""
+    edge = piece[-2:] if side == -1 else piece[:2]
+    return len(edge) == 2 and edge.isspace()
 
 
 def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], length: int

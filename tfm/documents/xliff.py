@@ -14,7 +14,8 @@ target ``state="final"``/``"signed-off"``; 2.0 a segment ``state="final"``).
 The target is marked as a machine's work that a person should check: in 1.2
 ``state="needs-review-translation"`` with ``state-qualifier="mt-suggestion"`` (the values the
 1.2 specification defines for this); in 2.0 the segment's ``state="translated"`` (2.0 has no
-state for "to review" below it). The file's languages (``target-language``, ``trgLang``) are
+state for "to review" below it). A file told its target language names it (1.2
+``target-language`` on each ``<file>``, 2.0 ``trgLang`` on ``<xliff>``); else its languages are
 left as the file gives them. The file is parsed and written as the XML format is (no entity
 expanded, nothing read from outside, the prolog's bytes kept).
 """
@@ -49,7 +50,7 @@ class XliffDocument:
         self.data, self.limits = data, limits
         self.segments = [segment for segment, _ in _units(parse(data, WHAT), limits)]
 
-    def write(self, translations: Sequence[Segment]) -> bytes:
+    def write(self, translations: Sequence[Segment], language: str | None = None) -> bytes:
         tree = parse(self.data, WHAT)
         units = list(_units(tree, self.limits))
         if len(translations) != len(units):
@@ -58,7 +59,20 @@ class XliffDocument:
         for (_, (source, run)), translation in zip(units, translations):
             translation.check()
             _fill(source, run, translation, version)
+        if language:
+            _name_target(tree.getroot(), version, language)
         return serialize(tree, self.data)
+
+
+def _name_target(root: Any, version: str, language: str) -> None:
+    """The file's target language: 2.0's ``trgLang``, 1.2's ``target-language`` on each
+    ``<file>``."""
+    if version == "2":
+        root.set("trgLang", language)
+        return
+    namespace = root.tag[:root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+    for file in root.iter(namespace + "file"):
+        file.set("target-language", language)
 
 
 def read(data: bytes, limits: Limits) -> XliffDocument:

@@ -153,6 +153,9 @@ def check_size(data: bytes, limits: Limits, what: str) -> None:
         raise DataError(f"{what} is not XML: it holds binary data (NUL bytes)")
 
 
+XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
+
+
 class XmlDocument:
     """An XML file; ``write`` parses it again and puts the translations in."""
 
@@ -160,9 +163,14 @@ class XmlDocument:
         self.data, self.limits = data, limits
         self.segments = _read(data, limits)[1].segments
 
-    def write(self, translations: Sequence[Segment]) -> bytes:
+    def write(self, translations: Sequence[Segment], language: str | None = None) -> bytes:
+        """The file translated; ``language``, if given, in the root's ``xml:lang`` where it
+        has one (a DITA topic's, a DocBook article's)."""
         tree, found = _read(self.data, self.limits)
         put_back(found, translations)
+        root = tree.getroot()
+        if language and root.get(XML_LANG) is not None:
+            root.set(XML_LANG, language)
         return serialize(tree, self.data)
 
 

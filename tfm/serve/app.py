@@ -41,7 +41,7 @@ from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import constraint_record, prepare_request, translation_record
 from tfm.decoding.translator import Source, Translation, Translator
 from tfm.documents.formats import FORMATS, Document, Format, Limits, format_for
-from tfm.documents.translate import DocumentWork
+from tfm.documents.translate import DocumentWork, model_target
 from tfm.errors import DataError, OptionError, UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
@@ -314,7 +314,8 @@ class _Service:
         options = self.options(body)
         language, source = self.resolve(body, [s.text for d in documents for s in d.segments])
         rules = language.source or self.translator.info.src_lang  # whose rules cut
-        works = [DocumentWork.of(d, body.split, rules) for d in documents]
+        target = language.target or model_target(self.translator)  # what the files name
+        works = [DocumentWork.of(d, body.split, rules, target) for d in documents]
         sentences = [s for w in works for s in w.sentences]
         if len(sentences) > self.config.max_sentences:
             raise ApiError(413, f"{len(sentences)} sentences are more than this server takes "
@@ -637,10 +638,10 @@ def source_language(languages: ModelLanguages, language: ResolvedLanguage, given
 
 
 async def _gathered(jobs: list[tuple[list[int], Job]], total: int, batcher: Batcher,
-                    receive: Receive) -> list[Translation] | None:
-    """The translations of ``total`` sentences, each job's in its positions; None (every
-    job cancelled) when the client goes away first."""
-    results: list[Translation] = [None] * total  # type: ignore[list-item]
+                    receive: Receive) -> list[Translation | None] | None:
+    """The translations of ``total`` sentences, each job's in its positions (None: a sentence
+    not sent, kept as it is); None (every job cancelled) when the client goes away first."""
+    results: list[Translation | None] = [None] * total
     for chosen, job in jobs:
         found = await _unless_disconnected(job, batcher, receive)
         if found is None:
@@ -664,7 +665,8 @@ def _groups(works: list[DocumentWork]) -> list[tuple[list[int], bool]]:
     return [(positions, want) for want, positions in chosen.items() if positions]
 
 
-def _written(works: list[DocumentWork], results: list[Translation]) -> list[tuple[bytes, bool]]:
+def _written(works: list[DocumentWork], results: list[Translation | None]
+             ) -> list[tuple[bytes, bool]]:
     """Each document written back with its sentences' translations, and whether one was
     truncated; a document its format cannot write is a 500 (a format's fault, not the
     request's)."""
@@ -672,7 +674,7 @@ def _written(works: list[DocumentWork], results: list[Translation]) -> list[tupl
     for work in works:
         mine = results[offset: offset + len(work.sentences)]
         offset += len(work.sentences)
-        written.append((work.write(mine), any(r.truncated for r in mine)))
+        written.append((work.write(mine), any(r is not None and r.truncated for r in mine)))
     return written
 
 
