@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfm.config import SearchOptions
+from tfm.data.language_marks import LanguageMarking, ModelLanguages
 from tfm.data.sentences import split_sentences
 from tfm.decoding.translator import Source, Translation
 from tfm.documents.formats import Limits
@@ -215,8 +216,11 @@ class UpperTranslator:
     language_marking: Marking = field(default_factory=Marking)
     calls: list[tuple[list[str], bool]] = field(default_factory=list)
 
-    def prepare(self, sentences, specs, options, target_lang=None, what="", first=0,
-                source_lang=None):
+    @property
+    def languages(self) -> ModelLanguages:  # a bilingual model's: nothing to mark
+        return ModelLanguages(LanguageMarking("none"), (), lambda _: None, lambda _: None)
+
+    def prepare(self, sentences, specs, options, language=None, first=0):
         return [Source(s, [1] * (len(s.split()) + 1)) for s in sentences]
 
     def translate_prepared(self, sources, options, progress=None):

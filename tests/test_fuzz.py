@@ -181,7 +181,9 @@ class Scripted(Translator):
 
     def __init__(self, tokenizer, extra: list[int]) -> None:
         self.vocabs = Vocabularies.shared(tokenizer)
-        self.info = SimpleNamespace(language_marking=None)  # marks no language: a bilingual model
+        # marks no language and records none: a bilingual model
+        self.info = SimpleNamespace(language_marking=None, src_lang=None, tgt_lang=None,
+                                    directions=())
         self.max_source_tokens = 10_000  # no truncation
         self.extra = extra
 
