@@ -242,3 +242,18 @@ def test_inline_svg_and_mathml_come_back_as_html_writes_them():
     assert [s.text for s in doc.segments] == ["A  and  here"]
     assert doc.write(upper(doc.segments)) == data.replace(b"> and <", b"> AND <").replace(
         b"> here", b"> HERE")
+
+
+def test_a_page_without_a_declared_encoding_that_reads_as_utf8_is_written_in_utf8():
+    # html5lib's fallback for an undeclared encoding is windows-1252: a German translation of
+    # an ASCII page would come out in it, mojibake on a UTF-8 terminal.
+    doc = html.read(b"<p>The dog sleeps.</p>\n", Limits())
+    out = doc.write([Segment("Der Hund schl\u00e4ft.", s.tags) for s in doc.segments])
+    assert out.decode("utf-8") == "<p>Der Hund schl\u00e4ft.</p>\n"
+    # A declared encoding is kept, and bytes that are not UTF-8 still read as browsers do.
+    latin = "<meta charset=\"iso-8859-1\"><p>Gr\u00fc\u00dfe</p>".encode("latin-1")
+    doc = html.read(latin, Limits())
+    assert "\u00e4".encode("latin-1") in doc.write(
+        [Segment("Gr\u00e4ser", s.tags) for s in doc.segments])
+    assert html.read("<p>Gr\u00fc\u00dfe</p>".encode("latin-1"), Limits()).segments[0].text == \
+        "Gr\u00fc\u00dfe"

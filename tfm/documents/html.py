@@ -106,9 +106,20 @@ def _parse(data: bytes, limits: Limits) -> tuple[Any, bool, str]:
                                                   namespaceHTMLElements=False)
     with warnings.catch_warnings():  # names lxml cannot hold (xml:lang): see _uncoerce
         warnings.simplefilter("ignore", html5lib.constants.DataLossWarning)
-        tree = parser.parse(data)
+        # A page that declares no encoding (no BOM, no <meta charset>) and reads as UTF-8 is
+        # UTF-8, as tfm writes text everywhere: browsers' windows-1252 fallback would write
+        # its translation in an encoding a terminal or an editor reads as mojibake.
+        tree = parser.parse(data, default_encoding="utf-8" if _utf8(data) else "windows-1252")
     check_depth(tree.getroot(), limits.max_depth, "the HTML page")
     return tree, False, parser.documentEncoding or "utf-8"
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 # The most attributes one tag may have: html5lib compares each attribute's name with those
