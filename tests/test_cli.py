@@ -256,6 +256,10 @@ def test_a_text_document_comes_back_byte_for_byte_but_its_words(demo_model: Path
                     "--no-split")
     assert to_stdout.returncode == 0, to_stdout.stderr
     assert to_stdout.stdout.count("\n") == 4 and "Translated 2 sentences" in to_stdout.stderr
+    one_line = tmp_path / "one.txt"
+    one_line.write_text(f"{ONE}\n", encoding="utf-8")
+    single = tfm("translate", "-m", str(demo_model), "-b", "1", "--input", str(one_line))
+    assert "Translated 1 sentence (" in single.stderr, single.stderr
 
 
 def test_a_translated_page_names_the_target_language(demo_model: Path, tmp_path: Path) -> None:

@@ -752,5 +752,6 @@ def _translating(total: int, how: str) -> Iterator[Callable[[int], None]]:
     with bar:
         yield lambda done: bar.advance(task, done)
     seconds = time.monotonic() - start
-    err.print(f"Translated {total} sentences ({how}) in {seconds:.1f} s "
+    noun = "sentence" if total == 1 else "sentences"
+    err.print(f"Translated {total} {noun} ({how}) in {seconds:.1f} s "
               f"({total / max(seconds, 1e-9):,.1f} sentences/s)", highlight=False)
