@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_document_segments import markup as shown  # <1>...</1> for a span, <3/> empty
 
 from tfm.config import SearchOptions
 from tfm.data.language_marks import LanguageMarking, ModelLanguages
@@ -18,18 +19,6 @@ from tfm.documents.formats import Limits
 from tfm.documents.segments import Segment, Tag
 from tfm.documents.text import read
 from tfm.documents.translate import project, text_alignment, translate_document
-
-
-def shown(segment: Segment) -> str:
-    """A segment with its tags written inline: <1>...</1> for a span, <3/> for an empty tag."""
-    out = []
-    for kind, piece in segment.pieces():
-        if kind == "text":
-            out.append(piece)
-        else:
-            out.append({"open": "<{}>", "close": "</{}>", "empty": "<{}/>"}[kind]
-                       .format(piece.ref))
-    return "".join(out)
 
 
 def translated(segment: Segment, translations: list[str], alignments) -> Segment:
