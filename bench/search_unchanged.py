@@ -95,7 +95,9 @@ def _fitted(path: Path, tok, pairs: list[tuple[str, str]], marking) -> Path:
            else [BOS_ID] for t in into]
     t_in = [f + y for f, y in zip(fed, tgt)]
     t_out = [[PAD_ID] * (len(f) - 1) + y + [EOS_ID] for f, y in zip(fed, tgt)]
-    src, t_in, t_out = (_padded(rows) for rows in (src, t_in, t_out))
+    from conftest import padded  # the tests' own (tests/ is on the path: build_models)
+
+    src, t_in, t_out = (padded(rows) for rows in (src, t_in, t_out))
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
     for _ in range(150):
         loss = torch.nn.functional.cross_entropy(model(src, t_in).view(-1, vocab),
@@ -108,17 +110,6 @@ def _fitted(path: Path, tok, pairs: list[tuple[str, str]], marking) -> Path:
                      directions=directions, language_marking=marking)
     save_model_dir(path, model.eval(), tok, info)
     return path
-
-
-def _padded(rows: list[list[int]]):
-    import torch
-
-    from tfm.special_tokens import PAD_ID
-
-    out = torch.full((len(rows), max(map(len, rows))), PAD_ID, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row)
-    return out
 
 
 def record(dirs: dict[str, Path], sentences: int) -> dict[str, list]:
@@ -145,6 +136,7 @@ def record(dirs: dict[str, Path], sentences: int) -> dict[str, list]:
 def _paths(path: Path, name: str, src_lang: str, tgt_lang: str, lines: list[str]):
     """(path and search, hypotheses) of one model and direction."""
     import torch
+    from conftest import padded  # the tests' own (tests/ is on the path: record)
 
     from tfm.config import SearchOptions
     from tfm.decoding.ctranslate2_engine import CTranslate2Translator
@@ -164,7 +156,7 @@ def _paths(path: Path, name: str, src_lang: str, tgt_lang: str, lines: list[str]
         o = SearchOptions(**fields)
         for engine, translator in engines.items():
             yield f"{engine} {label}", _plain(translator.search(batch, o, None, start))
-        src = _padded(batch)
+        src = padded(batch)
         forced = torch.tensor(start, dtype=torch.long)
         yield f"graph {label}", _plain(graphs.search(src, o, forced))
         if o.beam > 1 or fields.get("min_len"):
