@@ -40,10 +40,11 @@ source "$(dirname "$0")/lib.sh"
 
 lock_out "$out"
 mkdir -p "$out/corpus"
-# The simulation's data: the first REAL pairs, and the TGT side of the rest.
+# The simulation's data: the first REAL pairs, and the TGT side of the rest. (sed reads its
+# input to the end: `head` would close the pipe early, and pipefail would stop the recipe.)
 if [ ! -e "$out/corpus/.done" ]; then
     for lang in "$src" "$tgt"; do
-        zcat -f "$data/train.$lang.gz" | head -n "$real" > "$out/corpus/real.$lang"
+        zcat -f "$data/train.$lang.gz" | sed -n "1,${real}p" > "$out/corpus/real.$lang"
     done
     zcat -f "$data/train.$tgt.gz" | tail -n +"$((real + 1))" > "$out/corpus/mono.$tgt"
     touch "$out/corpus/.done"
