@@ -76,8 +76,11 @@ score() {
     local name=$1 from=$2 to=$3 split
     for split in val test_2016_flickr; do
         echo "== $name $split"
-        tfm eval --model "$out/$name" --src "$data/$split.$from.gz" --ref "$data/$split.$to.gz" \
-            --beam 5 --chrf --json > "$out/$name.$split.json"
+        if [ ! -s "$out/$name.$split.json" ]; then  # else scored before a resume
+            tfm eval --model "$out/$name" --src "$data/$split.$from.gz" \
+                --ref "$data/$split.$to.gz" --beam 5 --chrf --json > "$out/$name.$split.tmp"
+            mv "$out/$name.$split.tmp" "$out/$name.$split.json"
+        fi
         python3 -c 'import json, sys; s = {x["metric"]: round(x["score"], 2) for x in json.load(open(sys.argv[1]))}; print("\t".join([sys.argv[2], sys.argv[3], str(s.get("bleu")), str(s.get("chrf"))]))' \
             "$out/$name.$split.json" "$name" "$split" | tee -a "$out/scores.tsv"
     done
