@@ -330,10 +330,11 @@ def test_a_tag_that_is_a_vocabulary_entry_is_refused_in_one_line(tokenizer, toke
         assert not (tmp_path / "data").exists()
 
 
-def test_a_corpus_of_one_language_points_to_backtranslate(tmp_path) -> None:
+def test_a_corpus_of_one_language_without_a_reverse_model_asks_for_one(tmp_path) -> None:
+    # (tfm prepare back-translates it: tests/test_backtranslate_prepare.py)
     from tfm.errors import UsageError
 
-    with pytest.raises(UsageError, match="tfm backtranslate"):
+    with pytest.raises(UsageError, match="corpora, entry 1: .*give reverse_model:"):
         corpora_from_config([{"train": "mono.de", "tgt_lang": "de"}])
 
 

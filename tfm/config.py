@@ -396,6 +396,14 @@ class SearchOptions:
                               f"not {self.n_best}")
 
 
+# The SearchOptions and EngineOptions fields that back-translation does not take (one
+# hypothesis a line; the reverse model is the model): `tfm backtranslate` derives its options
+# from the others, and a run config's monolingual corpus entry takes the same ones as keys of
+# its ``backtranslate:`` (tfm.data.monolingual).
+BACKTRANSLATE_SEARCH_EXCLUDED = ("n_best", "mbr")
+BACKTRANSLATE_ENGINE_EXCLUDED = ("model", "ensemble", "reverse_model", "reverse_weight")
+
+
 @dataclass(frozen=True)
 class BacktranslateConfig:
     """How ``tfm backtranslate`` turns target-language text into synthetic pairs

@@ -8,7 +8,6 @@ noised, with a report), made resumably in chunks and sharded over torchrun's pro
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -18,7 +17,13 @@ from tfm.cli.app import app, err, writing_into
 from tfm.cli.decoding import _translating
 from tfm.cli.fields import Fields, derive
 from tfm.cli.run_config import with_config
-from tfm.config import BacktranslateConfig, EngineOptions, SearchOptions
+from tfm.config import (
+    BACKTRANSLATE_ENGINE_EXCLUDED,
+    BACKTRANSLATE_SEARCH_EXCLUDED,
+    BacktranslateConfig,
+    EngineOptions,
+    SearchOptions,
+)
 from tfm.errors import UsageError
 
 IO = "Input and output"
@@ -26,9 +31,8 @@ IO = "Input and output"
 
 @app.command()
 @with_config()
-@derive(search=Fields(SearchOptions, given_only=True, exclude=("n_best", "mbr")),
-        engine=Fields(EngineOptions, exclude=("model", "ensemble", "reverse_model",
-                                              "reverse_weight")),
+@derive(search=Fields(SearchOptions, given_only=True, exclude=BACKTRANSLATE_SEARCH_EXCLUDED),
+        engine=Fields(EngineOptions, exclude=BACKTRANSLATE_ENGINE_EXCLUDED),
         config=Fields(BacktranslateConfig))
 def backtranslate(
     input: Annotated[Path, typer.Option(
@@ -63,34 +67,21 @@ def backtranslate(
     done are kept. Under torchrun, each process translates its share. Details:
     docs/BACKTRANSLATION.md."""
     from tfm.decoding.backtranslation import backtranslate as run_backtranslate
-    from tfm.decoding.backtranslation import (
-        check_reverse_model,
-        check_text_language,
-        output_paths,
-        read_monolingual,
-        share,
-    )
-    from tfm.decoding.engines import load_translator
+    from tfm.decoding.backtranslation import open_backtranslation, output_paths, share
 
     if lang == into:
         raise UsageError(f"--lang and --into are both {lang}: back-translation translates the "
                          "text into the other language of the run")
     if not output.parent.is_dir():
         raise UsageError(f"--output {output}: the folder {output.parent} does not exist")
-    lines = read_monolingual(input)
-    check_text_language(lines, lang, input)
-    translator = load_translator(reverse_model, engine.device, engine.precision,
-                                 workers=engine.workers, shortlist=engine.shortlist,
-                                 exact_search=engine.exact_search,
-                                 cuda_graphs=engine.cuda_graphs)
-    check_reverse_model(translator, lang, into, tokenizer)
-    options = translator.default_options(**search)
+    ready = open_backtranslation(input, reverse_model, lang, into, search, engine, tokenizer)
+    lines, options = ready.lines, ready.options
     with _ranks(engine.device) as (rank, world, barrier), _locked(output, rank):
         total = len(share(len(lines), rank, world))
-        with _progress(total, options, rank) as progress:
+        with progress_bar(total, options, rank) as progress:
             report = run_backtranslate(
-                translator, lines, output, lang, into, options, config,
-                identity=_identity(reverse_model), rank=rank, world=world, barrier=barrier,
+                ready.translator, lines, output, lang, into, options, config,
+                identity=ready.identity, rank=rank, world=world, barrier=barrier,
                 progress=progress)
     if rank == 0:
         dropped = ", ".join(f"{n:,} {why}" for why, n in report.dropped.items() if n)
@@ -128,7 +119,7 @@ def _locked(output: Path, rank: int) -> Any:
 
 
 @contextlib.contextmanager
-def _progress(total: int, options: SearchOptions, rank: int) -> Any:
+def progress_bar(total: int, options: SearchOptions, rank: int = 0) -> Any:
     """Rank 0's progress bar (rate, ETA) and summary line; the others' none."""
     if rank != 0:
         yield None
@@ -137,13 +128,3 @@ def _progress(total: int, options: SearchOptions, rank: int) -> Any:
            "sampling" if options.sampling_topk == 0 else f"beam {options.beam}")
     with _translating(total, how) as progress:
         yield progress
-
-
-def _identity(model: Path) -> dict[str, Any]:
-    """What names the reverse model in the corpus translation's fingerprint: its files'
-    names, sizes and modification times (a model trained anew is another model)."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in Path(model).iterdir() if p.is_file()):
-        stat = path.stat()
-        h.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    return {"model": h.hexdigest()}

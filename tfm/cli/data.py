@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.table import Table
@@ -23,8 +25,12 @@ from tfm.cli.options import (
     run_corpora,
 )
 from tfm.cli.run_config import with_config
-from tfm.config import CleanConfig
+from tfm.config import CleanConfig, SearchOptions
 from tfm.data.tokenizer import train_tokenizer
+
+if TYPE_CHECKING:
+    from tfm.data.directions import Corpora
+    from tfm.data.monolingual import Backtranslation
 
 TOKENIZER, OUTPUT = "Tokenizer", "Output"  # --help's panels of the options declared here
 
@@ -126,15 +132,19 @@ def prepare(
     direction, and where the tokenizer has target-language tags each source starts with its
     own. Back-translated pairs (`tfm backtranslate`) are a corpus marked synthetic: true:
     never validated on, their sources tagged with --synthetic-tag; a corpus's upsample: N
-    writes its pairs N times (docs/BACKTRANSLATION.md).
+    writes its pairs N times. A corpus of one language (tgt_lang: and reverse_model:) is
+    back-translated first, resumably, into OUTPUT.bt/ (docs/BACKTRANSLATION.md).
     """
     from tfm.data.prepare import prepare as run_prepare
 
     start = time.monotonic()
-    with writing_into(output, "tfm prepare"), err.status("Preparing ..."):
+    with writing_into(output, "tfm prepare"):
         runs = run_corpora(corpora, train, valid, src_lang, tgt_lang, split, hf_config)
-        report = run_prepare(runs, tokenizer, output, None, clean, force, num_proc,
-                             language_token, synthetic_tag)
+        if runs.monolingual:
+            runs = _backtranslated(runs, tokenizer, output, language_token, synthetic_tag)
+        with err.status("Preparing ..."):
+            report = run_prepare(runs, tokenizer, output, None, clean, force, num_proc,
+                                 language_token, synthetic_tag)
     if report.up_to_date:
         err.print(f"{output} is up to date (same input, tokenizer and options); "
                   "use --force to prepare again")
@@ -157,6 +167,33 @@ def prepare(
             err.print(f"{name}: removed control or zero-width characters from "
                       f"{r.invisible_removed:,} pairs")
     err.print(f"in {time.monotonic() - start:.1f} s")
+
+
+def _backtranslated(runs: Corpora, tokenizer: Path, output: Path, language_token: str,
+                    synthetic_tag: str | None) -> Corpora:
+    """The run's monolingual corpora back-translated (tfm.decoding.backtranslation), with
+    a bar and a line each on stderr, after prepare's own checks: a mistake costs no work."""
+    from tfm.cli.backtranslation import progress_bar
+    from tfm.data.prepare import check_prepare
+    from tfm.decoding.backtranslation import backtranslate_corpora, work_directory
+
+    check_prepare(runs, tokenizer, output, language_token, synthetic_tag)
+
+    @contextlib.contextmanager
+    def progress(bt: Backtranslation, total: int, options: SearchOptions) -> Iterator[Any]:
+        err.print(f"Back-translating {bt.where} ({bt.text}, {total:,} lines) into "
+                  f"{bt.into} with {bt.reverse_model} into {work_directory(output)}",
+                  highlight=False)
+        with progress_bar(total, options) as advance:
+            yield advance
+
+    runs, reports = backtranslate_corpora(runs, tokenizer, output, progress)
+    for report in reports:
+        dropped = ", ".join(f"{n:,} {why}" for why, n in report.dropped.items() if n)
+        err.print(f"[green]Back-translated[/] {report.written:,} pairs of {report.read:,} "
+                  f"lines ({report.reused:,} found done) to {report.files[0]}"
+                  + (f"; dropped {dropped}" if dropped else ""), highlight=False)
+    return runs
 
 
 @app.command()

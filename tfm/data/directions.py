@@ -20,6 +20,10 @@ run.yaml``) as a list, the shape OpenNMT-py users know::
         src_lang: en
         tgt_lang: de
         synthetic: true                   # never validated on; tagged by synthetic_tag
+      - train: mono.de                    # text of one language: tfm prepare back-
+        tgt_lang: de                      # translates it (tfm.data.monolingual), its
+        reverse_model: runs/bt/reverse    # pairs synthetic
+        backtranslate: {beam: 1, sampling_topk: 10}
 
 Where the directions have more than one target language, each source sentence starts with the
 tag of its target language, ``>>de<<`` (OPUS-MT's convention, so that CTranslate2 and MarianMT
@@ -30,6 +34,7 @@ sentence is translated (``tagged``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +43,7 @@ from typing import Any
 from tfm.data.corpus import CorpusSpec
 from tfm.data.language_marks import tag  # the one spelling of >>xx<<
 from tfm.data.language_marks import vocabulary_tags as vocabulary_tags  # its callers' name
+from tfm.data.monolingual import Backtranslation, parse_backtranslation
 from tfm.errors import UsageError
 
 _LANG = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")  # en, pt_BR, zh_Hant, ...
@@ -123,6 +129,10 @@ class Corpus:
     synthetic: bool = False
     # Its pairs written this many times (fairseq's --upsample-primary for the real pairs).
     upsample: int = 1
+    # A monolingual entry: ``train`` is text of the target language, back-translated by tfm
+    # prepare into the synthetic pairs it reads (tfm.decoding.backtranslation's
+    # backtranslate_corpora); None: a corpus of pairs.
+    backtranslation: Backtranslation | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,11 @@ class Corpora:
         for c in self.items:
             seen.setdefault(c.direction)
         object.__setattr__(self, "directions", tuple(seen))
+
+    @property
+    def monolingual(self) -> list[Corpus]:
+        """The corpora of text to back-translate (their pairs not made yet)."""
+        return [c for c in self.items if c.backtranslation is not None]
 
     @property
     def tags(self) -> list[str]:
@@ -175,7 +190,7 @@ def single_corpus(train: CorpusSpec, valid: CorpusSpec | None, src_lang: str | N
 
 
 _ENTRY_KEYS = ("train", "valid", "src_lang", "tgt_lang", "directions", "weight", "synthetic",
-               "upsample")
+               "upsample", "reverse_model", "backtranslate")
 
 
 def corpora_from_config(entries: Any, split: str = "train", hf_config: str | None = None
@@ -187,44 +202,8 @@ def corpora_from_config(entries: Any, split: str = "train", hf_config: str | Non
                          "(src_lang: and tgt_lang:, or directions:)")
     items: list[Corpus] = []
     for n, entry in enumerate(entries, 1):
-        where = f"corpora, entry {n}"
-        if not isinstance(entry, dict):
-            raise UsageError(f"{where}: give a mapping (train:, src_lang:, tgt_lang:, ...)")
-        unknown = [k for k in entry if k not in _ENTRY_KEYS]
-        if unknown:
-            from difflib import get_close_matches
-
-            near = get_close_matches(str(unknown[0]), _ENTRY_KEYS, n=1)
-            hint = f" (did you mean {near[0]}?)" if near else \
-                f" (a corpus has {', '.join(_ENTRY_KEYS)})"
-            raise UsageError(f"{where}: unknown key {unknown[0]!r}{hint}")
-        train = _paths(entry.get("train"), f"{where}, train")
-        valid = _paths(entry["valid"], f"{where}, valid") if entry.get("valid") else None
-        weight = entry.get("weight")
-        if weight is not None and (isinstance(weight, bool)
-                                   or not isinstance(weight, (int, float)) or weight <= 0):
-            raise UsageError(f"{where}, weight {weight!r}: give a number above 0")
-        synthetic, upsample = _synthetic(entry, where)
-        if "directions" in entry:
-            if "src_lang" in entry or "tgt_lang" in entry:
-                raise UsageError(f"{where}: give directions: or src_lang:/tgt_lang:, not both")
-            names = entry["directions"]
-            if isinstance(names, str):
-                names = [names]
-            if not isinstance(names, list) or not names:
-                raise UsageError(f"{where}, directions: give a list such as [en-de, de-en]")
-            directions = [Direction.parse(d, f"{where}, directions:") for d in names]
-        else:
-            if not entry.get("src_lang") or not entry.get("tgt_lang"):
-                raise UsageError(f"{where}: give its languages (src_lang: and tgt_lang:, or "
-                                 "directions: [en-de, ...])")
-            directions = [Direction.parse(f"{entry['src_lang']}-{entry['tgt_lang']}", where)]
-        for d in directions:
-            spec = CorpusSpec(train, d.src, d.tgt, split, hf_config)
-            valid_spec = CorpusSpec(valid, d.src, d.tgt, _valid_split(split), hf_config) \
-                if valid else None
-            items.append(Corpus(d, spec, valid_spec, None if weight is None else float(weight),
-                                synthetic, upsample))
+        items += _entry_corpora(entry, n, split, hf_config)
+    items = _into_languages(items)
     seen: set[tuple] = set()
     for c in items:
         key = (c.direction, c.train)
@@ -237,10 +216,56 @@ def corpora_from_config(entries: Any, split: str = "train", hf_config: str | Non
     return corpora
 
 
+def _entry_corpora(entry: Any, n: int, split: str, hf_config: str | None) -> list[Corpus]:
+    """Entry ``n`` of a run config's corpora: a corpus per direction it is read in (a
+    monolingual entry's source language not known yet: ``_into_languages``)."""
+    where = f"corpora, entry {n}"
+    if not isinstance(entry, dict):
+        raise UsageError(f"{where}: give a mapping (train:, src_lang:, tgt_lang:, ...)")
+    unknown = [k for k in entry if k not in _ENTRY_KEYS]
+    if unknown:
+        from difflib import get_close_matches
+
+        near = get_close_matches(str(unknown[0]), _ENTRY_KEYS, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else \
+            f" (a corpus has {', '.join(_ENTRY_KEYS)})"
+        raise UsageError(f"{where}: unknown key {unknown[0]!r}{hint}")
+    train = _paths(entry.get("train"), f"{where}, train")
+    valid = _paths(entry["valid"], f"{where}, valid") if entry.get("valid") else None
+    weight = entry.get("weight")
+    if weight is not None and (isinstance(weight, bool)
+                               or not isinstance(weight, (int, float)) or weight <= 0):
+        raise UsageError(f"{where}, weight {weight!r}: give a number above 0")
+    weight = None if weight is None else float(weight)
+    synthetic, upsample = _synthetic(entry, where)
+    bt = _monolingual(entry, n, train)
+    if bt is not None:
+        direction = Direction.parse(f"{bt.into}-{bt.lang}", f"{where}, backtranslate, into") \
+            if bt.into else Direction(None, bt.lang)  # (None: _into_languages finds it)
+        spec = CorpusSpec(train, direction.src, bt.lang, split, hf_config)
+        return [Corpus(direction, spec, None, weight, True, upsample, bt)]
+    if "directions" in entry:
+        if "src_lang" in entry or "tgt_lang" in entry:
+            raise UsageError(f"{where}: give directions: or src_lang:/tgt_lang:, not both")
+        names = entry["directions"]
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, list) or not names:
+            raise UsageError(f"{where}, directions: give a list such as [en-de, de-en]")
+        directions = [Direction.parse(d, f"{where}, directions:") for d in names]
+    else:
+        if not entry.get("src_lang") or not entry.get("tgt_lang"):
+            raise UsageError(f"{where}: give its languages (src_lang: and tgt_lang:, or "
+                             "directions: [en-de, ...])")
+        directions = [Direction.parse(f"{entry['src_lang']}-{entry['tgt_lang']}", where)]
+    return [Corpus(d, CorpusSpec(train, d.src, d.tgt, split, hf_config),
+                   CorpusSpec(valid, d.src, d.tgt, _valid_split(split), hf_config)
+                   if valid else None, weight, synthetic, upsample) for d in directions]
+
+
 def _synthetic(entry: dict, where: str) -> tuple[bool, int]:
     """A corpus entry's ``synthetic:`` (true for back-translated pairs, which are never
-    validated on) and ``upsample:`` (its pairs written N times), each mistake one line. An
-    entry of one language is monolingual text: back-translated first, by tfm backtranslate."""
+    validated on) and ``upsample:`` (its pairs written N times), each mistake one line."""
     synthetic, upsample = entry.get("synthetic", False), entry.get("upsample", 1)
     if not isinstance(synthetic, bool):
         raise UsageError(f"{where}, synthetic {synthetic!r}: give true or false")
@@ -249,12 +274,62 @@ def _synthetic(entry: dict, where: str) -> tuple[bool, int]:
     if synthetic and entry.get("valid"):
         raise UsageError(f"{where}: a synthetic corpus has no valid:; validation is on real "
                          "pairs only (give valid: to a real corpus)")
-    one = [k for k in ("src_lang", "tgt_lang") if entry.get(k)]
-    if len(one) == 1 and "directions" not in entry:
-        raise UsageError(f"{where}: only {one[0]}: give its languages (src_lang: and "
-                         "tgt_lang:); text of one language is turned into pairs by `tfm "
-                         "backtranslate` first, its output listed with synthetic: true")
     return synthetic, upsample
+
+
+def _monolingual(entry: dict, n: int, train: tuple[str, ...]) -> Backtranslation | None:
+    """The back-translation of an entry of one language (only ``tgt_lang:``), None for an
+    entry of pairs; one line for text of the source language (only ``src_lang:``), for
+    a reverse model given to pairs, and for what a monolingual entry cannot have."""
+    where = f"corpora, entry {n}"
+    one = [k for k in ("src_lang", "tgt_lang") if entry.get(k)]
+    if len(one) != 1 or "directions" in entry:
+        given = [k for k in ("reverse_model", "backtranslate") if k in entry]
+        if given:
+            raise UsageError(f"{where}: {given[0]}: is for text of one language (tgt_lang: "
+                             "only, no src_lang:), which tfm prepare back-translates")
+        return None
+    if one == ["src_lang"]:
+        raise UsageError(
+            f"{where}: only src_lang: {entry['src_lang']}: tfm prepare back-translates text "
+            "of the target language (tgt_lang: only); text of the source language serves "
+            "the other direction's run (tgt_lang: there), or translate it yourself with `tfm "
+            "backtranslate --lang SRC --into TGT` and list its output with synthetic: true")
+    lang = check_language(str(entry["tgt_lang"]), f"{where}, tgt_lang")
+    if len(train) != 1:
+        raise UsageError(f"{where}, train: text of one language is one file, a sentence a "
+                         "line")
+    if entry.get("valid") or entry.get("synthetic") is False:
+        raise UsageError(f"{where}: back-translated pairs are synthetic: they are never "
+                         "validated on (no valid:, no synthetic: false)")
+    return parse_backtranslation(entry, n, lang)
+
+
+def _into_languages(items: list[Corpus]) -> list[Corpus]:
+    """The corpora with each monolingual one's source language: its ``into``, or the one
+    source language of the run's corpora of pairs into its language (one line where there
+    is none, or several)."""
+    resolved = []
+    for c in items:
+        bt = c.backtranslation
+        if bt is None or bt.into is not None:
+            resolved.append(c)
+            continue
+        sources = sorted({d.direction.src for d in items if d.backtranslation is None
+                          and d.direction.tgt == bt.lang and d.direction.src})
+        if len(sources) != 1:
+            have = sorted({d.direction.name for d in items if d.backtranslation is None})
+            why = (f"the run's corpora translate {' and '.join(sources)} into {bt.lang}"
+                   if sources else f"no corpus of pairs translates into {bt.lang} (the "
+                   f"run's: {', '.join(have) or 'none'})")
+            raise UsageError(f"{bt.where}: {why}; say which language to back-translate "
+                             "into with backtranslate: {into: LANG}")
+        into = sources[0]
+        bt = dataclasses.replace(bt, into=into)
+        resolved.append(dataclasses.replace(
+            c, direction=Direction(into, bt.lang),
+            train=dataclasses.replace(c.train, src_lang=into), backtranslation=bt))
+    return resolved
 
 
 def _valid_split(split: str) -> str:
@@ -280,6 +355,8 @@ def corpus_texts(corpora: Corpora) -> Iterator[str]:
 
     seen: set[tuple] = set()
     for c in corpora.items:
+        if c.backtranslation is not None:  # its pairs are made with the run's tokenizer
+            continue
         wanted = []
         for side, lang in enumerate((c.direction.src, c.direction.tgt)):
             key = (c.train.paths, c.train.split, c.train.hf_config, lang)

@@ -104,7 +104,9 @@ def train_vocabularies(corpora: Corpora | CorpusSpec, vocab_size: int = 8000,
     both sides, or (``separate``) one per side, each of ``vocab_size`` entries; ``lowercase``:
     the tokenizers lowercase what they encode (see ``new_tokenizer``). Each language of a
     corpus is read once, however many directions it serves in; where the corpora translate
-    into several languages, the (source) vocabulary gets their tags (tfm.data.directions)."""
+    into several languages, the (source) vocabulary gets their tags (tfm.data.directions).
+    Monolingual corpora are not read: the reverse model that back-translates them is trained
+    with this tokenizer, before their pairs exist."""
     if isinstance(corpora, CorpusSpec):
         corpora = single_corpus(corpora, None, None, None)
     tags = corpora.tags
@@ -112,12 +114,11 @@ def train_vocabularies(corpora: Corpora | CorpusSpec, vocab_size: int = 8000,
         texts = (normalize_text(t) for t in corpus_texts(corpora))
         return Vocabularies.shared(train_tokenizer(texts, vocab_size, min_frequency,
                                                    lowercase=lowercase, tags=tags))
-    src = train_tokenizer((normalize_text(s) for c in corpora.items
-                           for s, _ in iter_pairs(c.train)), vocab_size, min_frequency,
-                          lowercase=lowercase, tags=tags)
-    tgt = train_tokenizer((normalize_text(t) for c in corpora.items
-                           for _, t in iter_pairs(c.train)), vocab_size, min_frequency,
-                          lowercase=lowercase)
+    pairs = [c for c in corpora.items if c.backtranslation is None]
+    src = train_tokenizer((normalize_text(s) for c in pairs for s, _ in iter_pairs(c.train)),
+                          vocab_size, min_frequency, lowercase=lowercase, tags=tags)
+    tgt = train_tokenizer((normalize_text(t) for c in pairs for _, t in iter_pairs(c.train)),
+                          vocab_size, min_frequency, lowercase=lowercase)
     return Vocabularies(src, tgt)
 
 
@@ -149,15 +150,12 @@ def prepare(
     clean = clean or CleanConfig()
     output = Path(output)
     corpora = train if isinstance(train, Corpora) else single_corpus(train, valid, None, None)
-    vocabs = load_vocabularies(tokenizer_path)
-    tags = vocabulary_tags(vocabs.src)
-    synthetic_tag = add_synthetic_tag(vocabs, synthetic_tag, corpora, Path(tokenizer_path))
-    source_tags = [source_tag(tags, d, "tfm prepare") for d in corpora.directions]
-    marking = tokenizer_marking(Path(tokenizer_path)) or tag_marking(tags, language_token)
-    codes = [direction_codes(marking, vocabs, d) for d in corpora.directions] \
-        if marking is not None else None
-    if marking is not None and not marking.in_source:
-        source_tags = [None] * len(source_tags)
+    if corpora.monolingual:
+        raise UsageError(f"{corpora.monolingual[0].backtranslation.where}: its text is "
+                         "back-translated before prepare reads pairs "
+                         "(tfm.decoding.backtranslation.backtranslate_corpora)")
+    vocabs, tags, synthetic_tag, source_tags, marking, codes = _plan(
+        corpora, Path(tokenizer_path), language_token, synthetic_tag)
     splits = _splits(corpora)
     resolved = {name: [resolve_corpus(c.train if name == "train" else c.valid)
                        for c in items] for name, items in splits.items()}
@@ -177,6 +175,34 @@ def prepare(
     with _quiet_datasets(datasets):
         reports, by_direction = _write_dataset(job, output, datasets, pa, num_proc)
     return PrepareReport(str(output), False, reports, by_direction)
+
+
+def _plan(corpora: Corpora, tokenizer_path: Path, language_token: str,
+          synthetic_tag: str | None) -> tuple[Vocabularies, list[str], str | None,
+                                              list[str | None], LanguageMarking | None,
+                                              list[ResolvedLanguage] | None]:
+    """What prepare reads the corpora with, each option checked (no corpus read yet): the
+    vocabularies (with the synthetic tag added), their tags, the tag, each direction's source
+    tag, the marking by language codes or decoder tokens, and each direction's marks."""
+    vocabs = load_vocabularies(tokenizer_path)
+    tags = vocabulary_tags(vocabs.src)
+    synthetic_tag = add_synthetic_tag(vocabs, synthetic_tag, corpora, tokenizer_path)
+    source_tags = [source_tag(tags, d, "tfm prepare") for d in corpora.directions]
+    marking = tokenizer_marking(tokenizer_path) or tag_marking(tags, language_token)
+    codes = [direction_codes(marking, vocabs, d) for d in corpora.directions] \
+        if marking is not None else None
+    if marking is not None and not marking.in_source:
+        source_tags = [None] * len(source_tags)
+    return vocabs, tags, synthetic_tag, source_tags, marking, codes
+
+
+def check_prepare(corpora: Corpora, tokenizer_path: Path, output: Path,
+                  language_token: str = "source", synthetic_tag: str | None = None) -> None:
+    """What ``prepare`` refuses before it reads a corpus (the tokenizer, the tags, an
+    ``output`` that is not a dataset), checked without writing: so that a mistake is found
+    before the monolingual corpora are back-translated, which may take hours."""
+    _plan(corpora, Path(tokenizer_path), language_token, synthetic_tag)
+    _previous_info(Path(output))
 
 
 def _splits(corpora: Corpora) -> dict[str, list[Corpus]]:

@@ -25,25 +25,37 @@ Files, for the output prefix ``PREFIX`` of a de -> en reverse model::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
 import shutil
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from tfm.atomic import atomic_write_bytes
-from tfm.config import BacktranslateConfig, SearchOptions
+from tfm.config import BacktranslateConfig, EngineOptions, SearchOptions
 from tfm.data.corpus import read_text_lines
+from tfm.data.directions import Corpora, Corpus
+from tfm.data.monolingual import Backtranslation
 from tfm.decoding.corpus_translation import read_translations, translate_corpus
 from tfm.decoding.translator import Translator
-from tfm.errors import DataError, UsageError
+from tfm.errors import (
+    DataError,
+    ModelError,
+    OptionError,
+    ResourceError,
+    TfmError,
+    UsageError,
+)
 
-__all__ = ["BacktranslationReport", "backtranslate", "check_reverse_model",
-           "check_text_language", "noised",
-           "output_paths", "read_monolingual", "share"]
+__all__ = ["BacktranslationReport", "Opened", "Wording", "backtranslate",
+           "backtranslate_corpora", "check_reverse_model", "check_text_language",
+           "model_identity", "noised", "open_backtranslation", "output_paths",
+           "read_monolingual", "share", "work_directory"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,28 @@ class BacktranslationReport:
     translated: int
     reused: int
     files: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How a refusal names what the user gave: ``tfm backtranslate``'s options, or the keys of
+    a run config's monolingual corpus entry (``tfm prepare``), so that the one line points at
+    what to change. ``where`` starts every line (none for the command)."""
+
+    where: str = ""
+    input: str = ""  # before a line about the text file (the command's name the file alone)
+    lang: str = "--lang"
+    reverse_model: str = "--reverse-model"
+    tokenizer: str = "--tokenizer"
+
+    @classmethod
+    def entry(cls, where: str) -> Wording:
+        """The keys of a run config's corpus entry ``where`` ("corpora, entry 2")."""
+        return cls(f"{where}: ", f"{where}, train: ", "tgt_lang", "reverse_model",
+                   "--tokenizer")
+
+
+COMMAND = Wording()
 
 
 def read_monolingual(path: Path) -> list[str]:
@@ -75,7 +109,8 @@ def read_monolingual(path: Path) -> list[str]:
 LANGUAGE_SAMPLE = 200  # lines of the text whose language is checked (py3langid)
 
 
-def check_text_language(lines: Sequence[str], lang: str, where: Path) -> None:
+def check_text_language(lines: Sequence[str], lang: str, where: Path,
+                        option: str = "--lang") -> None:
     """Where the ``langid`` extra is installed and knows ``lang``: that most of a sample of the
     text reads as ``lang`` (a file of the wrong language is the costliest mistake here: the
     reverse model would translate all of it into nonsense). One line naming the file and the
@@ -94,14 +129,14 @@ def check_text_language(lines: Sequence[str], lang: str, where: Path) -> None:
     if found.identified >= 10 and found.rate > 50:
         other = max((code for code in found.found if code != found.lang),
                     key=lambda code: found.found[code])
-        raise DataError(f"{where}: --lang {lang}, but {found.off_target} of "
+        raise DataError(f"{where}: {option} {lang}, but {found.off_target} of "
                         f"{found.identified} sampled lines read as other languages (most as "
                         f"{other}, py3langid): give the text's language, and a reverse "
                         "model of it")
 
 
 def check_reverse_model(translator: Translator, text_lang: str, output_lang: str,
-                        tokenizer: Path | None = None) -> None:
+                        tokenizer: Path | None = None, wording: Wording = COMMAND) -> None:
     """That the reverse model reads ``text_lang`` and writes ``output_lang`` (the languages
     its config.json records), and, where ``tokenizer`` (the run's) is given, that it has the
     same vocabulary: one line naming what is wrong, before any work."""
@@ -112,17 +147,83 @@ def check_reverse_model(translator: Translator, text_lang: str, output_lang: str
         known = [d for d in directions if "?" not in d]
         if known:
             raise UsageError(
-                f"--reverse-model translates {', '.join(known)}, not {wanted}: back-"
-                f"translation of {text_lang} text needs a model of {wanted} (trained on the "
-                "pairs the other way round)")
+                f"{wording.where}{wording.reverse_model} translates {', '.join(known)}, not "
+                f"{wanted}: back-translation of {text_lang} text needs a model of {wanted} "
+                "(trained on the pairs the other way round)")
     if tokenizer is not None:
         from tfm.data.tokenizer import load_vocabularies
 
         theirs = load_vocabularies(tokenizer)
         if (theirs.src.get_vocab() != translator.vocabs.tgt.get_vocab()
                 or theirs.tgt.get_vocab() != translator.vocabs.src.get_vocab()):
-            raise UsageError(f"--tokenizer {tokenizer} is not the reverse model's tokenizer: "
-                             "train the reverse model on data prepared with it")
+            raise UsageError(f"{wording.where}{wording.tokenizer} {tokenizer} is not the "
+                             f"{wording.reverse_model}'s tokenizer: train the reverse model "
+                             "on data prepared with it")
+
+
+@dataclass
+class Opened:
+    """A back-translation checked and ready: the text's lines, the reverse model loaded, the
+    search (its defaults and the options given), and what names the model (``identity``)."""
+
+    lines: list[str]
+    translator: Translator
+    options: SearchOptions
+    identity: dict[str, Any]
+
+
+def open_backtranslation(text: Path, reverse_model: Path, lang: str, into: str,
+                         search: dict[str, Any], engine: EngineOptions,
+                         tokenizer: Path | None = None, wording: Wording = COMMAND) -> Opened:
+    """What ``tfm backtranslate`` and ``tfm prepare`` (a monolingual corpus) check before
+    any work, in one place: the ``text`` (``read_monolingual``, ``check_text_language``), the
+    reverse model (loaded with ``engine``; ``check_reverse_model``) and the ``search``
+    options given, over the model's defaults. Each refusal is one line in ``wording``."""
+    from tfm.decoding.engines import load_translator
+
+    try:
+        lines = read_monolingual(Path(text))
+        check_text_language(lines, lang, Path(text), wording.lang)
+    except DataError as e:
+        raise _reworded(e, wording.input) from None
+    try:
+        translator = load_translator(reverse_model, engine.device, engine.precision,
+                                     workers=engine.workers, shortlist=engine.shortlist,
+                                     exact_search=engine.exact_search,
+                                     cuda_graphs=engine.cuda_graphs)
+    except TfmError as e:
+        if not wording.where:
+            raise
+        raise _reworded(e, f"{wording.where}{wording.reverse_model} {reverse_model}: "
+                        ) from None
+    check_reverse_model(translator, lang, into, tokenizer, wording)
+    try:
+        options = translator.default_options(**search)
+    except UsageError as e:
+        if not wording.where:
+            raise
+        text = e.for_request() if isinstance(e, OptionError) else str(e)
+        raise UsageError(f"{wording.where}backtranslate: {text}") from None
+    return Opened(lines, translator, options, model_identity(Path(reverse_model)))
+
+
+def _reworded(e: TfmError, prefix: str) -> TfmError:
+    """``e``'s line after ``prefix``, as an error of its kind (its exit status)."""
+    if not prefix:
+        return e
+    kind = next(k for k in (DataError, ModelError, ResourceError, UsageError, TfmError)
+                if isinstance(e, k))
+    return kind(f"{prefix}{e}")
+
+
+def model_identity(model: Path) -> dict[str, Any]:
+    """What names the reverse model in the corpus translation's fingerprint: its files'
+    names, sizes and modification times (a model trained anew is another model)."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(model).iterdir() if p.is_file()):
+        stat = path.stat()
+        h.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return {"model": h.hexdigest()}
 
 
 def share(total: int, rank: int, world: int) -> range:
@@ -289,3 +390,55 @@ def _dropped(target: str, source: str, score: float, config: BacktranslateConfig
     if config.min_score is not None and score < config.min_score:
         return "score"
     return None
+
+
+# A progress factory of backtranslate_corpora: for an entry, its number of lines and its
+# search, a context that yields backtranslate's ``progress`` callback (or None).
+Progress = Callable[[Backtranslation, int, SearchOptions],
+                    AbstractContextManager[Callable[[int], None] | None]]
+
+
+def work_directory(output: Path) -> Path:
+    """Where ``tfm prepare`` into dataset ``output`` keeps its monolingual corpora's
+    back-translations: ``OUTPUT.bt/`` beside it (not inside: the dataset is replaced whole by
+    a rename at its end, and an interrupted back-translation must outlive the attempt)."""
+    output = Path(output)
+    return output.with_name(f"{output.name}.bt")
+
+
+def backtranslate_corpora(corpora: Corpora, tokenizer: Path, output: Path,
+                          progress: Progress | None = None
+                          ) -> tuple[Corpora, list[BacktranslationReport]]:
+    """``corpora`` with each monolingual corpus (a run config's entry of one language)
+    back-translated by ``backtranslate``, as ``tfm backtranslate`` does, into the synthetic
+    corpus ``work_directory(output)/N-NAME`` (entry N, its text file NAME.LANG), and listed
+    as that corpus, marked synthetic; the reports, in their order. Every entry is checked
+    (``open_backtranslation``, in the entry's keys; the reverse model against ``tokenizer``)
+    before any is translated; each resumes from its chunks and returns at once where its
+    corpus is made. The caller holds ``output``'s lock."""
+    from tfm.data.corpus import CorpusSpec
+
+    entries = [c for c in corpora.items if c.backtranslation is not None]
+    opened = [_open_entry(c.backtranslation, tokenizer) for c in entries]
+    made: dict[int, Corpus] = {}
+    reports = []
+    for corpus, ready in zip(entries, opened):
+        bt = corpus.backtranslation
+        assert bt is not None and bt.into is not None
+        prefix = work_directory(output) / f"{bt.entry}-{Path(bt.text).name.split('.')[0]}"
+        with (progress(bt, len(ready.lines), ready.options) if progress is not None
+              else nullcontext()) as advance:
+            reports.append(backtranslate(
+                ready.translator, ready.lines, prefix, bt.lang, bt.into, ready.options,
+                bt.config, identity=ready.identity, progress=advance))
+        made[id(corpus)] = dataclasses.replace(
+            corpus, train=CorpusSpec((str(prefix),), bt.into, bt.lang, corpus.train.split,
+                                     corpus.train.hf_config), backtranslation=None)
+        ready.lines.clear()  # (the text and the model of an entry done: not held)
+    return Corpora(tuple(made.get(id(c), c) for c in corpora.items)), reports
+
+
+def _open_entry(bt: Backtranslation | None, tokenizer: Path) -> Opened:
+    assert bt is not None and bt.into is not None
+    return open_backtranslation(Path(bt.text), bt.reverse_model, bt.lang, bt.into, bt.search,
+                                bt.engine, tokenizer, Wording.entry(bt.where))
