@@ -78,7 +78,8 @@ def one_line_error(result) -> str:
 def test_a_monolingual_entry_gives_the_pairs_of_backtranslate_then_a_synthetic_entry(
         reverse_model, tokenizer_path, tmp_path) -> None:
     config = run_config(tmp_path, reverse_model)
-    result = prepare_cli(config, tokenizer_path, tmp_path / "data")
+    # (--max-ratio 0: every pair kept, although the untrained reverse model writes noise)
+    result = prepare_cli(config, tokenizer_path, tmp_path / "data", "--max-ratio", "0")
     assert result.returncode == 0, result.stderr
     assert "Back-translating corpora, entry 2" in result.stderr  # progress on stderr
     assert "Back-translated 20 pairs of 20 lines" in result.stderr
@@ -94,7 +95,8 @@ def test_a_monolingual_entry_gives_the_pairs_of_backtranslate_then_a_synthetic_e
          "upsample": 2},
         {"train": str(tmp_path / "synth"), "src_lang": "en", "tgt_lang": "de",
          "synthetic": True}], "synthetic_tag": "<BT>"}))
-    manual = prepare_cli(by_hand, tokenizer_path, tmp_path / "data-by-hand")
+    manual = prepare_cli(by_hand, tokenizer_path, tmp_path / "data-by-hand", "--max-ratio",
+                         "0")
     assert manual.returncode == 0, manual.stderr
 
     # The same synthetic corpus, byte for byte, kept beside the dataset ...
@@ -109,7 +111,7 @@ def test_a_monolingual_entry_gives_the_pairs_of_backtranslate_then_a_synthetic_e
     assert len(train) == 2 * 10 + 20
     assert [r["src_ids"][0] == bt for r in train] == [False] * 20 + [True] * 20
     # Run again: the back-translation is found made, the dataset up to date.
-    again = prepare_cli(config, tokenizer_path, tmp_path / "data")
+    again = prepare_cli(config, tokenizer_path, tmp_path / "data", "--max-ratio", "0")
     assert again.returncode == 0 and "(20 found done)" in again.stderr
     assert "is up to date" in again.stderr
 
@@ -178,7 +180,7 @@ def test_each_refusal_is_one_line_in_the_entry_s_keys_and_nothing_is_written(
     if case == "no reverse model":
         entry, says = {"reverse_model": None}, "give reverse_model:"
     elif case == "no such reverse model":
-        entry, says = {"reverse_model": str(tmp_path / "nowhere")}, "reverse_model"
+        entry, says = {"reverse_model": str(tmp_path / "nowhere")}, "reverse_model: "
     elif case == "wrong direction":
         entry = {"reverse_model": str(random_model_dir(tmp_path / "fwd", tokenizer))}
         says = "reverse_model translates en-de, not de-en"
@@ -211,7 +213,8 @@ def test_each_refusal_is_one_line_in_the_entry_s_keys_and_nothing_is_written(
     elif case == "bad option value":
         entry, says = {"backtranslate": {"beam": "five"}}, "backtranslate, beam 'five'"
     elif case == "options that clash":
-        entry, says = {"backtranslate": {"beam": 4, "sampling_topk": 10}}, "--beam 1"
+        entry, says = {"backtranslate": {"beam": 4, "sampling_topk": 10}}, \
+            "backtranslate: --sampling-topk 10 draws one token at a time: give --beam 1"
     elif case == "source-language text":
         entry, says = {"tgt_lang": None, "src_lang": "en"}, "tfm backtranslate --lang SRC"
     elif case == "no direction into its language":

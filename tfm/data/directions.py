@@ -291,9 +291,10 @@ def _monolingual(entry: dict, n: int, train: tuple[str, ...]) -> Backtranslation
         return None
     if one == ["src_lang"]:
         raise UsageError(
-            f"{where}: only src_lang: {entry['src_lang']}: tfm prepare back-translates text "
-            "of the target language (tgt_lang: only); text of the source language serves "
-            "the other direction's run (tgt_lang: there), or translate it yourself with `tfm "
+            f"{where}: only src_lang: {entry['src_lang']}: give its languages (src_lang: and "
+            "tgt_lang:) for pairs. Text of one language is back-translated where it is the "
+            "target language (tgt_lang: alone); text of the source language serves the other "
+            "direction's run (tgt_lang: there), or translate it yourself with `tfm "
             "backtranslate --lang SRC --into TGT` and list its output with synthetic: true")
     lang = check_language(str(entry["tgt_lang"]), f"{where}, tgt_lang")
     if len(train) != 1:

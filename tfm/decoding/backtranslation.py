@@ -21,6 +21,12 @@ Files, for the output prefix ``PREFIX`` of a de -> en reverse model::
                              ``PREFIX`` with src_lang en, tgt_lang de), written atomically
     PREFIX.json              what was done (languages, search, noise, filters, counts), last
     PREFIX.work/             the shares' chunks while the work is under way
+
+``tfm backtranslate`` and ``tfm prepare`` (a run config's monolingual entry, parsed by
+tfm.data.monolingual) do the same work by the same calls: ``open_backtranslation`` (every
+check, before any work; refusals worded as the command's options or the entry's keys), then
+``backtranslate``; prepare's through ``backtranslate_corpora``, with ``OUTPUT.bt/N-NAME`` as
+the prefix (``work_directory``).
 """
 
 from __future__ import annotations
@@ -82,12 +88,13 @@ class Wording:
     lang: str = "--lang"
     reverse_model: str = "--reverse-model"
     tokenizer: str = "--tokenizer"
+    options: str = ""  # before a line about the search options (the command's: none)
 
     @classmethod
     def entry(cls, where: str) -> Wording:
         """The keys of a run config's corpus entry ``where`` ("corpora, entry 2")."""
         return cls(f"{where}: ", f"{where}, train: ", "tgt_lang", "reverse_model",
-                   "--tokenizer")
+                   "--tokenizer", f"{where}, backtranslate: ")
 
 
 COMMAND = Wording()
@@ -194,16 +201,15 @@ def open_backtranslation(text: Path, reverse_model: Path, lang: str, into: str,
     except TfmError as e:
         if not wording.where:
             raise
-        raise _reworded(e, f"{wording.where}{wording.reverse_model} {reverse_model}: "
-                        ) from None
+        raise _reworded(e, f"{wording.where}{wording.reverse_model}: ") from None
     check_reverse_model(translator, lang, into, tokenizer, wording)
     try:
         options = translator.default_options(**search)
     except UsageError as e:
-        if not wording.where:
+        if not wording.options:
             raise
         text = e.for_request() if isinstance(e, OptionError) else str(e)
-        raise UsageError(f"{wording.where}backtranslate: {text}") from None
+        raise UsageError(f"{wording.options}{text}") from None
     return Opened(lines, translator, options, model_identity(Path(reverse_model)))
 
 
