@@ -287,3 +287,20 @@ def test_a_run_without_a_monolingual_corpus_prepares_what_it_did_before(
     prepare(CorpusSpec((train,), "en", "de"), tokenizer_path, tmp_path / "b")
     assert dataset_digest(tmp_path / "a") == dataset_digest(tmp_path / "b")
     assert not work_directory(tmp_path / "a").exists()
+
+
+def test_the_tokenizer_of_a_run_config_learns_from_its_pairs_only(tmp_path) -> None:
+    # The reverse model is trained with the run's tokenizer before any synthetic pair exists:
+    # train-tokenizer reads the corpora of pairs of the same config and not the text (which
+    # need not exist yet), and learns what it learns without the entry.
+    from tfm.data.prepare import train_vocabularies
+
+    write_corpus(tmp_path / "c", PAIRS)
+    pairs = {"train": str(tmp_path / "c" / "train"), "src_lang": "en", "tgt_lang": "de"}
+    mono = {"train": str(tmp_path / "not-yet.de"), "tgt_lang": "de", "reverse_model": "rev"}
+    for separate in (False, True):
+        alone = train_vocabularies(corpora_from_config([pairs]), 300, separate=separate)
+        beside = train_vocabularies(corpora_from_config([pairs, mono]), 300,
+                                    separate=separate)
+        assert beside.src.to_str() == alone.src.to_str()
+        assert beside.tgt.to_str() == alone.tgt.to_str()
