@@ -181,8 +181,8 @@ def _backtranslated(runs: Corpora, tokenizer: Path, output: Path, language_token
 
     @contextlib.contextmanager
     def progress(bt: Backtranslation, total: int, options: SearchOptions) -> Iterator[Any]:
-        err.print(f"Back-translating {bt.where} ({bt.text}, {total:,} lines) into "
-                  f"{bt.into} with {bt.reverse_model} into {work_directory(output)}",
+        err.print(f"Back-translating {bt.where}: {bt.text} ({total:,} lines, {bt.lang} -> "
+                  f"{bt.into}) with {bt.reverse_model}, kept in {work_directory(output)}",
                   highlight=False)
         with progress_bar(total, options) as advance:
             yield advance
