@@ -1,0 +1,171 @@
+"""Specifications of inline tags sent as tokens to a model trained to copy them
+(tfm/documents/tag_tokens.py, and its path through tfm/documents/translate.py): each tag inside
+a sentence goes in as the token of its kind and order at a word edge, as training put them;
+the translation's tokens say where the tags go, and a tag the model lost or doubled is placed by
+alignment instead. Translators here are fakes that rewrite the tokens as a test wants."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+from test_document_segments import markup as shown  # <1>...</1> for a span, <3/> empty
+from test_documents_translate import UpperTranslator
+
+from tfm.config import SearchOptions
+from tfm.data.tag_augment import TAG_TOKENS
+from tfm.decoding.alignment import word_ids
+from tfm.decoding.translator import Translation
+from tfm.documents.formats import Limits
+from tfm.documents.html import read as read_html
+from tfm.documents.segments import Segment, Tag
+from tfm.documents.tag_tokens import clean_words, mark, read
+
+TAGS = re.compile("(" + "|".join(re.escape(t) for t in TAG_TOKENS) + ")")
+
+
+def marked(segment: Segment) -> str | None:
+    found = mark(segment, 0, segment.text, TAG_TOKENS)
+    return found.text if found is not None else None
+
+
+def test_tags_inside_a_sentence_become_tokens_glued_to_word_edges_as_in_training():
+    # "The <b>dog</b> sleeps <br> in the <a>big <i>garden</i></a>."
+    text = "The dog sleeps in the big garden."
+    segment = Segment(text, (Tag(4, 7, 1), Tag(15, 15, 2), Tag(22, 32, 3), Tag(26, 32, 4)))
+    # words are what the tokenizer's word-start marks make them: "garden." is one
+    assert marked(segment) == "The<g1> dog</g1> sleeps<x1/> in the<g2> big<g3> garden.</g3></g2>"
+
+
+def test_a_tag_at_the_start_or_inside_a_word_is_moved_to_the_word_s_edges():
+    assert marked(Segment("Dogs sleep.", (Tag(0, 4, 1),))) == "<g1>Dogs</g1> sleep."
+    assert marked(Segment("unhappy dogs", (Tag(2, 7, 1),))) == "<g1>unhappy</g1> dogs"
+
+
+def test_tags_that_projection_maps_exactly_or_that_cannot_be_tokens_are_not_sent():
+    assert marked(Segment("The dog sleeps.", (Tag(0, 15, 1),))) is None  # the whole sentence
+    assert marked(Segment("a b c d e f", tuple(Tag(2 * k, 2 * k + 1, k) for k in range(5)))
+                  ) is None  # five pairs: the inventory numbers four
+    crossing = Segment("unhappy dogs", (Tag(0, 2, 1), Tag(2, 7, 2)))  # "<1>un</1><2>happy</2>"
+    assert marked(crossing) is None  # moved to word edges they would cross
+
+
+def test_the_tokens_read_back_give_the_clean_text_and_each_tag_s_place():
+    sent = mark(Segment("The dog sleeps.", (Tag(4, 7, 1),)), 0, "The dog sleeps.", TAG_TOKENS)
+    text, placed = read("Der<g1> Hund</g1> schläft.", TAG_TOKENS, sent)
+    assert text == "Der Hund schläft."
+    assert placed == {("open", 1): 4, ("close", 1): 8}
+    assert read("<g1> Der Hund</g1> schläft.", TAG_TOKENS, sent) == (
+        "Der Hund schläft.", {("open", 1): 0, ("close", 1): 8})
+
+
+def test_a_lost_doubled_added_or_reversed_tag_reads_as_none_and_leaves_no_token():
+    sent = mark(Segment("The dog sleeps.", (Tag(4, 7, 1),)), 0, "The dog sleeps.", TAG_TOKENS)
+    for output in ["Der Hund schläft.", "Der<g1> Hund</g1></g1> schläft.",
+                   "Der<g1> Hund</g1> schläft<x1/>.", "Der</g1> Hund<g1> schläft."]:
+        text, placed = read(output, TAG_TOKENS, sent)
+        assert placed is None and not TAGS.search(text) and "  " not in text
+
+
+def test_words_of_tag_tokens_only_map_to_no_clean_word():
+    assert clean_words("<g1> Der Hund</g1> <x1/> schläft", TAG_TOKENS) == [None, 0, 1, None, 2]
+
+
+# --- through the document path, with a fake model of inline tags ----------------------------
+
+def _symbols(text: str) -> list[str]:
+    """A text's symbols as the byte-level tokenizer cuts it: a word's first piece marked
+    with Ġ, tag tokens pieces of their own without it."""
+    symbols = []
+    for word in text.split():
+        first = True
+        for piece in (p for p in TAGS.split(word) if p):
+            symbols.append(piece if piece in TAG_TOKENS or not first else "Ġ" + piece)
+            first = first and piece in TAG_TOKENS
+    return symbols
+
+
+def _alignment(source: list[str], target: list[str]) -> list[tuple[int, int]]:
+    """Monotone: the k-th word with letters of each side aligned together, as word_ids
+    counts the words."""
+    def words(symbols: list[str]) -> list[int]:
+        ids = word_ids(symbols)
+        return sorted({ids[k] for k, s in enumerate(symbols) if s not in TAG_TOKENS})
+    return list(zip(words(source), words(target)))
+
+
+@dataclass
+class TagTranslator(UpperTranslator):
+    """Upper-cases, then hands the text to ``rewrite`` (what the model did with the tags);
+    its alignment is monotone, as attention would give it."""
+
+    rewrite: object = staticmethod(lambda text: text)
+    info: SimpleNamespace = field(default_factory=lambda: SimpleNamespace(
+        inline_tags=list(TAG_TOKENS), directions=[], tgt_lang="de", src_lang="en"))
+
+    def translate_prepared(self, sources, options, progress=None):
+        self.calls.append(([s.sentence for s in sources], options.attention))
+        results = []
+        for s in sources:
+            upper = re.sub(TAGS.pattern, lambda m: m.group(0).lower(), s.sentence.upper(),
+                           flags=re.IGNORECASE)
+            text = self.rewrite(upper)
+            result = Translation(s.sentence, [(text, -1.0)])
+            if options.attention:
+                result.source_symbols = _symbols(s.sentence) + ["</s>"]
+                result.target_symbols = _symbols(text)
+                result.alignment = _alignment(result.source_symbols[:-1],
+                                              result.target_symbols)
+            results.append(result)
+        if progress is not None:
+            progress(len(sources))
+        return results
+
+
+PAGE = b"<p>The <b>dog</b> sleeps in the garden.</p>"
+
+
+def _translate(translator, page: bytes = PAGE) -> str:
+    from tfm.documents.translate import translate_document
+
+    document = read_html(page, Limits())
+    return translate_document(document, translator, SearchOptions(beam=1)).decode()
+
+
+def test_a_model_of_inline_tags_reads_tag_tokens_and_its_output_places_the_tags():
+    # The model moved the tag onto "SLEEPS"; the monotone alignment would say "DOG".
+    def moved(text: str) -> str:
+        return text.replace("<g1> DOG</g1> SLEEPS", " DOG<g1> SLEEPS</g1>")
+    translator = TagTranslator(rewrite=moved)
+    out = _translate(translator)
+    assert translator.calls[0][0] == ["The<g1> dog</g1> sleeps in the garden."]
+    assert "THE DOG <b>SLEEPS</b> IN THE GARDEN." in out
+    assert "g1" not in out
+
+
+def test_punctuation_a_source_tag_left_out_is_left_out_of_the_copied_tag():
+    def moved(text: str) -> str:
+        return text.replace(" GARDEN.", "<g1> GARDEN.</g1>").replace("<g1> DOG</g1>", " DOG")
+    out = _translate(TagTranslator(rewrite=moved), b"<p>The dog sleeps in the <b>garden</b>.</p>")
+    assert "THE DOG SLEEPS IN THE <b>GARDEN</b>." in out
+
+
+def test_a_tag_the_model_lost_or_doubled_is_placed_by_alignment_instead():
+    for rewrite in (lambda t: TAGS.sub("", t),
+                    lambda t: t.replace("</g1>", "</g1></g1>")):
+        out = _translate(TagTranslator(rewrite=rewrite))
+        assert "THE <b>DOG</b> SLEEPS IN THE GARDEN." in out  # the alignment's place
+        assert "g1" not in out and out.count("<b>") == 1
+
+
+def test_tags_a_model_adds_to_a_sentence_sent_without_any_are_taken_out():
+    out = _translate(TagTranslator(rewrite=lambda t: t + "<x1/>"), b"<p>The dog sleeps.</p>")
+    assert "THE DOG SLEEPS." in out and "x1" not in out
+
+
+def test_every_other_model_is_sent_the_sentence_without_tokens():
+    translator = UpperTranslator()
+    out = _translate(translator)
+    assert translator.calls[0][0] == ["The dog sleeps in the garden."]
+    assert "THE <b>DOG</b> SLEEPS IN THE GARDEN." in out
