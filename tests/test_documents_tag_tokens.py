@@ -10,7 +10,6 @@ import re
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from test_document_segments import markup as shown  # <1>...</1> for a span, <3/> empty
 from test_documents_translate import UpperTranslator
 
 from tfm.config import SearchOptions

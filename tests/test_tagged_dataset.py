@@ -4,7 +4,9 @@ tokens around aligned spans, its tokenizer holding each tag as one token, its al
 from __future__ import annotations
 
 import hashlib
+import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +28,6 @@ from tfm.data.tag_augment import (
 from tfm.data.tagged_dataset import augment_prepared
 from tfm.data.tokenizer import load_vocabularies
 from tfm.data.word_alignment import alignment_path, load_token_alignments
-from tfm.errors import UsageError
 
 pytest.importorskip("eflomal")
 SHARE = 0.3
@@ -201,3 +202,64 @@ def test_a_drawn_row_nests_its_tags_alike_on_both_sides() -> None:
     rng = random.Random(0)
     shapes = {tuple(d[0] for d in draw_tags(words, 4, rng)) for _ in range(200)}
     assert {("pair",), ("pair", "pair"), ("empty",)} <= shapes
+
+
+# --- the model knows its tags ------------------------------------------------------------------
+
+def test_the_inventory_round_trips_through_config_json_and_only_it_raises_the_format() -> None:
+    from tfm.config import ModelConfig
+    from tfm.model_info import INLINE_TAGS_FORMAT, ModelInfo
+
+    plain = ModelInfo(model=ModelConfig()).to_json()
+    assert "inline_tags" not in plain and plain["format_version"] < INLINE_TAGS_FORMAT
+    tagged = ModelInfo(model=ModelConfig(), inline_tags=list(TAG_TOKENS)).to_json()
+    assert tagged["format_version"] == INLINE_TAGS_FORMAT
+    read = ModelInfo.from_json(json.loads(json.dumps(tagged)), "config.json")
+    assert read.inline_tags == list(TAG_TOKENS)
+    assert ModelInfo.from_json(plain, "config.json").inline_tags == []
+
+
+def test_models_of_older_formats_still_load_without_tags(tmp_path: Path, tokenizer) -> None:
+    from conftest import random_model_dir
+
+    from tfm.model_info import read_model_info
+
+    model = random_model_dir(tmp_path / "m", tokenizer)
+    config = model / "config.json"
+    for version, extra in [(1, {}), (6, {"alignment_layer": 0})]:
+        data = json.loads(config.read_text())
+        data["format_version"] = version
+        data["model"].update(extra)
+        config.write_text(json.dumps(data))
+        assert read_model_info(model).inline_tags == []
+
+
+def test_bad_inventory_in_config_json_is_refused_in_one_line() -> None:
+    from tfm.config import ModelConfig
+    from tfm.errors import ModelError
+    from tfm.model_info import ModelInfo
+
+    data = {**ModelInfo(model=ModelConfig()).to_json(), "inline_tags": "<g1>"}
+    with pytest.raises(ModelError, match="config.json: invalid model config"):
+        ModelInfo.from_json(data, "config.json")
+
+
+def test_align_augment_train_translate_a_page_end_to_end(augmented, tmp_path: Path) -> None:
+    _, output, _ = augmented
+    model = tmp_path / "model"
+    trained = tfm("train", "--data", str(output), "--output", str(model), "--preset", "tiny",
+                  "--max-steps", "4", "--valid-every", "4", "--max-tokens", "512",
+                  "--precision", "fp32", "--guided-alignment", "0.05")
+    assert trained.returncode == 0, trained.stderr
+    config = json.loads((model / "config.json").read_text())
+    assert config["inline_tags"] == list(TAG_TOKENS) and config["format_version"] >= 7
+    page = tmp_path / "x.html"
+    page.write_text("<p>pa <b>ki <i>tu</i></b> ma<br>so.</p>\n", encoding="utf-8")
+    done = tfm("translate", "--model", str(model), "--input", str(page), "--output",
+               str(tmp_path / "out.html"))
+    assert done.returncode == 0, done.stderr
+    out = (tmp_path / "out.html").read_text(encoding="utf-8")
+    for tag in ("<b>", "</b>", "<i>", "</i>", "<br>"):
+        assert out.count(tag) == 1, out
+    assert out.index("<b>") < out.index("<i>") < out.index("</i>") < out.index("</b>")
+    assert not re.search(r"</?g\d|<x\d", out)  # no tag token is ever written
