@@ -168,3 +168,17 @@ def test_every_other_model_is_sent_the_sentence_without_tokens():
     out = _translate(translator)
     assert translator.calls[0][0] == ["The dog sleeps in the garden."]
     assert "THE <b>DOG</b> SLEEPS IN THE GARDEN." in out
+
+
+def test_the_bench_s_tokens_method_sends_tokens_and_the_others_hide_them():
+    from test_bench_peers import load
+
+    run = load("tags_run")
+    line = ['A <b>dog</b> sleeps in the <a href="g.html">garden</a>.']
+    for tokens, sent in [(True, "A<g1> dog</g1> sleeps in the<g2> garden.</g2>"),
+                         (False, "A dog sleeps in the garden.")]:
+        translator = TagTranslator()
+        translator.default_options = lambda beam=None: SearchOptions(beam=1)
+        hyps, _ = run.translate(translator, line, None, tokens=tokens)
+        assert translator.calls[0][0] == [sent]
+        assert hyps == ['A <b>DOG</b> SLEEPS IN THE <a href="g.html">GARDEN</a>.']
