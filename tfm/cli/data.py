@@ -182,7 +182,7 @@ def align(
         "--tag-seed", help="With --tag-augment: the seed that draws the rows and their "
         "spans (the same seed, the same dataset).", rich_help_panel=TAGS)] = 1,
 ) -> None:
-    """Word-align prepared data (eflomal), for guided alignment; or tag-augment it.
+    """Word-align prepared data (eflomal), or tag-augment it.
 
     For `tfm train --guided-alignment`.
     Both directions are aligned and symmetrised (grow-diag-final-and); the word alignments are
