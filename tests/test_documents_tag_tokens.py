@@ -182,3 +182,12 @@ def test_the_bench_s_tokens_method_sends_tokens_and_the_others_hide_them():
         hyps, _ = run.translate(translator, line, None, tokens=tokens)
         assert translator.calls[0][0] == [sent]
         assert hyps == ['A <b>DOG</b> SLEEPS IN THE <a href="g.html">GARDEN</a>.']
+
+
+def test_each_sentence_of_a_segment_is_sent_with_its_own_tags_numbered_afresh():
+    translator = TagTranslator()
+    page = b"<p>The <b>dog</b> sleeps. A <i>cat</i> runs<br>home. <u>All of it.</u></p>"
+    out = _translate(translator, page)
+    sent = sorted(translator.calls[0][0])
+    assert sent == ["A<g1> cat</g1> runs<x1/> home.", "All of it.", "The<g1> dog</g1> sleeps."]
+    assert "THE <b>DOG</b> SLEEPS. A <i>CAT</i> RUNS<br> HOME. <u>ALL OF IT.</u>" in out
