@@ -23,6 +23,10 @@ between sentences is copied, so a tag's edge that lies there maps exactly. Whate
 alignment says (crossing, garbage, none: an engine without attention), the result is a valid
 segment: the tags' edges, taken in the source's document order, are made non-decreasing in
 the target, which keeps the source's nesting.
+
+A model trained on tag-augmented data (its ModelInfo lists ``inline_tags``) is sent each
+sentence's inner tags as tag tokens (tfm.documents.tag_tokens); where its translation holds
+each of them once, their places there win over the alignment's, and the same repair follows.
 """
 
 from __future__ import annotations
@@ -159,7 +163,6 @@ class DocumentWork:
             return self.document.write(segments)
         return self.document.write(segments, language=tag)
 
-
     def _read(self, result: Translation | None, sent: str, plain: str, marked: Marked | None
               ) -> tuple[str, Alignment | None, dict[tuple[str, int], int] | None]:
         """One sentence's translation as ``project`` takes it: its text, its alignment, and
@@ -256,10 +259,10 @@ class _Side:
 
 def project(segment: Segment, passage: Passage, translations: Sequence[str],
             alignments: Sequence[Alignment | None],
-            placed: Sequence[dict[tuple[str, int], int] | None] | None = None) -> Segment:
+            copied: Sequence[dict[tuple[str, int], int] | None] | None = None) -> Segment:
     """The translated segment: ``passage`` (the segment's text cut into sentences) with each
     sentence replaced by its translation, and ``segment``'s tags carried across by each
-    sentence's alignment (None: by position), then repaired to be well nested. ``placed``:
+    sentence's alignment (None: by position), then repaired to be well nested. ``copied``:
     for each sentence, where a model of inline tags put the tags it was sent (character
     offsets in its translation; None: none), which win over the alignment's places."""
     source = _Side.of(passage, passage.sentences)
@@ -275,7 +278,7 @@ def project(segment: Segment, passage: Passage, translations: Sequence[str],
         else:
             wanted["open", tag.ref], wanted["close", tag.ref] = _span(tag, source, target,
                                                                       links)
-    _copied(segment, source, target, placed or [], wanted)
+    _copied(segment, source, target, copied or [], wanted)
     events = [(kind, t.ref) for kind, t in segment.pieces() if kind != "text"]
     placed = _repair(events, wanted, len(target.text))
     text, placed = _spaced(segment, source.text, target.text, events, placed)
