@@ -69,10 +69,13 @@ class LinesDocument:
 
 
 def translate(translator, lines: list[str], beam: int | None, aligned: bool = True,
-              tokens: bool = False) -> tuple[list[str], float]:
+              tokens: bool = False, counts: dict[str, int] | None = None
+              ) -> tuple[list[str], float]:
     """``lines`` translated through the documents path, and the seconds it took;
     ``aligned=False``: the engine's attention hidden, so tags are placed by position;
-    ``tokens``: the tags sent as the model's tag tokens (else its tokens are hidden)."""
+    ``tokens``: the tags sent as the model's tag tokens (else its tokens are hidden), and
+    ``counts`` given the lines sent with tag tokens (``sent``) and those whose tags the model
+    lost, doubled or added, placed by attention instead (``fell_back``)."""
     options = translator.default_options(beam=beam)
     saved = translator.supports_attention
     translator.supports_attention = saved and aligned
@@ -83,6 +86,9 @@ def translate(translator, lines: list[str], beam: int | None, aligned: bool = Tr
             translator) if tokens else ())
         out = translate_document(document, translator, options, split=False, work=work)
         seconds = time.perf_counter() - start
+        if counts is not None:
+            counts.update(sent=sum(m is not None for m in work.marked),
+                          fell_back=work.fell_back)
     finally:
         translator.supports_attention = saved
     return out.decode().splitlines(), seconds
@@ -131,15 +137,18 @@ def run(model: Path, testset: Path, out: Path, beam: int | None, methods: list[s
     (out / "hyp.plain.de").write_text("".join(f"{h}\n" for h in plain), encoding="utf-8")
     results = {}
     for method in methods:
+        counts: dict[str, int] = {}
         hyps, seconds = translate(translator, tagged, beam,
                                   aligned=method in ("attention", "tokens"),
-                                  tokens=method == "tokens")
+                                  tokens=method == "tokens", counts=counts)
         (out / f"hyp.{method}.de").write_text("".join(f"{h}\n" for h in hyps),
                                               encoding="utf-8")
         scores = score(hyps, ref, plain)
         scores.update(seconds=seconds, plain_seconds=plain_s,
                       per_s=len(tagged) / seconds, plain_per_s=len(tagged) / plain_s,
                       cost=100 * (seconds / plain_s - 1))
+        if method == "tokens":
+            scores.update(tokens_sent=counts["sent"], fell_back=counts["fell_back"])
         results[method] = scores
     return results
 
@@ -160,11 +169,13 @@ def main() -> None:
     for method, s in results.items():
         speed = (f" {s['per_s']:.1f} vs {s['plain_per_s']:.1f} sent/s ({s['cost']:+.1f}%)"
                  if "per_s" in s else "")
+        fallback = (f"; by attention instead: {s['fell_back']} of {s['tokens_sent']} lines "
+                    "sent with tag tokens" if "tokens_sent" in s else "")
         print(f"{method}: structure {s['structure']:.1f}% placement exact "
               f"{s['placement_exact']:.1f}% f1 {s['placement_f1']:.1f}% exact-translated "
               f"{s['placement_exact_translated']:.1f}% ({s['tags_translated']}/{s['tags']}) "
               f"chrF {s['chrf']:.2f} vs plain {s['chrf_plain']:.2f} "
-              f"({s['chrf_delta']:+.2f}){speed}")
+              f"({s['chrf_delta']:+.2f}){speed}{fallback}")
 
 
 if __name__ == "__main__":

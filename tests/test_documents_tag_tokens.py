@@ -151,11 +151,18 @@ def test_punctuation_a_source_tag_left_out_is_left_out_of_the_copied_tag():
 
 
 def test_a_tag_the_model_lost_or_doubled_is_placed_by_alignment_instead():
+    from test_bench_peers import load
+
+    run = load("tags_run")
     for rewrite in (lambda t: TAGS.sub("", t),
                     lambda t: t.replace("</g1>", "</g1></g1>")):
         out = _translate(TagTranslator(rewrite=rewrite))
         assert "THE <b>DOG</b> SLEEPS IN THE GARDEN." in out  # the alignment's place
         assert "g1" not in out and out.count("<b>") == 1
+        translator, counts = TagTranslator(rewrite=rewrite), {}
+        translator.default_options = lambda beam=None: SearchOptions(beam=1)
+        run.translate(translator, ["The <b>dog</b> sleeps."], None, tokens=True, counts=counts)
+        assert counts == {"sent": 1, "fell_back": 1}  # what the bench reports
 
 
 def test_tags_a_model_adds_to_a_sentence_sent_without_any_are_taken_out():
@@ -179,8 +186,10 @@ def test_the_bench_s_tokens_method_sends_tokens_and_the_others_hide_them():
                          (False, "A dog sleeps in the garden.")]:
         translator = TagTranslator()
         translator.default_options = lambda beam=None: SearchOptions(beam=1)
-        hyps, _ = run.translate(translator, line, None, tokens=tokens)
+        counts: dict[str, int] = {}
+        hyps, _ = run.translate(translator, line, None, tokens=tokens, counts=counts)
         assert translator.calls[0][0] == [sent]
+        assert counts == {"sent": int(tokens), "fell_back": 0}
         assert hyps == ['A <b>DOG</b> SLEEPS IN THE <a href="g.html">GARDEN</a>.']
 
 

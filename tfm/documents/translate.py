@@ -92,6 +92,9 @@ class DocumentWork:
     # sentence with the tokens of its tags (None: none sent; tfm.documents.tag_tokens).
     inline_tags: tuple[str, ...] = ()
     marked: list[Marked | None] = field(default_factory=list)
+    # Of those sentences, how many the last ``write`` placed by alignment instead (a tag lost,
+    # doubled or added by the model): for the bench (bench/tags_run.py).
+    fell_back: int = 0
 
     @classmethod
     def of(cls, document: Document, split: bool = True, language: str | None = None,
@@ -151,6 +154,7 @@ class DocumentWork:
                              "sentences")
         segments, position = [], 0
         sent = self.sentences
+        self.fell_back = 0
         for segment, passage in zip(self.document.segments, self.passages):
             span = slice(position, position + len(passage.sentences))
             position += len(passage.sentences)
@@ -173,6 +177,7 @@ class DocumentWork:
         if not self.inline_tags:
             return result.text, text_alignment(result, sent), None
         text, placed = read(result.text, self.inline_tags, marked)
+        self.fell_back += marked is not None and placed is None
         alignment = text_alignment(result, sent)
         if alignment is not None:
             words = clean_words(result.text, self.inline_tags)
