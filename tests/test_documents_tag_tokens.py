@@ -200,3 +200,45 @@ def test_each_sentence_of_a_segment_is_sent_with_its_own_tags_numbered_afresh():
     sent = sorted(translator.calls[0][0])
     assert sent == ["A<g1> cat</g1> runs<x1/> home.", "All of it.", "The<g1> dog</g1> sleeps."]
     assert "THE <b>DOG</b> SLEEPS. A <i>CAT</i> RUNS<br> HOME. <u>ALL OF IT.</u>" in out
+
+
+def test_the_server_and_the_command_line_send_tag_tokens_as_the_library_does(tmp_path):
+    """A model with inline tags (random weights: what it writes does not matter here) gets
+    tag tokens by `tfm translate --input` and by the server's /v1/document, and both answer
+    what translate_document gives."""
+    import local_http
+    from conftest import PAIRS, tfm, tiny_config
+    from test_serve import serving
+
+    from tfm.checkpoint import save_model_dir
+    from tfm.config import GenerationDefaults
+    from tfm.data.tagged_dataset import with_tag_tokens
+    from tfm.data.tokenizer import Vocabularies, train_tokenizer
+    from tfm.decoding.engines import load_translator
+    from tfm.documents.translate import DocumentWork, model_inline_tags, translate_document
+    from tfm.model import Transformer
+    from tfm.model_info import ModelInfo
+    from tfm.serve.app import create_app
+    from tfm.serve.config import ServeConfig
+
+    tok = train_tokenizer((t for pair in PAIRS for t in pair), vocab_size=300)
+    vocabs, _ = with_tag_tokens(Vocabularies.shared(tok), tmp_path / "tok.json")
+    config = tiny_config(vocabs.src.get_vocab_size())
+    save_model_dir(tmp_path / "m", Transformer(config).eval(), vocabs.src, ModelInfo(
+        config, src_lang="en", tgt_lang="de", inline_tags=list(TAG_TOKENS),
+        generation=GenerationDefaults(beam=1, max_len_a=1.0, max_len_b=5)))
+    translator = load_translator(tmp_path / "m", "cpu")
+    page = b"<p>The <b>dog</b> sleeps in the <i>garden</i>.</p>"
+    document = read_html(page, Limits())
+    work = DocumentWork.of(document, inline_tags=model_inline_tags(translator))
+    assert work.sentences == ["The<g1> dog</g1> sleeps in the<g2> garden.</g2>"]
+    want = translate_document(document, translator, translator.default_options())
+    with serving(create_app(translator, ServeConfig())) as url:
+        got = local_http.post(f"{url}/v1/document", content=page,
+                              params={"filename": "p.html"}, timeout=60)
+    assert got.status_code == 200 and got.content == want
+    (tmp_path / "p.html").write_bytes(page)
+    done = tfm("translate", "--model", str(tmp_path / "m"), "--input", str(tmp_path / "p.html"),
+               "--output", str(tmp_path / "out.html"))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out.html").read_bytes() == want
