@@ -222,7 +222,7 @@ def test_the_server_and_the_command_line_send_tag_tokens_as_the_library_does(tmp
     from tfm.serve.config import ServeConfig
 
     tok = train_tokenizer((t for pair in PAIRS for t in pair), vocab_size=300)
-    vocabs, _ = with_tag_tokens(Vocabularies.shared(tok), tmp_path / "tok.json")
+    vocabs, *_ = with_tag_tokens(Vocabularies.shared(tok), tmp_path / "tok.json")
     config = tiny_config(vocabs.src.get_vocab_size())
     save_model_dir(tmp_path / "m", Transformer(config).eval(), vocabs.src, ModelInfo(
         config, src_lang="en", tgt_lang="de", inline_tags=list(TAG_TOKENS),

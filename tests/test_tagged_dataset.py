@@ -263,3 +263,26 @@ def test_align_augment_train_translate_a_page_end_to_end(augmented, tmp_path: Pa
         assert out.count(tag) == 1, out
     assert out.index("<b>") < out.index("<i>") < out.index("</i>") < out.index("</b>")
     assert not re.search(r"</?g\d|<x\d", out)  # no tag token is ever written
+
+
+def test_separate_vocabularies_each_get_the_tags_at_ids_of_their_own(tmp_path: Path) -> None:
+    prefix = write_corpus(tmp_path / "corpus", "train", 120, seed=5)
+    for args in [("train-tokenizer", "--train", str(prefix), "-s", "aa", "-t", "cc",
+                  "--vocab-size", "280", "--separate", "-o", str(tmp_path / "tok.json")),
+                 ("prepare", "--train", str(prefix), "-s", "aa", "-t", "cc", "--tokenizer",
+                  str(tmp_path / "tok.json"), "-o", str(tmp_path / "data")),
+                 ("align", str(tmp_path / "data")),
+                 ("align", str(tmp_path / "data"), "--tag-augment", "0.5")]:
+        result = tfm(*args)
+        assert result.returncode == 0, result.stderr
+    vocabs = load_vocabularies(tmp_path / "data-tags" / "tokenizer.json")
+    assert not vocabs.joint
+    split = load_split(tmp_path / "data-tags", "train")
+    both = 0
+    for i in range(len(split)):
+        src = [vocabs.src.id_to_token(int(t)) for t in split.src(i)]
+        tgt = [vocabs.tgt.id_to_token(int(t)) for t in split.tgt(i)]
+        tags = [t for t in src if t in TAG_TOKENS]
+        assert sorted(tags) == sorted(t for t in tgt if t in TAG_TOKENS)
+        both += bool(tags)
+    assert both > 30

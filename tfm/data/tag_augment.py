@@ -204,12 +204,15 @@ def insert_placed(ids: Sequence[int], tags: list[tuple[int, tuple[int, ...], int
 
 
 def tag_row(src: Sequence[int], tgt: Sequence[int], links: Sequence[tuple[int, int]],
-            placed: list[Placed], ids: dict[str, int]) -> tuple[list[int], list[int], Pairs]:
+            placed: list[Placed], ids: dict[str, int], tgt_ids: dict[str, int] | None = None
+            ) -> tuple[list[int], list[int], Pairs]:
     """A row's source and target ids with ``placed`` tags put in (``ids``: each tag token's
-    id), and its token alignments moved with them, each tag aligned to its counterpart."""
+    id; ``tgt_ids``: the target side's, where its vocabulary is another), and its token
+    alignments moved with them, each tag aligned to its counterpart."""
+    tgt_ids = ids if tgt_ids is None else tgt_ids
     new_src, src_moved, src_at = insert_placed(src, [(p.src, p.src_rank, ids[p.token])
                                                      for p in placed])
-    new_tgt, tgt_moved, tgt_at = insert_placed(tgt, [(p.tgt, p.tgt_rank, ids[p.token])
+    new_tgt, tgt_moved, tgt_at = insert_placed(tgt, [(p.tgt, p.tgt_rank, tgt_ids[p.token])
                                                      for p in placed])
     moved = [(src_moved[s], tgt_moved[t]) for s, t in links]
     return new_src, new_tgt, sorted(moved + list(zip(src_at, tgt_at)))

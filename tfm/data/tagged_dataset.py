@@ -82,7 +82,7 @@ def augment_prepared(data_dir: Path, output: Path, share: float, seed: int = 1,
         raise UsageError(f"{data_dir} has no word alignments of its {split} split: run "
                          f"`tfm align {data_dir}` first")
     vocabs = load_vocabularies(data_dir / TOKENIZER_FILE)
-    tagged_vocabs, ids = with_tag_tokens(vocabs, data_dir / TOKENIZER_FILE)
+    tagged_vocabs, *ids = with_tag_tokens(vocabs, data_dir / TOKENIZER_FILE)
     rows = load_split(data_dir, split)
     links = load_token_alignments(aligned, len(rows))
     report = AugmentReport(output, vocab_size=tagged_vocabs.tgt.get_vocab_size())
@@ -94,11 +94,13 @@ def augment_prepared(data_dir: Path, output: Path, share: float, seed: int = 1,
     return report
 
 
-def with_tag_tokens(vocabs: Vocabularies, where: Path) -> tuple[Vocabularies, dict[str, int]]:
+def with_tag_tokens(vocabs: Vocabularies, where: Path
+                    ) -> tuple[Vocabularies, dict[str, int], dict[str, int]]:
     """Copies of the tokenizers with ``TAG_TOKENS`` added (not normalised, not special: each
-    one token wherever it is written, as the language tags are), and each tag's id (the same
-    on both sides, checked). Refused: a SentencePiece tokenizer (its segmenter cuts text
-    before the vocabulary sees it), or one that still cuts a tag into several tokens."""
+    one token wherever it is written, as the language tags are), and each tag's id on the
+    source side and on the target side (the same ids for a joint vocabulary). Refused: a
+    SentencePiece tokenizer (its segmenter cuts text before the vocabulary sees it), or one
+    that still cuts a tag into several tokens."""
     from tokenizers import AddedToken
 
     if segmenter_of(vocabs.src) is not None or segmenter_of(vocabs.tgt) is not None:
@@ -115,16 +117,12 @@ def with_tag_tokens(vocabs: Vocabularies, where: Path) -> tuple[Vocabularies, di
                                  f"{pieces}; it cannot hold inline tags")
         copies.append(copy)
     tagged = Vocabularies.shared(copies[0]) if len(copies) == 1 else Vocabularies(*copies)
-    ids = {t: tagged.src.token_to_id(t) for t in TAG_TOKENS}
-    if any(tagged.tgt.token_to_id(t) != i for t, i in ids.items()):
-        raise UsageError(f"{where}: the two vocabularies give the tag tokens different ids; "
-                         "tag augmentation needs them alike (a joint tokenizer, or separate "
-                         "ones of one size)")
-    return tagged, ids
+    return (tagged, {t: tagged.src.token_to_id(t) for t in TAG_TOKENS},
+            {t: tagged.tgt.token_to_id(t) for t in TAG_TOKENS})
 
 
 def _augment_rows(rows: Any, links: TokenAlignments, vocabs: Vocabularies,
-                  ids: dict[str, int], share: float, seed: int, report: AugmentReport
+                  ids: list[dict[str, int]], share: float, seed: int, report: AugmentReport
                   ) -> tuple[list[list[int]], list[list[int]], list[list[tuple[int, int]]]]:
     """Each row's ids and token alignments, the drawn ones tagged."""
     src_side, tgt_side = WordSide(vocabs.src), WordSide(vocabs.tgt)
@@ -144,7 +142,7 @@ def _augment_rows(rows: Any, links: TokenAlignments, vocabs: Vocabularies,
                 report.pairs += sum(d[0] == "pair" for d in drawn)
                 report.empty += sum(d[0] == "empty" for d in drawn)
                 placed = place_tags(drawn, src_words, tgt_words)
-                src, tgt, pairs = tag_row(src, tgt, pairs, placed, ids)
+                src, tgt, pairs = tag_row(src, tgt, pairs, placed, *ids)
         sources.append([int(x) for x in src])
         targets.append([int(x) for x in tgt])
         moved.append(pairs)
