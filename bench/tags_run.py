@@ -2,7 +2,7 @@
 placing inline tags, and scores it (bench/tags_score.py).
 
     python bench/tags_run.py --model MODEL [--set runs/tagged] [--out runs/tagged/MODEL_NAME]
-        [--beam N] [--methods attention,position]
+        [--beam N] [--methods attention,position[,tokens]]
 
 The lines go through the documents path (tfm.documents.translate.translate_document), as
 `tfm translate --input FILE` sends a document's segments: each line is one segment whose inline
@@ -17,6 +17,14 @@ Methods:
 - ``attention``: projection by the model's cross-attention alignments (tfm's default today).
 - ``position``: projection by relative word position, what an engine without attention gets
   (a CTranslate2 export): the floor any alignment must beat.
+- ``tokens``: for a model trained on tag-augmented data (`tfm align --tag-augment`; its
+  config.json lists ``inline_tags``), the tags sent as tag tokens and placed where the model
+  copies them, by attention where it lost or doubled one (tfm.documents.tag_tokens). The other
+  methods hide the model's tag tokens, so they measure projection on the same model.
+
+Projection with a guided-alignment model is ``attention`` run on a model trained with
+``--guided-alignment`` (its alignments come from the guided head): the one table of
+docs/BENCHMARKS.md puts the rows of several models side by side.
 - the same sentences without tags (``plain``): the chrF and the time that tags must not cost.
 
 Writes ``hyp.METHOD.de`` and ``hyp.plain.de`` under ``--out`` and prints a line of scores per
@@ -38,7 +46,12 @@ from tfm.data.sentences import Passage
 from tfm.decoding.engines import load_translator
 from tfm.documents import inline
 from tfm.documents.segments import Segment
-from tfm.documents.translate import project, translate_document
+from tfm.documents.translate import (
+    DocumentWork,
+    model_inline_tags,
+    project,
+    translate_document,
+)
 
 _MARKUP = re.compile(r"<[^<>]*>")
 
@@ -55,17 +68,27 @@ class LinesDocument:
         return "".join(inline.render(s, self.markup) + "\n" for s in translations).encode()
 
 
-def translate(translator, lines: list[str], beam: int | None, aligned: bool = True
+def translate(translator, lines: list[str], beam: int | None, aligned: bool = True,
+              tokens: bool = False, counts: dict[str, int] | None = None
               ) -> tuple[list[str], float]:
     """``lines`` translated through the documents path, and the seconds it took;
-    ``aligned=False``: the engine's attention hidden, so tags are placed by position."""
+    ``aligned=False``: the engine's attention hidden, so tags are placed by position;
+    ``tokens``: the tags sent as the model's tag tokens (else its tokens are hidden), and
+    ``counts`` given the lines sent with tag tokens (``sent``) and those whose tags the model
+    lost, doubled or added, placed by attention instead (``fell_back``)."""
     options = translator.default_options(beam=beam)
     saved = translator.supports_attention
     translator.supports_attention = saved and aligned
     try:
         start = time.perf_counter()
-        out = translate_document(LinesDocument(lines), translator, options, split=False)
+        document = LinesDocument(lines)
+        work = DocumentWork.of(document, split=False, inline_tags=model_inline_tags(
+            translator) if tokens else ())
+        out = translate_document(document, translator, options, split=False, work=work)
         seconds = time.perf_counter() - start
+        if counts is not None:
+            counts.update(sent=sum(m is not None for m in work.marked),
+                          fell_back=work.fell_back)
     finally:
         translator.supports_attention = saved
     return out.decode().splitlines(), seconds
@@ -104,6 +127,9 @@ def run(model: Path, testset: Path, out: Path, beam: int | None, methods: list[s
         ) -> dict[str, dict[str, float]]:
     """Each method's scores (see the module), its hypotheses written under ``out``."""
     translator = load_translator(model)
+    if "tokens" in methods and not model_inline_tags(translator):
+        raise SystemExit(f"{model}: no inline-tag tokens (train it on data of `tfm align "
+                         "--tag-augment`) for the method tokens")
     tagged, ref = read(testset / "test.tagged.en"), read(testset / "test.tagged.de")
     plain_src = read(testset / "test.en")
     out.mkdir(parents=True, exist_ok=True)
@@ -111,13 +137,18 @@ def run(model: Path, testset: Path, out: Path, beam: int | None, methods: list[s
     (out / "hyp.plain.de").write_text("".join(f"{h}\n" for h in plain), encoding="utf-8")
     results = {}
     for method in methods:
-        hyps, seconds = translate(translator, tagged, beam, aligned=method == "attention")
+        counts: dict[str, int] = {}
+        hyps, seconds = translate(translator, tagged, beam,
+                                  aligned=method in ("attention", "tokens"),
+                                  tokens=method == "tokens", counts=counts)
         (out / f"hyp.{method}.de").write_text("".join(f"{h}\n" for h in hyps),
                                               encoding="utf-8")
         scores = score(hyps, ref, plain)
         scores.update(seconds=seconds, plain_seconds=plain_s,
                       per_s=len(tagged) / seconds, plain_per_s=len(tagged) / plain_s,
                       cost=100 * (seconds / plain_s - 1))
+        if method == "tokens":
+            scores.update(tokens_sent=counts["sent"], fell_back=counts["fell_back"])
         results[method] = scores
     return results
 
@@ -138,11 +169,13 @@ def main() -> None:
     for method, s in results.items():
         speed = (f" {s['per_s']:.1f} vs {s['plain_per_s']:.1f} sent/s ({s['cost']:+.1f}%)"
                  if "per_s" in s else "")
+        fallback = (f"; by attention instead: {s['fell_back']} of {s['tokens_sent']} lines "
+                    "sent with tag tokens" if "tokens_sent" in s else "")
         print(f"{method}: structure {s['structure']:.1f}% placement exact "
               f"{s['placement_exact']:.1f}% f1 {s['placement_f1']:.1f}% exact-translated "
               f"{s['placement_exact_translated']:.1f}% ({s['tags_translated']}/{s['tags']}) "
               f"chrF {s['chrf']:.2f} vs plain {s['chrf_plain']:.2f} "
-              f"({s['chrf_delta']:+.2f}){speed}")
+              f"({s['chrf_delta']:+.2f}){speed}{fallback}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ from tfm.layout import CONFIG_FILE
 # 4: ModelConfig.drop_residual_layer, and the source_and_decoder marking (the levers of
 # zero-shot multilingual models, docs/multi30k.md). 5: ModelConfig.decoder_self_attention (an
 # SSRU decoder, for students). 6: ModelConfig.alignment_layer (guided alignment).
-FORMAT_VERSION = 6
+# 7: inline_tags (a model trained on tag-augmented data copies inline-tag tokens).
+FORMAT_VERSION = 7
+INLINE_TAGS_FORMAT = 7
 # Model fields that older formats do not have, by the format that added them, with the values
 # the older formats imply.
 NEW_FIELDS = {2: {"activation": "relu", "output_bias": False}, 3: {"positions": "paper"},
@@ -51,6 +53,9 @@ class ModelInfo:
     # Where its language token goes (tfm.data.language_marks); None: not recorded, inferred
     # from the vocabulary (LanguageMarking.infer), as for every model saved before.
     language_marking: LanguageMarking | None = None
+    # The inline-tag tokens the model was trained to copy (`tfm align --tag-augment`,
+    # tfm.data.tag_augment.TAG_TOKENS); empty: none, documents' tags are placed by alignment.
+    inline_tags: list[str] = field(default_factory=list)
 
     @property
     def direction_names(self) -> list[str]:
@@ -70,6 +75,8 @@ class ModelInfo:
         for added, defaults in NEW_FIELDS.items():
             if any(model[k] != v for k, v in defaults.items()):
                 version = max(version, added)
+        if self.inline_tags:
+            version = max(version, INLINE_TAGS_FORMAT)
         for added, defaults in NEW_FIELDS.items():
             if added > version:
                 for k in defaults:
@@ -85,6 +92,7 @@ class ModelInfo:
             **({"directions": self.directions} if self.directions else {}),
             **({"language_marking": self.language_marking.to_json()}
                if self.language_marking is not None else {}),
+            **({"inline_tags": list(self.inline_tags)} if self.inline_tags else {}),
         }
 
     @classmethod
@@ -106,9 +114,19 @@ class ModelInfo:
                        provenance=data.get("provenance") or {},
                        directions=list(data.get("directions") or []),
                        language_marking=None if marking is None
-                       else LanguageMarking.from_json(marking))
+                       else LanguageMarking.from_json(marking),
+                       inline_tags=_inline_tags(data.get("inline_tags")))
         except (TypeError, TfmError) as e:
             raise ModelError(f"{where}: invalid model config ({e})") from e
+
+
+def _inline_tags(value: Any) -> list[str]:
+    """config.json's inline_tags: a list of strings (absent: none)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise TypeError("inline_tags must be a list of token strings")
+    return list(value)
 
 
 def read_model_info(directory: Path) -> ModelInfo:

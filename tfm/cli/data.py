@@ -27,12 +27,14 @@ from tfm.cli.options import (
 from tfm.cli.run_config import with_config
 from tfm.config import CleanConfig, SearchOptions
 from tfm.data.tokenizer import train_tokenizer
+from tfm.errors import UsageError
 
 if TYPE_CHECKING:
     from tfm.data.directions import Corpora
     from tfm.data.monolingual import Backtranslation
 
-TOKENIZER, OUTPUT = "Tokenizer", "Output"  # --help's panels of the options declared here
+TOKENIZER, OUTPUT, TAGS = "Tokenizer", "Output", "Tag augmentation"  # --help's panels of
+# the options declared here
 
 # The BPE trainer's defaults, read from its signature so that they are written once.
 _BPE = {name: p.default for name, p in inspect.signature(train_tokenizer).parameters.items()}
@@ -204,16 +206,46 @@ def align(
     iterations: Annotated[int, typer.Option(
         "--iterations", help="eflomal's sampling iterations per model (0: its choice by the "
         "corpus size).", min=0, rich_help_panel=OUTPUT)] = 0,
+    tag_augment: Annotated[Optional[float], typer.Option(
+        "--tag-augment", help="Instead of aligning: write a new dataset (--output) with "
+        "inline-tag tokens around aligned spans in this share of the split's rows, from the "
+        "alignments stored by a plain `tfm align` (docs/DOCUMENTS.md).", min=0.0, max=1.0,
+        show_default=False, rich_help_panel=TAGS)] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="With --tag-augment: the new dataset's directory (DATA-tags "
+        "by default); DATA is left as it is.", show_default=False,
+        rich_help_panel=TAGS)] = None,
+    tag_seed: Annotated[int, typer.Option(
+        "--tag-seed", help="With --tag-augment: the seed that draws the rows and their "
+        "spans (the same seed, the same dataset).", rich_help_panel=TAGS)] = 1,
 ) -> None:
-    """Word-align prepared data (eflomal), for guided alignment.
+    """Word-align prepared data (eflomal), or tag-augment it.
 
     For `tfm train --guided-alignment`.
     Both directions are aligned and symmetrised (grow-diag-final-and); the word alignments are
     mapped onto the tokens training reads and stored beside the split (<split>.align.npz).
-    """
-    from tfm.data.word_alignment import align_prepared
 
+    With --tag-augment SHARE (after a plain `tfm align DATA`): a new dataset whose drawn rows
+    carry inline-tag tokens (<g1>..</g1>, <x1/>) around a source span and its aligned target
+    span, for a model that copies a document's tags (Hanneman and Dinu, 2020).
+    """
     start = time.monotonic()
-    with writing_into(data, "tfm align"), err.status(f"Aligning {data} {split} ..."):
-        path = align_prepared(data, split, iterations or None)
-    err.print(f"wrote {path} in {time.monotonic() - start:.1f} s")
+    if tag_augment is None:
+        if output is not None:
+            raise UsageError("--output is for --tag-augment: `tfm align` stores its "
+                             "alignments inside DATA")
+        from tfm.data.word_alignment import align_prepared
+
+        with writing_into(data, "tfm align"), err.status(f"Aligning {data} {split} ..."):
+            path = align_prepared(data, split, iterations or None)
+        err.print(f"wrote {path} in {time.monotonic() - start:.1f} s")
+        return
+    from tfm.data.tagged_dataset import augment_prepared
+
+    output = output or data.with_name(f"{data.name}-tags")
+    with writing_into(output, "tfm align --tag-augment"), \
+            err.status(f"Tagging {tag_augment:g} of {data} {split} ..."):
+        r = augment_prepared(data, output, tag_augment, tag_seed, split)
+    err.print(f"wrote {output}: {r.tagged:,} of {r.rows:,} rows tagged ({r.drawn:,} drawn; "
+              f"{r.pairs:,} tag pairs, {r.empty:,} empty tags); vocabulary {r.vocab_size:,} "
+              f"in {time.monotonic() - start:.1f} s", highlight=False)

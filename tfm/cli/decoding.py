@@ -429,7 +429,12 @@ def _translate_document(translator: Translator, options: SearchOptions, ask: _As
     half-written), or to standard output."""
     from tfm.atomic import atomic_write_bytes
     from tfm.data.language_marks import LanguageError
-    from tfm.documents.translate import DocumentWork, model_target, translate_document
+    from tfm.documents.translate import (
+        DocumentWork,
+        model_inline_tags,
+        model_target,
+        translate_document,
+    )
     from tfm.errors import DataError
 
     try:
@@ -446,7 +451,8 @@ def _translate_document(translator: Translator, options: SearchOptions, ask: _As
         raise UsageError(f"{input}: this tfm cannot read {document.name} documents yet; "
                          "--input-format text reads it as lines") from None
     work = DocumentWork.of(doc, ask.split, ask.language.source or translator.info.src_lang,
-                           ask.language.target or model_target(translator))
+                           ask.language.target or model_target(translator),
+                           inline_tags=model_inline_tags(translator))
     try:
         with _translating(len(work.sentences), _search_name(options, engine)) as progress:
             written = translate_document(doc, translator, options, language=ask.language,

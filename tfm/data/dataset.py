@@ -43,6 +43,10 @@ class PrepareInfo:
     # forced decoder start, which training feeds (tfm.data.batching); None: BOS
     language_marking: LanguageMarking | None = None
     decoder_starts: list[tuple[int, ...]] | None = None
+    # A dataset made by `tfm align --tag-augment` (tfm.data.tagged_dataset): its tokenizer's
+    # inline-tag tokens, which training records in the model, and how the rows were drawn.
+    inline_tags: list[str] = field(default_factory=list)
+    tag_augment: dict[str, Any] = field(default_factory=dict)
     prepare_version: int = PREPARE_VERSION
 
     @property

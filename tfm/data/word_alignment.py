@@ -190,8 +190,8 @@ def align_prepared(data_dir: Path, split: str = "train", iterations: int | None 
 
     vocabs = load_vocabularies(Path(data_dir) / TOKENIZER_FILE)
     rows = load_split(Path(data_dir), split)
-    src_side = _Side(vocabs.src)
-    tgt_side = _Side(vocabs.tgt)
+    src_side = WordSide(vocabs.src)
+    tgt_side = WordSide(vocabs.tgt)
     src_words = [src_side.words(rows.src(i)) for i in range(len(rows))]
     tgt_words = [tgt_side.words(rows.tgt(i)) for i in range(len(rows))]
     word_pairs = eflomal_alignments([w for _, w in src_words], [w for _, w in tgt_words],
@@ -202,7 +202,7 @@ def align_prepared(data_dir: Path, split: str = "train", iterations: int | None 
     return path
 
 
-class _Side:
+class WordSide:
     """One side's tokenizer, read as symbols and words."""
 
     def __init__(self, tok: Any) -> None:

@@ -23,13 +23,17 @@ between sentences is copied, so a tag's edge that lies there maps exactly. Whate
 alignment says (crossing, garbage, none: an engine without attention), the result is a valid
 segment: the tags' edges, taken in the source's document order, are made non-decreasing in
 the target, which keeps the source's nesting.
+
+A model trained on tag-augmented data (its ModelInfo lists ``inline_tags``) is sent each
+sentence's inner tags as tag tokens (tfm.documents.tag_tokens); where its translation holds
+each of them once, their places there win over the alignment's, and the same repair follows.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from tfm.config import SearchOptions
 from tfm.data.language_marks import ResolvedLanguage
@@ -40,6 +44,7 @@ from tfm.decoding.requests import prepare_request
 from tfm.decoding.translator import Translation, Translator
 from tfm.documents.formats import Document, language_tag
 from tfm.documents.segments import Segment, Tag
+from tfm.documents.tag_tokens import Marked, clean_words, mark, read
 
 _WORD = re.compile(r"\S+")
 _CLOSING = set(".,;:!?)]}»\"'…")  # after these no space is added behind an empty tag
@@ -61,7 +66,7 @@ def translate_document(document: Document, translator: Translator, options: Sear
     names one."""
     target = (language.target if language else None) or model_target(translator)
     work = work or DocumentWork.of(document, split, language.source if language else None,
-                                   target)
+                                   target, inline_tags=model_inline_tags(translator))
     results: list[Translation | None] = [None] * len(work.sentences)
     for chosen, with_tags in work.groups():
         wanted = work.options(options, with_tags, translator.supports_attention)
@@ -83,18 +88,42 @@ class DocumentWork:
     document: Document
     passages: list[Passage]
     target: str | None = None  # the target language, as tfm names it (None: unknown)
+    # A model trained to copy inline-tag tokens: its tokens (ModelInfo.inline_tags), and each
+    # sentence with the tokens of its tags (None: none sent; tfm.documents.tag_tokens).
+    inline_tags: tuple[str, ...] = ()
+    marked: list[Marked | None] = field(default_factory=list)
+    # Of those sentences, how many the last ``write`` placed by alignment instead (a tag lost,
+    # doubled or added by the model): for the bench (bench/tags_run.py).
+    fell_back: int = 0
 
     @classmethod
     def of(cls, document: Document, split: bool = True, language: str | None = None,
-           target: str | None = None) -> DocumentWork:
+           target: str | None = None, inline_tags: Sequence[str] = ()) -> DocumentWork:
         """``document``'s segments cut into sentences (``split``: by ``language``'s rules;
-        else each segment whole); ``target``: the language the file will name, if known."""
-        return cls(document, [split_sentences(s.text, language) if split else
-                              Passage.whole(s.text) for s in document.segments], target)
+        else each segment whole); ``target``: the language the file will name, if known;
+        ``inline_tags``: the model's inline-tag tokens (``model_inline_tags``), with which
+        the tags inside a sentence are sent as tokens."""
+        work = cls(document, [split_sentences(s.text, language) if split else
+                              Passage.whole(s.text) for s in document.segments], target,
+                   tuple(inline_tags))
+        work.marked = [None] * len(work.plain)
+        if work.inline_tags:
+            work.marked = [mark(segment, start, sentence, work.inline_tags)
+                           if segment.tags and _has_words(sentence) else None
+                           for segment, passage in zip(document.segments, work.passages)
+                           for start, sentence in zip(passage.starts(), passage.sentences)]
+        return work
+
+    @property
+    def plain(self) -> list[str]:
+        """The document's sentences as cut, without tag tokens."""
+        return [sentence for p in self.passages for sentence in p.sentences]
 
     @property
     def sentences(self) -> list[str]:
-        return [sentence for p in self.passages for sentence in p.sentences]
+        """The sentences as they are sent to the model (with their tag tokens, if any)."""
+        return [m.text if m is not None else s
+                for s, m in zip(self.plain, self.marked or [None] * len(self.plain))]
 
     def groups(self) -> list[tuple[list[int], bool]]:
         """The sentences (their positions) to decode without and with attention: those of
@@ -124,17 +153,43 @@ class DocumentWork:
             raise ValueError(f"{len(results)} translations for {len(self.sentences)} "
                              "sentences")
         segments, position = [], 0
+        sent = self.sentences
+        self.fell_back = 0
         for segment, passage in zip(self.document.segments, self.passages):
-            mine = results[position: position + len(passage.sentences)]
+            span = slice(position, position + len(passage.sentences))
             position += len(passage.sentences)
-            alignments = [text_alignment(r, s) if r is not None else _itself(s)
-                          for r, s in zip(mine, passage.sentences)]
-            texts = [r.text if r is not None else s for r, s in zip(mine, passage.sentences)]
-            segments.append(project(segment, passage, texts, alignments))
+            read_back = [self._read(r, s, plain, m) for r, s, plain, m in zip(
+                results[span], sent[span], passage.sentences, self.marked[span])]
+            segments.append(project(segment, passage, *map(list, zip(*read_back)))
+                            if read_back else project(segment, passage, [], []))
         tag = language_tag(self.target)
         if tag is None or not _names_language(self.document):
             return self.document.write(segments)
         return self.document.write(segments, language=tag)
+
+    def _read(self, result: Translation | None, sent: str, plain: str, marked: Marked | None
+              ) -> tuple[str, Alignment | None, dict[tuple[str, int], int] | None]:
+        """One sentence's translation as ``project`` takes it: its text, its alignment, and
+        where its tag tokens landed (None: projected by the alignment instead). A model of
+        inline tags has its tag tokens taken out of every translation."""
+        if result is None:
+            return plain, _itself(plain), None
+        if not self.inline_tags:
+            return result.text, text_alignment(result, sent), None
+        text, placed = read(result.text, self.inline_tags, marked)
+        self.fell_back += marked is not None and placed is None
+        alignment = text_alignment(result, sent)
+        if alignment is not None:
+            words = clean_words(result.text, self.inline_tags)
+            alignment = [(i, words[j]) for i, j in alignment
+                         if j < len(words) and words[j] is not None]
+        return text, alignment, placed
+
+
+def model_inline_tags(translator: Translator) -> tuple[str, ...]:
+    """The inline-tag tokens the model was trained to copy (none for most models)."""
+    info = getattr(translator, "info", None)
+    return tuple(getattr(info, "inline_tags", None) or ())
 
 
 def _names_language(document: Document) -> bool:
@@ -208,10 +263,13 @@ class _Side:
 
 
 def project(segment: Segment, passage: Passage, translations: Sequence[str],
-            alignments: Sequence[Alignment | None]) -> Segment:
+            alignments: Sequence[Alignment | None],
+            copied: Sequence[dict[tuple[str, int], int] | None] | None = None) -> Segment:
     """The translated segment: ``passage`` (the segment's text cut into sentences) with each
     sentence replaced by its translation, and ``segment``'s tags carried across by each
-    sentence's alignment (None: by position), then repaired to be well nested."""
+    sentence's alignment (None: by position), then repaired to be well nested. ``copied``:
+    for each sentence, where a model of inline tags put the tags it was sent (character
+    offsets in its translation; None: none), which win over the alignment's places."""
     source = _Side.of(passage, passage.sentences)
     target = _Side.of(passage, translations)
     if not segment.tags:
@@ -225,10 +283,26 @@ def project(segment: Segment, passage: Passage, translations: Sequence[str],
         else:
             wanted["open", tag.ref], wanted["close", tag.ref] = _span(tag, source, target,
                                                                       links)
+    _copied(segment, source, target, copied or [], wanted)
     events = [(kind, t.ref) for kind, t in segment.pieces() if kind != "text"]
     placed = _repair(events, wanted, len(target.text))
     text, placed = _spaced(segment, source.text, target.text, events, placed)
     return Segment(text, _tags(segment, events, placed))
+
+
+def _copied(segment: Segment, source: _Side, target: _Side,
+            placed: Sequence[dict[tuple[str, int], int] | None],
+            wanted: dict[tuple[str, int], int]) -> None:
+    """The places a model of inline tags gave the tags it copied, over the alignment's (a
+    span without the punctuation at its edges that the source tag left out, as ``_span``)."""
+    for k, by_tokens in enumerate(placed):
+        for event, offset in (by_tokens or {}).items():
+            wanted[event] = target.bounds[k][0] + offset
+    spans = {t.ref: t for t in segment.tags if not t.empty}
+    copied = {ref for by_tokens in placed for kind, ref in (by_tokens or {}) if kind == "open"}
+    for ref in copied:
+        wanted["open", ref], wanted["close", ref] = _trimmed(
+            spans[ref], source, target.text, wanted["open", ref], wanted["close", ref])
 
 
 def _links(alignment: Alignment | None, sources: int, targets: int) -> list[list[int]]:

@@ -41,7 +41,7 @@ from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import constraint_record, prepare_request, translation_record
 from tfm.decoding.translator import Source, Translation, Translator
 from tfm.documents.formats import FORMATS, Document, Format, Limits, format_for
-from tfm.documents.translate import DocumentWork, model_target
+from tfm.documents.translate import DocumentWork, model_inline_tags, model_target
 from tfm.errors import DataError, OptionError, UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
@@ -315,7 +315,8 @@ class _Service:
         language, source = self.resolve(body, [s.text for d in documents for s in d.segments])
         rules = language.source or self.translator.info.src_lang  # whose rules cut
         target = language.target or model_target(self.translator)  # what the files name
-        works = [DocumentWork.of(d, body.split, rules, target) for d in documents]
+        tags = model_inline_tags(self.translator)  # a model that copies tag tokens
+        works = [DocumentWork.of(d, body.split, rules, target, tags) for d in documents]
         sentences = [s for w in works for s in w.sentences]
         if len(sentences) > self.config.max_sentences:
             raise ApiError(413, f"{len(sentences)} sentences are more than this server takes "

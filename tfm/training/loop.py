@@ -409,7 +409,7 @@ class _Trainer:
         return ModelInfo(model=self.model_config, src_lang=prep.src_lang,
                          tgt_lang=prep.tgt_lang, provenance=provenance,
                          directions=self.directions if len(self.directions) > 1 else [],
-                         language_marking=self.marking)
+                         language_marking=self.marking, inline_tags=list(prep.inline_tags))
 
     def _start_files(self, run_config: str | None) -> None:
         """A new run's files (rank 0): train_config.json, run.yaml and the model directory."""
