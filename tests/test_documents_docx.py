@@ -19,7 +19,7 @@ from docx.shared import Pt, RGBColor  # noqa: E402
 
 from tfm.documents import docx as word  # noqa: E402
 from tfm.documents.formats import Limits  # noqa: E402
-from tfm.documents.segments import Segment  # noqa: E402
+from tfm.documents.segments import Segment, Tag  # noqa: E402
 from tfm.errors import DataError  # noqa: E402
 
 LINK = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/hyperlink"
@@ -189,6 +189,29 @@ def test_a_translation_that_moves_words_carries_their_formatting():
     assert [text for text, key in stretches if key[6]] == ["Garten"]
     assert paragraph.text == "Der Hund schläft im Garten. Meine Schwester kauft Brot\tauf dem " \
         "Markt."
+
+
+def test_a_hyperlink_whose_words_were_translated_away_stays_a_hyperlink_holding_nothing():
+    doc = word.read(make_docx(), Limits())
+    segment = doc.segments[1]
+    dog, link, italic, bread, tab = segment.tags
+    text = "Der Hund schläft. Meine Schwester kauft Brot auf dem Markt."
+    at, brot = text.index("."), text.index("Brot")
+    gone = Segment(text, (  # the link and its italic run: paired, nested, over no words
+        Tag(4, 8, dog.ref), Tag(at, at, link.ref, paired=True),
+        Tag(at, at, italic.ref, link.ref, paired=True), Tag(brot, brot + 5, bread.ref),
+        Tag(brot + 5, brot + 5, tab.ref, bread.ref)))
+    gone.check()
+    out = doc.write([gone if s is segment else s for s in doc.segments])
+    paragraph = docx.Document(io.BytesIO(out)).paragraphs[1]
+    [hyperlink] = paragraph._p.findall(qn("w:hyperlink"))
+    assert hyperlink.get(qn("r:id")) == segment_link_id(make_docx()) and len(hyperlink) == 0
+    assert paragraph.text == "Der Hund schläft. Meine Schwester kauft Brot\tauf dem Markt."
+
+
+def segment_link_id(data: bytes) -> str:
+    paragraph = docx.Document(io.BytesIO(data)).paragraphs[1]
+    return paragraph._p.find(qn("w:hyperlink")).get(qn("r:id"))
 
 
 FOOTNOTES = (
