@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tfm.documents.formats import format_for
-from tfm.documents.segments import Segment, Tag
+from tfm.documents.segments import Segment, Tag, holders
 from tfm.errors import UsageError
 
 
@@ -44,6 +44,12 @@ def test_a_paired_tag_of_no_width_is_a_span_holding_what_names_it_as_parent():
     segment.check()
     assert markup(segment) == "The <1><2><3/></2></1><4></4>dog."
     assert [tag.empty for tag in segment.tags] == [False, False, True, False]
+
+
+def test_holders_name_the_span_each_tag_is_written_inside():
+    segment = Segment("The dog.", (Tag(0, 8, 1), Tag(4, 4, 2, 1, paired=True),
+                                   Tag(4, 4, 3, parent=2), Tag(4, 7, 4), Tag(8, 8, 5)))
+    assert holders(segment) == {1: None, 2: 1, 3: 2, 4: 1, 5: None}
 
 
 def test_text_without_tags_is_one_piece():

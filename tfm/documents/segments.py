@@ -88,6 +88,23 @@ class Segment:
         yield from _walk(self.text, children, None, 0, len(self.text))
 
 
+def holders(segment: Segment) -> dict[int, int | None]:
+    """Each tag's ref: the ref of the span it lies inside (None: the top), as ``pieces``
+    writes it."""
+    held: dict[int, int | None] = {}
+    stack: list[int] = []
+    for kind, piece in segment.pieces():
+        if not isinstance(piece, Tag):
+            continue
+        if kind == "close":
+            stack.pop()
+            continue
+        held[piece.ref] = stack[-1] if stack else None
+        if kind == "open":
+            stack.append(piece.ref)
+    return held
+
+
 def _check_parents(refs: dict[int, Tag]) -> None:
     """Refuse a tag that is its own ancestor by ``parent`` (spans of no width may name each
     other): it would be held by nothing, and written nowhere."""

@@ -39,7 +39,7 @@ from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import prepare_request
 from tfm.decoding.translator import Translation, Translator
 from tfm.documents.formats import Document, language_tag
-from tfm.documents.segments import Segment, Tag
+from tfm.documents.segments import Segment, Tag, holders
 
 _WORD = re.compile(r"\S+")
 _CLOSING = set(".,;:!?)]}»\"'…")  # after these no space is added behind an empty tag
@@ -229,7 +229,7 @@ def project(segment: Segment, passage: Passage, translations: Sequence[str],
     wide = {t.ref for t in segment.tags if _kept_wide(t, source, target)}
     placed = _repair(events, wanted, len(target.text), wide)
     text, placed = _spaced(segment, source.text, target.text, events, placed)
-    return Segment(text, _tags(segment, events, placed))
+    return Segment(text, _tags(segment, placed))
 
 
 def _kept_wide(tag: Tag, source: _Side, target: _Side) -> bool:
@@ -456,21 +456,12 @@ def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], l
     return placed
 
 
-def _tags(segment: Segment, events: list[tuple[str, int]],
-          placed: dict[tuple[str, int], int]) -> tuple[Tag, ...]:
+def _tags(segment: Segment, placed: dict[tuple[str, int], int]) -> tuple[Tag, ...]:
     """The segment's tags at their placed edges, in their order: a span stays a span (paired)
     where the translation left it no text, and a tag of no width on the edge of the span that
     held it in the source names that span as its parent, so that the source's nesting holds
     however many edges fall on one offset."""
-    holder: dict[int, int | None] = {}
-    stack: list[int] = []
-    for kind, ref in events:
-        if kind != "close":
-            holder[ref] = stack[-1] if stack else None
-        if kind == "open":
-            stack.append(ref)
-        elif kind == "close":
-            stack.pop()
+    holder = holders(segment)
     tags = []
     for tag in segment.tags:
         start = placed["empty" if tag.empty else "open", tag.ref]
