@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tfm.documents.formats import format_for
-from tfm.documents.segments import Segment, Tag
+from tfm.documents.segments import Segment, Tag, holders
 from tfm.errors import UsageError
 
 
@@ -36,6 +36,22 @@ def test_an_empty_tag_inside_a_span_goes_inside_it():
     assert markup(segment) == "<1>one<3> <2/>two</3> three</1>"
 
 
+def test_a_paired_tag_of_no_width_is_a_span_holding_what_names_it_as_parent():
+    # "The <1><2><3/></2></1><4></4>dog.": bold over italic over a break, then a sibling span,
+    # all on one offset; a span of no width is paired, unlike an empty element
+    segment = Segment("The dog.", (Tag(4, 4, 1, paired=True), Tag(4, 4, 2, 1, paired=True),
+                                   Tag(4, 4, 3, parent=2), Tag(4, 4, 4, paired=True)))
+    segment.check()
+    assert markup(segment) == "The <1><2><3/></2></1><4></4>dog."
+    assert [tag.empty for tag in segment.tags] == [False, False, True, False]
+
+
+def test_holders_name_the_span_each_tag_is_written_inside():
+    segment = Segment("The dog.", (Tag(0, 8, 1), Tag(4, 4, 2, 1, paired=True),
+                                   Tag(4, 4, 3, parent=2), Tag(4, 7, 4), Tag(8, 8, 5)))
+    assert holders(segment) == {1: None, 2: 1, 3: 2, 4: 1, 5: None}
+
+
 def test_text_without_tags_is_one_piece():
     assert list(Segment("plain").pieces()) == [("text", "plain")]
 
@@ -45,6 +61,8 @@ def test_text_without_tags_is_one_piece():
     ((Tag(0, 50, 1),), "outside"),
     ((Tag(0, 2, 1), Tag(4, 6, 1)), "share a ref"),
     ((Tag(0, 2, 1), Tag(4, 4, 2, parent=1)), "does not hold"),
+    ((Tag(4, 4, 1), Tag(4, 4, 2, parent=1)), "does not hold"),  # an empty element holds none
+    ((Tag(4, 4, 1, 2, paired=True), Tag(4, 4, 2, 1, paired=True)), "inside itself"),
 ])
 def test_check_refuses_tags_that_cannot_be_written(tags, problem):
     with pytest.raises(ValueError, match=problem):

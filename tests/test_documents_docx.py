@@ -19,7 +19,7 @@ from docx.shared import Pt, RGBColor  # noqa: E402
 
 from tfm.documents import docx as word  # noqa: E402
 from tfm.documents.formats import Limits  # noqa: E402
-from tfm.documents.segments import Segment  # noqa: E402
+from tfm.documents.segments import Segment, Tag  # noqa: E402
 from tfm.errors import DataError  # noqa: E402
 
 LINK = "http://schemas.openxmlformats.org/officeDocument/2006/relationships/hyperlink"
@@ -189,6 +189,29 @@ def test_a_translation_that_moves_words_carries_their_formatting():
     assert [text for text, key in stretches if key[6]] == ["Garten"]
     assert paragraph.text == "Der Hund schläft im Garten. Meine Schwester kauft Brot\tauf dem " \
         "Markt."
+
+
+def test_a_hyperlink_whose_words_were_translated_away_stays_a_hyperlink_holding_nothing():
+    doc = word.read(make_docx(), Limits())
+    segment = doc.segments[1]
+    dog, link, italic, bread, tab = segment.tags
+    text = "Der Hund schläft. Meine Schwester kauft Brot auf dem Markt."
+    at, brot = text.index("."), text.index("Brot")
+    gone = Segment(text, (  # the link and its italic run: paired, nested, over no words
+        Tag(4, 8, dog.ref), Tag(at, at, link.ref, paired=True),
+        Tag(at, at, italic.ref, link.ref, paired=True), Tag(brot, brot + 5, bread.ref),
+        Tag(brot + 5, brot + 5, tab.ref, bread.ref)))
+    gone.check()
+    out = doc.write([gone if s is segment else s for s in doc.segments])
+    paragraph = docx.Document(io.BytesIO(out)).paragraphs[1]
+    [hyperlink] = paragraph._p.findall(qn("w:hyperlink"))
+    assert hyperlink.get(qn("r:id")) == segment_link_id(make_docx()) and len(hyperlink) == 0
+    assert paragraph.text == "Der Hund schläft. Meine Schwester kauft Brot\tauf dem Markt."
+
+
+def segment_link_id(data: bytes) -> str:
+    paragraph = docx.Document(io.BytesIO(data)).paragraphs[1]
+    return paragraph._p.find(qn("w:hyperlink")).get(qn("r:id"))
 
 
 FOOTNOTES = (
@@ -366,3 +389,46 @@ def test_limits_refuse_too_many_paragraphs_and_too_many_bytes():
         word.read(make_docx(), Limits(max_segments=5))
     with pytest.raises(DataError, match="over the limit of 1000"):
         word.read(make_docx(), Limits(max_bytes=1000))
+
+
+# --- the page's preview of a Word file (tfm/documents/word_html.py) ---------------------------
+
+def preview(data: bytes):
+    import html5lib
+
+    from tfm.documents.word_html import word_html
+
+    return html5lib.parse(word_html(data, Limits()), namespaceHTMLElements=False)
+
+
+def test_the_preview_shows_headings_runs_lists_breaks_and_tables_in_order():
+    tree = preview(make_docx())
+    body = tree.find("body")
+    assert [child.tag for child in body] == ["h1", "p", "ul", "p", "table"]
+    assert body.find("h1").text == "The garden report"
+    assert [e.text for e in body.find("p").iter() if e.tag in ("b", "i")] == [
+        "dog", "garden", "buys bread"]
+    item = body.find("ul/li")
+    assert item.find("u").text == "climbing" and item.find("br") is not None
+    assert [["".join(td.itertext()) for td in tr.iter("td")] for tr in body.iter("tr")] == [
+        ["Animal", "Place"], ["A dog", "the garden"], ["A cat", "the roof at night"]]
+
+
+def test_the_preview_spans_columns_and_shows_a_table_inside_a_cell():
+    document = docx.Document()
+    table = document.add_table(rows=2, cols=2)
+    table.cell(0, 0).merge(table.cell(0, 1)).text = "Wide"
+    table.cell(1, 0).add_table(rows=1, cols=1).cell(0, 0).text = "Inner"
+    out = io.BytesIO()
+    document.save(out)
+    tree = preview(out.getvalue())
+    outer = tree.find(".//body/table")
+    assert outer.find("tbody/tr/td").get("colspan") == "2"
+    assert outer.find(".//td/table//td").findtext("p") == "Inner"
+
+
+def test_the_preview_of_a_file_the_reader_refuses_is_refused_alike():
+    bad = replaced(make_docx(), "word/document.xml",
+                   b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "b">]><x/>')
+    with pytest.raises(DataError, match="DTD"):
+        preview(bad)

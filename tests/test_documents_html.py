@@ -196,6 +196,18 @@ def test_a_span_left_without_words_is_written_empty_and_unknown_tags_are_refused
         doc.write([Segment("Der Hund", (Tag(0, 3, bold.ref + 10),))])
 
 
+@pytest.mark.parametrize("page, shown", [
+    (b"<p>Hello <b> <i> </i></b> world</p>", b"<p>HELLO <b><i></i></b>WORLD</p>"),
+    (b"<p>Hello<b> <i> </i></b> world</p>", b"<p>HELLO<b> <i></i></b>WORLD</p>"),
+])
+def test_nested_elements_over_whitespace_squeezed_away_stay_nested(page, shown):
+    doc = html.read(page, Limits())
+    (segment,) = doc.segments
+    segment.check()
+    assert segment.text == "Hello world"
+    assert doc.write([Segment(segment.text.upper(), segment.tags)]) == shown
+
+
 XHTML = b"""<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE html>
 <html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops">

@@ -6,7 +6,9 @@ hand (no model), as an aligner or the model's attention would give them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_document_segments import markup as shown  # <1>...</1> for a span, <3/> empty
@@ -15,7 +17,7 @@ from tfm.config import SearchOptions
 from tfm.data.language_marks import LanguageMarking, ModelLanguages
 from tfm.data.sentences import split_sentences
 from tfm.decoding.translator import Source, Translation
-from tfm.documents.formats import Limits
+from tfm.documents.formats import Limits, format_for
 from tfm.documents.segments import Segment, Tag
 from tfm.documents.text import read
 from tfm.documents.translate import project, text_alignment, translate_document
@@ -77,6 +79,28 @@ def test_crossing_alignments_still_give_nested_tags_in_source_order():
 def test_an_empty_translation_keeps_every_tag():
     result = translated(SOURCE, ["", ""], [[], []])
     assert sorted(t.ref for t in result.tags) == [1, 2, 3, 4]
+
+
+def test_nested_tags_over_an_empty_translation_stay_nested_spans():
+    # "<1><2>The <3/>dog</2> sleeps.</1>": no words left to cover, the nesting is still there
+    source = Segment("The dog sleeps.", (Tag(0, 15, 1), Tag(0, 7, 2), Tag(4, 4, 3)))
+    result = translated(source, [""], [[]])
+    assert shown(result) == "<1><2><3/></2></1>"
+    assert not any(tag.empty for tag in result.tags[:2])
+
+
+def test_a_span_squeezed_to_no_width_by_a_short_translation_stays_a_span():
+    # "<1>The</1> <2><3>dog</3></2>.": one letter cannot hold two spans; the first closes
+    # where it opens, still written as a span, not as an empty element
+    source = Segment("The dog.", (Tag(0, 3, 1), Tag(4, 7, 2), Tag(4, 7, 3)))
+    result = translated(source, ["X"], [[(0, 0), (1, 0)]])
+    assert shown(result) == "<1></1><2><3>X</3></2>"
+
+
+def test_a_span_that_covered_no_text_in_the_source_is_not_widened():
+    source = Segment("The dog sleeps.", (Tag(4, 4, 1, paired=True), Tag(4, 4, 2, parent=1)))
+    result = translated(source, ["Der Hund schläft."], [[(0, 0), (1, 1), (2, 2)]])
+    assert shown(result) == "Der <1><2/></1>Hund schläft."
 
 
 # --- empty tags (inline code used as a word, a placeholder): at a word boundary, spaced as the
@@ -176,10 +200,11 @@ def test_whatever_the_alignment_every_tag_is_kept_once_and_the_segment_is_valid(
     assert [t.ref for t in result.tags] == [t.ref for t in segment.tags]
     wide = len(result.text) >= 2 * len(segment.tags)
     for before, after in zip(segment.tags, result.tags):
-        if wide:  # room for every span to keep some text: spans stay spans
-            assert before.empty == after.empty
+        assert before.empty == after.empty  # a span stays a span, even over no text
+        if wide and all(translations) and not before.point:  # room for every span's text
+            assert not after.point
     spans = [(kind, t.ref) for kind, t in segment.pieces() if kind != "text"]
-    assert [(kind, t.ref) for kind, t in result.pieces() if kind != "text"] == spans or not wide
+    assert [(kind, t.ref) for kind, t in result.pieces() if kind != "text"] == spans
 
 
 def test_the_engine_s_alignment_is_read_as_words_of_the_text():
@@ -294,3 +319,44 @@ def test_a_real_model_s_alignment_places_every_tag(tmp_path, tokenizer):
                                                                               attention=True))
     pairs = text_alignment(result, sentence)
     assert pairs and all(0 <= i < 6 and 0 <= j < len(result.text.split()) for i, j in pairs)
+
+
+@dataclass
+class DroppingTranslator(UpperTranslator):
+    """Upper-cases, except that it translates each sentence holding ``dropped`` to nothing
+    (a model that lost its words), with an alignment of no links."""
+
+    dropped: str = "dog"
+
+    def translate_prepared(self, sources, options, progress=None):
+        results = super().translate_prepared(sources, options, progress)
+        for source, result in zip(sources, results):
+            if self.dropped in source.sentence:
+                result.hypotheses = [("", -1.0)]
+                result.target_symbols, result.alignment = [], []
+        return results
+
+
+@pytest.mark.parametrize("name, data, written", [
+    ("a.html", b"<p>Hello. <b><i>Good dog.</i></b></p>", b"<p>HELLO. <b><i></i></b></p>"),
+    ("a.html", b"<p><b><i>Good</i> dog.</b></p>", b"<p><b><i></i></b></p>"),  # no text left
+    ("a.xml", b"<topic><p>Hello. <b><i>Good dog.</i></b></p></topic>",
+     b"<p>HELLO. <b><i/></b></p>"),
+    ("a.srt", b"1\n00:00:01,000 --> 00:00:02,000\nHello. <b><i>Good dog.</i></b>\n",
+     b"\nHELLO. <b><i></i></b>\n"),
+    ("a.po", b'msgid "Hello. <b><i>Good dog.</i></b>"\nmsgstr ""\n',
+     b'msgstr "HELLO. <b><i></i></b>"'),
+    ("a.md", b"Hello. [**Good *dog.***](x.html)\n", b"HELLO. [](x.html)\n"),  # no `****`
+    ("a.xlf", b'<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2"><file '
+     b'original="a" source-language="en" datatype="plaintext"><body><trans-unit id="1"><source>'
+     b'<g id="1"><g id="2">Good</g> dog.</g></source></trans-unit></body></file></xliff>',
+     b'<g id="1"><g id="2"/></g></target>'),
+])
+def test_nested_tags_whose_words_were_translated_away_are_written_nested(name, data, written):
+    document = format_for(Path(name)).read(data)
+    assert written in translate_document(document, DroppingTranslator(), SearchOptions())
+
+
+def test_a_catalogue_s_nested_tags_over_no_text_are_read_nested():
+    document = format_for(Path("a.po")).read(b'msgid "A <b><i></i></b>dog."\nmsgstr ""\n')
+    assert shown(document.segments[0]) == "A <1><0></0></1>dog."

@@ -4,8 +4,10 @@ errors as texts. The server runs in a thread (uvicorn) over a tiny model of rand
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 
+import html5lib
 import local_http
 import pytest
 from test_serve import serving, write_tiny_model
@@ -29,6 +31,13 @@ def translator(tmp_path_factory: pytest.TempPathFactory) -> Translator:
 def url(translator: Translator) -> Iterator[str]:
     config = ServeConfig(max_request_bytes=2000, max_sentences=8)
     with serving(create_app(translator, config)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def roomy(translator: Translator) -> Iterator[str]:
+    """A server that takes a Word file (tens of kilobytes, most of it the package's styles)."""
+    with serving(create_app(translator, ServeConfig(max_request_bytes=200_000))) as running:
         yield running
 
 
@@ -110,10 +119,11 @@ def test_the_file_s_name_is_the_upload_s_with_the_target_language():
 
 
 
-def test_the_page_is_told_the_formats_a_text_can_hold(url: str):
+def test_the_page_is_told_the_formats_and_which_are_sent_as_bytes(url: str):
     page = local_http.get(f"{url}/").text
     assert '"formats": [{"name": "text", "extensions": [".txt", ".text"]}' in page
-    assert '"name": "html"' in page and '"name": "docx"' not in page
+    assert '"name": "html", "extensions": [".html", ".htm", ".xhtml"]}' in page
+    assert '{"name": "docx", "extensions": [".docx"], "binary": true}' in page
     assert 'id="file"' in page and 'id="download"' in page
 
 
@@ -151,6 +161,67 @@ def test_markdown_is_rendered_for_the_page_with_raw_html_escaped(url: str):
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert local_http.post(f"{url}/v1/preview", params={"format": "html"},
                            content=b"x").status_code == 415
+
+
+def word_file() -> bytes:
+    """A Word file with a heading, bold and italic runs, a link, a table, and what a preview
+    must never let through: markup in its words, a javascript: link."""
+    docx = pytest.importorskip("docx")
+    from test_documents_docx import add_hyperlink
+
+    document = docx.Document()
+    document.add_heading("The garden", 1)
+    paragraph = document.add_paragraph("The ")
+    paragraph.add_run("dog").bold = True
+    paragraph.add_run(" sleeps <script>alert(1)</script> in the ")
+    add_hyperlink(paragraph, "https://example.org/garden", "garden", italic=True)
+    add_hyperlink(paragraph, "javascript:alert(2)", "here")
+    table = document.add_table(rows=2, cols=2)
+    for row, (animal, place) in enumerate([("Animal", "Place"), ("A cat", "the roof")]):
+        table.cell(row, 0).text = animal
+        table.cell(row, 1).paragraphs[0].add_run(place).italic = row == 1
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()
+
+
+def test_a_translated_word_file_is_previewed_as_html_made_by_the_server(roomy: str):
+    translated = upload(roomy, word_file(), filename="report.docx")
+    assert translated.status_code == 200, translated.text
+    response = local_http.post(f"{roomy}/v1/preview", params={"format": "docx"},
+                               content=translated.content)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/html")
+    tree = html5lib.parse(response.text, namespaceHTMLElements=False)
+    assert tree.find(".//h1") is not None and len(tree.findall(".//table/tbody/tr")) == 2
+    assert [len(row.findall("td")) for row in tree.findall(".//tr")] == [2, 2]
+    assert tree.find(".//p/b") is not None and tree.find(".//td//i") is not None
+    # Only the safe link is a link; the words are words: no element of the file's own.
+    assert [a.get("href") for a in tree.iter("a")] == ["https://example.org/garden"]
+    assert tree.find(".//a/i") is not None
+    assert not [e for e in tree.iter() if e.tag in ("script", "img", "iframe", "object")]
+
+
+def test_the_preview_shows_the_words_of_the_file_it_is_given(roomy: str):
+    response = local_http.post(f"{roomy}/v1/preview", params={"format": "docx"},
+                               content=word_file())
+    assert response.status_code == 200, response.text
+    tree = html5lib.parse(response.text, namespaceHTMLElements=False)
+    assert tree.find(".//h1").text == "The garden"
+    paragraph = "".join(tree.find(".//p").itertext())
+    assert paragraph == "The dog sleeps <script>alert(1)</script> in the gardenhere"
+    cells = ["".join(td.itertext()) for td in tree.iter("td")]
+    assert cells == ["Animal", "Place", "A cat", "the roof"]
+    assert tree.find(".//td/p/i").text == "the roof"  # italic, in its cell's paragraph
+
+
+def test_a_preview_of_what_is_not_a_word_file_is_refused_in_one_line(url: str):
+    big = local_http.post(f"{url}/v1/preview", params={"format": "docx"}, content=word_file())
+    assert_refused(big, 413, "limit of 2000 bytes")  # the server's limits, as for a document
+    assert_refused(local_http.post(f"{url}/v1/preview", params={"format": "docx"},
+                                   content=b"not a zip"), 422, "invalid docx document")
+    assert_refused(local_http.post(f"{url}/v1/preview", params={"format": "pdf"},
+                                   content=b"x"), 415, "markdown and docx")
 
 
 def test_a_page_names_the_model_s_target_language(url: str, translator: Translator):

@@ -6,7 +6,9 @@ Skips, saying why, only where no Chromium is installed (``apt-get install chromi
 
 from __future__ import annotations
 
+import io
 import shutil
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -318,6 +320,49 @@ def test_a_markdown_file_s_translation_is_rendered_by_the_server(browser,
         # Plain text shows no frame.
         page.select_option("#format", "text")
         assert page.is_hidden("#preview")
+        page.close()
+
+
+def test_a_word_file_is_sent_as_bytes_downloaded_and_previewed_in_the_closed_frame(
+        browser, translator: Translator, tmp_path: Path):
+    from playwright.sync_api import expect
+    from test_serve_documents import word_file
+
+    from tfm.serve.app import create_app
+
+    data = word_file()
+    with serving(create_app(translator, ServeConfig())) as url:
+        posts: list[Any] = []
+        page = open_page(browser, url + "/", posts=posts)
+        page.set_input_files("#file", files=[{"name": "report.docx", "buffer": data,
+                                              "mimeType": "application/octet-stream"}])
+        expect(page.locator("#format")).to_have_value("docx")
+        assert page.get_attribute("#source", "readonly") is not None  # it only names the file
+        page.click("#translate")
+        expect(page.locator("#download")).to_be_visible()
+        # The bytes went to /v1/document as they were; the download is the server's answer
+        # (its words: a zip's members carry the time they were written).
+        saved = download(page, tmp_path)
+        direct = local_http.post(f"{url}/v1/document", params={"filename": "report.docx"},
+                                 content=data)
+        assert saved.name == "report.de.docx"
+        words = [zipfile.ZipFile(io.BytesIO(d)).read("word/document.xml")
+                 for d in (saved.read_bytes(), direct.content)]
+        assert words[0] == words[1]
+        assert [p[0].split("?")[0] for p in posts if isinstance(p, tuple)] == [
+            f"{url}/v1/document", f"{url}/v1/preview"]
+        # Shown by the server's HTML, in the frame of no rights.
+        frame = page.locator("#preview")
+        expect(frame).to_be_visible()
+        assert frame.get_attribute("sandbox") == ""
+        inside = page.frame_locator("#preview")
+        expect(inside.locator("table tr")).to_have_count(2)
+        assert inside.locator("h1").count() == 1 and inside.locator("script").count() == 0
+        assert inside.locator("a[href^='javascript']").count() == 0
+        # Another format chosen: the Word file is forgotten, the source is text again.
+        page.select_option("#format", "text")
+        assert page.is_hidden("#preview") and page.input_value("#source") == ""
+        assert page.get_attribute("#source", "readonly") is None
         page.close()
 
 

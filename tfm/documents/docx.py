@@ -101,8 +101,7 @@ class WordDocument:
 def read(data: bytes, limits: Limits) -> WordDocument:
     """A .docx file: a segment per paragraph with words, in the body, tables, text boxes,
     headers and footers."""
-    _check_zip(data, limits)
-    document = _open(data)
+    document = open_checked(data, limits)
     doc = WordDocument([], data, [])
     count = 0
     for p, (part, root) in enumerate(_parts(document)):
@@ -117,6 +116,13 @@ def read(data: bytes, limits: Limits) -> WordDocument:
                 doc.segments.append(segment)
                 doc.where.append((p, i))
     return doc
+
+
+def open_checked(data: bytes, limits: Limits) -> Any:
+    """The python-docx Document of ``data``, opened once the zip is checked (a DataError in
+    one line for what is refused)."""
+    _check_zip(data, limits)
+    return _open(data)
 
 
 def _check_zip(data: bytes, limits: Limits) -> None:

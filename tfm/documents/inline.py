@@ -98,12 +98,14 @@ class _Reader:
         if kind == "text":
             self._text(value)
         elif kind == "open":
+            self.holders[len(self.tags)] = [s for _, s, _, _ in self.open]
             self.open.append((value, len(self.tags), self.length, markup))
             self.tags.append(None)
         elif kind == "close" and self.open and self.open[-1][0] == value:
             _, slot, start, opening = self.open.pop()
             self.markup.append((opening, markup))
-            self.tags[slot] = Tag(start, self.length, len(self.markup) - 1)
+            self.tags[slot] = Tag(start, self.length, len(self.markup) - 1,
+                                  paired=start == self.length)  # <b></b>: a span of no text
         else:  # a code, a placeholder, a close that closes nothing open
             self._empty(markup, None, self.length)
 
@@ -118,14 +120,15 @@ class _Reader:
         self.holders[slot] = [s for _, s, _, _ in self.open if s < slot]
 
     def _finished(self) -> tuple[Tag, ...]:
-        """The tags, each empty one inside the innermost span that was open over it (named as
-        its ``parent``, which decides where it goes when it sits at the span's edge)."""
+        """The tags, each of no width (empty, or a span over no text) inside the innermost
+        span that was open over it (named as its ``parent``, which decides where it goes when
+        it sits at the span's edge: ``<b><i></i></b>`` stays nested)."""
         tags: list[Tag] = []
         for slot, tag in enumerate(self.tags):
             assert tag is not None
             spans = [self.tags[s] for s in self.holders.get(slot, [])]
             spans = [s for s in spans if s is not None and not s.empty]
-            if tag.empty and spans:
-                tag = Tag(tag.start, tag.end, tag.ref, parent=spans[-1].ref)
+            if tag.point and spans:
+                tag = Tag(tag.start, tag.end, tag.ref, spans[-1].ref, tag.paired)
             tags.append(tag)
         return tuple(tags)

@@ -400,8 +400,10 @@ def _render(segment: Segment, markup: dict[int, tuple[str, str]]) -> str:
             opening, closing = markup[piece.ref]
             spaced = opening and closing and opening[0] in _EMPHASIS
             parts.append(["empty", "" if spaced else opening + closing, piece.ref])
-        else:
-            parts.append([kind, markup[piece.ref][0 if kind == "open" else 1], piece.ref])
+        else:  # emphasis over no words is no emphasis (``****``): left out, as when empty
+            written = markup[piece.ref][0 if kind == "open" else 1]
+            parts.append([kind, "" if piece.point and written[:1] in _EMPHASIS else written,
+                          piece.ref])
     _outside_emphasis(parts)
     _intraword(parts)
     out = "".join(part[1] for part in parts).strip(" ")

@@ -24,18 +24,27 @@ class Tag:
 
     ``start == end`` is an empty element: a line break, an image, a placeholder, or text kept
     verbatim outside the model's sight (inline code, ``translate="no"``) whose content the
-    format keeps under ``ref``. An empty tag lies inside the innermost span that holds its
-    offset strictly (``start < offset < end``); one at a span's very start or end is inside it
-    only when ``parent`` names that span's ref.
+    format keeps under ``ref``; unless ``paired``: a span that opens and closes over no text
+    (bold whose words a translation left out), still written as an opening and a closing with
+    the tags it held inside it. A tag of no width (empty or paired) lies inside the innermost
+    span that holds its offset strictly (``start < offset < end``); one at a span's very start
+    or end is inside it only when ``parent`` names that span's ref.
     """
 
     start: int
     end: int
     ref: int  # the format's own key for this tag's markup (unique within the segment)
-    parent: int | None = None  # empty tags at a span's edge: the ref of the span holding it
+    parent: int | None = None  # tags of no width at a span's edge: the span holding it
+    paired: bool = False  # start == end is a span over no text, not an empty element
 
     @property
     def empty(self) -> bool:
+        """An empty element (written once), not a span (written as an opening and a closing)."""
+        return self.start == self.end and not self.paired
+
+    @property
+    def point(self) -> bool:
+        """Of no width: placed by its offset and ``parent``, not by a span's extent."""
         return self.start == self.end
 
 
@@ -49,7 +58,8 @@ class Segment:
 
     def check(self) -> None:
         """Raise ValueError unless every tag lies in the text, refs are unique, spans are well
-        nested and every empty tag's ``parent`` is a span that reaches its offset."""
+        nested and every ``parent`` is a span that reaches its tag's offset and does not lie
+        inside it."""
         refs = {t.ref: t for t in self.tags}
         if len(refs) != len(self.tags):
             raise ValueError("two tags share a ref")
@@ -61,6 +71,7 @@ class Segment:
             if tag.parent is not None and (parent is None or parent.empty or not (
                     parent.start <= tag.start <= parent.end)):
                 raise ValueError(f"tag {tag.ref}'s parent {tag.parent} does not hold it")
+        _check_parents(refs)
         # Outermost first, each span must lie inside the innermost still open or after it.
         stack: list[Tag] = []
         for span in sorted(spans, key=lambda t: (t.start, -t.end)):
@@ -77,17 +88,47 @@ class Segment:
         yield from _walk(self.text, children, None, 0, len(self.text))
 
 
+def holders(segment: Segment) -> dict[int, int | None]:
+    """Each tag's ref: the ref of the span it lies inside (None: the top), as ``pieces``
+    writes it."""
+    held: dict[int, int | None] = {}
+    stack: list[int] = []
+    for kind, piece in segment.pieces():
+        if not isinstance(piece, Tag):
+            continue
+        if kind == "close":
+            stack.pop()
+            continue
+        held[piece.ref] = stack[-1] if stack else None
+        if kind == "open":
+            stack.append(piece.ref)
+    return held
+
+
+def _check_parents(refs: dict[int, Tag]) -> None:
+    """Refuse a tag that is its own ancestor by ``parent`` (spans of no width may name each
+    other): it would be held by nothing, and written nowhere."""
+    for tag in refs.values():
+        seen, parent = {tag.ref}, tag.parent
+        while parent is not None and parent in refs and refs[parent].point:
+            if parent in seen:
+                raise ValueError(f"tag {tag.ref} is inside itself by its parents")
+            seen.add(parent)
+            parent = refs[parent].parent
+
+
 def _tree(tags: tuple[Tag, ...]) -> dict[int | None, list[Tag]]:
     """Each tag under its holder's ref (None: the top), in document order.
 
     Spans sorted outermost first (start, then the farther end, then the order given) meet their
-    holder on a stack of open spans, as a parser meets elements; each empty tag is held by its
-    ``parent`` or else the innermost span that holds its offset strictly. O(n log n) for n tags.
+    holder on a stack of open spans, as a parser meets elements; each tag of no width (empty or
+    paired) is held by its ``parent`` or else the innermost span that holds its offset
+    strictly. O(n log n) for n tags.
     """
     order = {id(tag): i for i, tag in enumerate(tags)}
-    spans = sorted((t for t in tags if not t.empty),
+    spans = sorted((t for t in tags if not t.point),
                    key=lambda t: (t.start, -t.end, order[id(t)]))
-    empties = sorted((t for t in tags if t.empty), key=lambda t: (t.start, order[id(t)]))
+    empties = sorted((t for t in tags if t.point), key=lambda t: (t.start, order[id(t)]))
     children: dict[int | None, list[Tag]] = {}
     stack: list[Tag] = []
     waiting = iter(empties)
@@ -111,7 +152,7 @@ def _tree(tags: tuple[Tag, ...]) -> dict[int | None, list[Tag]]:
 
 
 def _place_empty(tag: Tag, stack: list[Tag], children: dict[int | None, list[Tag]]) -> None:
-    """An empty tag under its parent, or the innermost open span holding it strictly."""
+    """A tag of no width under its parent, or the innermost open span holding it strictly."""
     if tag.parent is not None:
         children.setdefault(tag.parent, []).append(tag)
         return

@@ -43,7 +43,7 @@ from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import prepare_request
 from tfm.decoding.translator import Translation, Translator
 from tfm.documents.formats import Document, language_tag
-from tfm.documents.segments import Segment, Tag
+from tfm.documents.segments import Segment, Tag, holders
 from tfm.documents.tag_tokens import Marked, clean_words, mark, read
 
 _WORD = re.compile(r"\S+")
@@ -285,9 +285,18 @@ def project(segment: Segment, passage: Passage, translations: Sequence[str],
                                                                       links)
     _copied(segment, source, target, copied or [], wanted)
     events = [(kind, t.ref) for kind, t in segment.pieces() if kind != "text"]
-    placed = _repair(events, wanted, len(target.text))
+    wide = {t.ref for t in segment.tags if _kept_wide(t, source, target)}
+    placed = _repair(events, wanted, len(target.text), wide)
     text, placed = _spaced(segment, source.text, target.text, events, placed)
-    return Segment(text, _tags(segment, events, placed))
+    return Segment(text, _tags(segment, placed))
+
+
+def _kept_wide(tag: Tag, source: _Side, target: _Side) -> bool:
+    """Whether span ``tag`` is kept at least a character wide by ``_repair``: it covered
+    text, and not only sentences translated to nothing (it covers nothing then, exactly)."""
+    covered = [t_end > t_start for (start, end), (t_start, t_end) in
+               zip(source.bounds, target.bounds) if max(start, tag.start) < min(end, tag.end)]
+    return not tag.point and (not covered or any(covered))
 
 
 def _copied(segment: Segment, source: _Side, target: _Side,
@@ -500,48 +509,40 @@ def _spaces(piece: str, side: int) -> bool:
     return len(edge) == 2 and edge.isspace()
 
 
-def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], length: int
-            ) -> dict[tuple[str, int], int]:
+def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], length: int,
+            wide: set[int]) -> dict[tuple[str, int], int]:
     """The tags' edges, in the source's document order, made non-decreasing (so that they
-    nest as in the source) within the text, a span at least one character wide where the
-    text has room."""
+    nest as in the source) within the text; a span whose ref is in ``wide`` (see
+    ``_kept_wide``) at least one character wide where the text has room."""
     placed = dict(wanted)
     previous = 0
     for kind, ref in events:  # forward: no edge before the one that came before it
         position = max(placed[kind, ref], previous)
-        if kind == "close":
+        if kind == "close" and ref in wide:
             position = max(position, placed["open", ref] + 1)
         placed[kind, ref] = previous = min(position, length)
     following = length
     for kind, ref in reversed(events):  # backward: none past the text, nor past the next
         position = min(placed[kind, ref], following)
-        if kind == "open":
+        if kind == "open" and ref in wide:
             position = max(0, min(position, placed["close", ref] - 1))
         placed[kind, ref] = following = position
     return placed
 
 
-def _tags(segment: Segment, events: list[tuple[str, int]],
-          placed: dict[tuple[str, int], int]) -> tuple[Tag, ...]:
-    """The segment's tags at their placed edges, in their order; an empty tag on the edge of
-    the span that held it in the source names that span as its parent (unless the span closes
-    where it opens: a translation too short to hold every span)."""
-    holder: dict[int, int | None] = {}
-    stack: list[int] = []
-    for kind, ref in events:
-        if kind == "open":
-            stack.append(ref)
-        elif kind == "close":
-            stack.pop()
-        else:
-            holder[ref] = stack[-1] if stack else None
+def _tags(segment: Segment, placed: dict[tuple[str, int], int]) -> tuple[Tag, ...]:
+    """The segment's tags at their placed edges, in their order: a span stays a span (paired)
+    where the translation left it no text, and a tag of no width on the edge of the span that
+    held it in the source names that span as its parent, so that the source's nesting holds
+    however many edges fall on one offset."""
+    holder = holders(segment)
     tags = []
     for tag in segment.tags:
-        if not tag.empty:
-            tags.append(Tag(placed["open", tag.ref], placed["close", tag.ref], tag.ref))
-            continue
-        at, parent = placed["empty", tag.ref], holder[tag.ref]
-        edge = parent is not None and at in (placed["open", parent], placed["close", parent]
-                                              ) and placed["open", parent] < placed["close", parent]
-        tags.append(Tag(at, at, tag.ref, parent if edge else None))
+        start = placed["empty" if tag.empty else "open", tag.ref]
+        end = start if tag.empty else placed["close", tag.ref]
+        parent = holder[tag.ref]
+        edge = start == end and parent is not None and start in (
+            placed["open", parent], placed["close", parent])
+        tags.append(Tag(start, end, tag.ref, parent if edge else None,
+                        paired=start == end and not tag.empty))
     return tuple(tags)

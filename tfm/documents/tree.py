@@ -18,10 +18,10 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tfm.documents.segments import Segment, Tag
+from tfm.documents.segments import Segment, Tag, holders
 from tfm.errors import DataError
 
 INLINE, VERBATIM, BLOCK, SKIP = "inline", "verbatim", "block", "skip"
@@ -282,7 +282,7 @@ class _Builder:
         lead = _LEAD.match(raw[:first]).group()
         trail = _TRAIL.search(raw[max(last, len(lead)):]).group()
         body = raw[len(lead):len(raw) - len(trail)]
-        tags = [Tag(t.start - len(lead), t.end - len(lead), t.ref, t.parent) for t in self.tags]
+        tags = [replace(t, start=t.start - len(lead), end=t.end - len(lead)) for t in self.tags]
         if not keep:
             body, tags = _squeeze(body, tags)
         return Segment(body, tuple(tags)), lead, trail
@@ -290,7 +290,9 @@ class _Builder:
 
 def _squeeze(text: str, tags: list[Tag]) -> tuple[str, list[Tag]]:
     """Runs of whitespace as one space (as HTML renders them), tags moved with the text; an
-    empty tag (code, a placeholder) keeps a space on each side of it."""
+    empty tag (code, a placeholder) keeps a space on each side of it; a span left over no text
+    (``<b> <i> </i></b>``) stays a span inside the one that held it."""
+    held = holders(Segment(text, tuple(tags)))
     stops = {t.start for t in tags if t.empty}
     marks = sorted({0, len(text)} | {t.start for t in tags} | {t.end for t in tags})
     out: list[str] = []
@@ -306,7 +308,10 @@ def _squeeze(text: str, tags: list[Tag]) -> tuple[str, list[Tag]]:
             length += len(piece)
             space = piece.endswith(" ")
     where[len(text)] = length
-    return "".join(out), [Tag(where[t.start], where[t.end], t.ref, t.parent) for t in tags]
+    moved = [Tag(where[t.start], where[t.end], t.ref, t.parent, t.paired) for t in tags]
+    return "".join(out), [Tag(t.start, t.end, t.ref, held[t.ref], paired=True)
+                          if t.point and not before.point else t
+                          for t, before in zip(moved, tags)]
 
 
 def put_back(found: Found, translations: Sequence[Segment]) -> None:

@@ -520,7 +520,7 @@ def _add_routes(app: FastAPI, service: _Service) -> None:
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
         facts = {**service.languages(), "api_key_required": config.api_key is not None,
-                 "formats": TEXT_FORMATS}
+                 "formats": PAGE_FORMATS}
         # JSON inside <script>: "<" escaped so no text can close the element.
         blob = json.dumps(facts).replace("<", "\\u003c")
         return HTMLResponse(page.replace("__SERVER__", blob), headers=_PAGE_HEADERS)
@@ -555,13 +555,20 @@ def _add_document_route(app: FastAPI, service: _Service) -> None:
 
     @app.post("/v1/preview", response_class=HTMLResponse, responses={415: {}, 422: {}})
     async def preview(request: Request, format: str = "markdown") -> Response:
-        """A Markdown text (the body, UTF-8) rendered to HTML by markdown-it-py, raw HTML in
-        it escaped, for the page to show in its sandboxed frame (the page shows an HTML
-        document as it is)."""
-        if format != "markdown":
-            raise ApiError(415, f"format {format}: only markdown is rendered here")
+        """A translated document as HTML, for the page to show in its sandboxed frame: a
+        Markdown text (the body, UTF-8) rendered by markdown-it-py, raw HTML in it escaped;
+        a Word file (the body, a .docx) as its paragraphs, runs, links and tables, HTML made
+        by tfm with nothing of the file's passed through (the page shows an HTML document as
+        it is)."""
+        if format not in ("markdown", "docx"):
+            raise ApiError(415, f"format {format}: only markdown and docx are rendered here")
+        data = await request.body()
+        if format == "docx":
+            limits = Limits(max_bytes=service.config.max_request_bytes)
+            return HTMLResponse(await asyncio.to_thread(render_word, data, limits),
+                                headers={"X-Content-Type-Options": "nosniff"})
         try:
-            text = (await request.body()).decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise ApiError(422, f"invalid request: not UTF-8 (byte {e.start})") from e
         return HTMLResponse(await asyncio.to_thread(render_markdown, text),
@@ -607,9 +614,10 @@ MEDIA_TYPES = {
 }
 
 
-# The formats the page offers, and their extensions: those a text can hold (not DOCX).
-TEXT_FORMATS = [{"name": f.name, "extensions": list(f.extensions)} for f in FORMATS
-                if f.name not in BINARY_FORMATS]
+# The formats the page offers, and their extensions; a binary one (DOCX) is sent as a file's
+# bytes, never as text.
+PAGE_FORMATS = [{"name": f.name, "extensions": list(f.extensions),
+                 **({"binary": True} if f.name in BINARY_FORMATS else {})} for f in FORMATS]
 
 
 def render_markdown(text: str) -> str:
@@ -622,6 +630,20 @@ def render_markdown(text: str) -> str:
                        "\"tfm[documents]\")") from e
     return MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"]
                                                              ).render(text)
+
+
+def render_word(data: bytes, limits: Limits) -> str:
+    """The Word file ``data`` as HTML (tfm.documents.word_html), or a 422 in one line for a
+    file the DOCX reader refuses."""
+    from tfm.documents.word_html import word_html
+
+    try:
+        return word_html(data, limits)
+    except DataError as e:
+        raise ApiError(422, f"invalid docx document: {e}") from e
+    except ModuleNotFoundError as e:  # python-docx, imported when a file is opened
+        raise ApiError(415, "this server cannot read docx documents (pip install "
+                       "\"tfm[documents]\")") from e
 
 
 def source_language(languages: ModelLanguages, language: ResolvedLanguage, given: str | None,
