@@ -90,6 +90,20 @@ lc_tok_option() {
     fi
 }
 
+# guided_alignment_options DATA_DIR: `tfm train --guided-alignment 0.05` (one cross-attention
+# head trained towards eflomal's word alignments, Garg et al. 2019), DATA_DIR aligned first by
+# `tfm align` if it is not yet, where eflomal is installed (the align extra) and GUIDED is not 0;
+# nothing otherwise. Documents' inline tags are then placed by that head, which placed them
+# best of the methods measured (docs/BENCHMARKS.md, "Inline tags through a trained model").
+guided_alignment_options() {
+    [ "${GUIDED:-1}" != 0 ] || return 0
+    python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("eflomal") is None)' 2>/dev/null || return 0
+    if [ ! -e "$1/train.align.npz" ]; then
+        tfm align "$1" >&2
+    fi
+    echo --guided-alignment 0.05
+}
+
 # off_target_option: --off-target where py3langid is installed (the langid extra: the share
 # of translations in another language than the target), nothing otherwise.
 off_target_option() {

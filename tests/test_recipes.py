@@ -81,6 +81,13 @@ def test_the_quick_recipe_trains_and_scores_val_and_test(multi30k_like, tmp_path
     # The papers' lc-tok BLEU too, exactly where sacremoses is installed (recipes/lib.sh).
     assert ("BLEU-lc-tok = " in result.stdout) == (importlib.util.find_spec("sacremoses")
                                                    is not None)
+    # One head trained towards eflomal's word alignments (documents place inline tags by it),
+    # exactly where eflomal is installed (the align extra).
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert (config["model"].get("alignment_layer") is not None) == (
+        importlib.util.find_spec("eflomal") is not None)
+    assert (out / "data" / "train.align.npz").exists() == (
+        importlib.util.find_spec("eflomal") is not None)
 
 
 def test_a_recipe_budgets_minutes_on_a_cpu_and_the_reference_cpus_steps_on_a_gpu() -> None:
