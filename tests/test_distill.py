@@ -9,6 +9,7 @@ is where every output comes from, not its quality."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import signal
@@ -25,6 +26,8 @@ from tfm.training.distill import filter_pairs
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 PAIRS = 60  # of the demo corpus's training pairs: the distill runs' corpus
+# The whole run exports the student (and the teacher) to CTranslate2 where it is installed.
+EXPORT = ("--export", "ctranslate2") if importlib.util.find_spec("ctranslate2") else ()
 # The student: tiny, a few steps, a checkpoint every 2 (a killed run resumes from one).
 STUDENT = ("--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--encoder-layers", "2",
            "--decoder-layers", "1", "--max-steps", "4", "--max-tokens", "512", "--warmup", "2",
@@ -105,7 +108,7 @@ def distill(teacher: Path, corpus: Path, out: Path, *more: str, hook: bool = Fal
 def distilled(tmp_path_factory, teacher: Path, corpus: Path) -> tuple[Path, object]:
     """One whole run, with a test set: its directory and the finished command."""
     out = tmp_path_factory.mktemp("distill") / "run"
-    done = distill(teacher, corpus, out, "--test", str(DEMO / "test"))
+    done = distill(teacher, corpus, out, "--test", str(DEMO / "test"), *EXPORT)
     assert done.returncode == 0, done.stderr
     return out, done
 
@@ -155,6 +158,12 @@ def test_the_report_has_teacher_and_student_greedy_and_beam_on_val_and_test(dist
         for model, precision, listed in (("teacher", "fp32", False), ("student", "fp32", False),
                                          ("student", "int8", False), ("student", "int8", True)):
             assert {(model, precision, listed, s) for s in ("greedy", "beam")} <= seen
+        # Both models in CTranslate2 too, fp32 and int8: the student against the teacher as
+        # the fastest runtime decodes it.
+        in_ct2 = {(r["model"], r["precision"], r["search"]) for r in part["rows"]
+                  if r["engine"] == "ctranslate2"}
+        assert in_ct2 == ({(m, p, s) for m in ("teacher", "student") for p in ("fp32", "int8")
+                           for s in ("greedy", "beam")} if EXPORT else set())
         for row in part["rows"]:
             assert row["sentences_per_s"] > 0 and 0 <= row["bleu"] <= 100
     assert report["deploy"]["tfm int8"]["bleu_change"] == pytest.approx(

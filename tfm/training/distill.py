@@ -16,6 +16,7 @@ Translations' students are made).
     OUT/NAME/                   a student (NAME: the preset, -ssru for an SSRU decoder), a
                                 `tfm train` run directory; its vocabulary shortlist
     OUT/NAME-ctranslate2/       with export: the student as a CTranslate2 model
+    OUT/teacher/ctranslate2/    with export: the teacher as one, for every student's report
     OUT/stages.json             each student's finished steps
     OUT/report-NAME.json        teacher and student on val (and test): BLEU, chrF,
                                 sentences/s, peak memory, greedy and beam
@@ -486,6 +487,18 @@ def _deploy(plan: _Plan, output: Path, config: DistillConfig, data: Path, studen
         say(f"4. {student.name} exported to CTranslate2: {target}")
         export_ctranslate2(student, target, None, True)
         _record_stage(output, student.name, "export", str(target))
+    if config.export == "ctranslate2" and "export" not in _stages(output).get("teacher", {}):
+        _export_teacher(plan.teacher, output / "teacher" / "ctranslate2", say)
+        _record_stage(output, "teacher", "export", str(output / "teacher" / "ctranslate2"))
+
+
+def _export_teacher(teacher: Path, target: Path, say: Callable[[str], None]) -> None:
+    """The teacher exported to CTranslate2 once for every student's report, which sets the
+    students against the teacher as the fastest runtime decodes it."""
+    from tfm.interop.ctranslate2 import export_ctranslate2
+
+    say(f"4. the teacher exported to CTranslate2: {target}")
+    export_ctranslate2(teacher, target, None, True)
 
 
 def _report(plan: _Plan, output: Path, config: DistillConfig, student: Path) -> dict[str, Any]:
@@ -502,7 +515,8 @@ def _report(plan: _Plan, output: Path, config: DistillConfig, student: Path) -> 
         return json.loads(path.read_text(encoding="utf-8"))
     report = measure(plan.teacher, student, sets, plan.search.beam, config.report_sentences,
                      plan.train.device, shortlist="shortlist" in stages,
-                     export=stages.get("export"))
+                     export=stages.get("export"),
+                     teacher_export=_stages(output).get("teacher", {}).get("export"))
     report["student"] = {"name": student.name, "preset": plan.preset,
                          "model": asdict(plan.student), **stages.get("trained", {})}
     report["filter"] = json.loads((output / "corpus" / "filter.json").read_text("utf-8"))

@@ -23,10 +23,12 @@ __all__ = ["measure", "table_rows"]
 
 def measure(teacher: Path, student: Path, sets: Sequence[tuple[str, CorpusSpec]], beam: int,
             sentences: int, device: str, shortlist: bool = False,
-            export: str | None = None) -> dict[str, Any]:
+            export: str | None = None, teacher_export: str | None = None) -> dict[str, Any]:
     """The report's rows for each named set of ``sets``, and the deployment's check on the
-    first: how much BLEU the student's int8 weights and shortlist cost against its fp32."""
-    models = _models(teacher, student, device, shortlist, export)
+    first: how much BLEU the student's int8 weights and shortlist cost against its fp32.
+    ``export``, ``teacher_export``: the student's and the teacher's CTranslate2 exports, each
+    decoded in fp32 and (on a CPU) int8."""
+    models = _models(teacher, student, device, shortlist, export, teacher_export)
     report: dict[str, Any] = {"beam": beam, "sets": {}}
     for name, spec in sets:
         pairs = [p for _, p in zip(range(sentences), iter_pairs(spec))]
@@ -38,17 +40,20 @@ def measure(teacher: Path, student: Path, sets: Sequence[tuple[str, CorpusSpec]]
     return report
 
 
-def _models(teacher: Path, student: Path, device: str, shortlist: bool, export: str | None
-            ) -> list[tuple[str, Path, str, bool, str]]:
+def _models(teacher: Path, student: Path, device: str, shortlist: bool, export: str | None,
+            teacher_export: str | None = None) -> list[tuple[str, Path, str, bool, str]]:
     """(label, directory, precision, shortlist, engine) of each model the report decodes."""
     models = [("teacher", teacher, "fp32", False, "tfm"), ("student", student, "fp32", False,
                                                            "tfm")]
-    if _on_cpu(device):  # tfm's int8 is a CPU path
+    cpu = _on_cpu(device)
+    if cpu:  # tfm's int8 is a CPU path
         models.append(("student", student, "int8", False, "tfm"))
         if shortlist:
             models.append(("student", student, "int8", True, "tfm"))
-    if export is not None:
-        models.append(("student", Path(export), "fp32", False, "ctranslate2"))
+    for label, exported in (("teacher", teacher_export), ("student", export)):
+        if exported is not None:
+            models += [(label, Path(exported), precision, False, "ctranslate2")
+                       for precision in ("fp32", "int8")[:2 if cpu else 1]]
     return models
 
 
