@@ -184,10 +184,10 @@ def test_a_model_without_the_layer_decodes_exactly_as_before() -> None:
             assert weights.size(1) == HEADS
 
 
-@pytest.fixture(scope="module")
-def toy_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("guided")
-    prefix = write_corpus(root / "corpus", "train", 300, seed=1)
+def prepared_toy(root: Path, seed: int) -> Path:
+    """300 toy aa -> cc pairs (cc reverses the word order) under ``root``, a tokenizer of
+    theirs and the prepared dataset (``root/data``, returned), through the command line."""
+    prefix = write_corpus(root / "corpus", "train", 300, seed=seed)
     for args in [("train-tokenizer", "--train", str(prefix), "-s", "aa", "-t", "cc",
                   "--vocab-size", "300", "-o", str(root / "tok.json")),
                  ("prepare", "--train", str(prefix), "--valid", str(prefix), "-s", "aa", "-t",
@@ -195,6 +195,11 @@ def toy_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
         result = tfm(*args)
         assert result.returncode == 0, result.stderr
     return root / "data"
+
+
+@pytest.fixture(scope="module")
+def toy_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return prepared_toy(tmp_path_factory.mktemp("guided"), seed=1)
 
 
 def train(data: Path, output: Path, *extra: str):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import PAIRS, random_model_dir, tfm, write_corpus, write_lines
+from test_backtranslate import FRENCH  # French text: a language the reverse model does not read
 
 from tfm.data.corpus import CorpusSpec
 from tfm.data.directions import corpora_from_config
@@ -155,14 +156,6 @@ def test_a_prepare_interrupted_while_back_translating_resumes_where_it_stopped(
         if ours.suffix != ".json":
             assert ours.read_bytes() == theirs.read_bytes()
     assert not (work_directory(tmp_path / "data") / "2-mono.work").exists()
-
-
-FRENCH = ["Un chien court dans le parc .", "La femme achète des légumes au marché .",
-          "Les enfants jouent dans le jardin avec leur chat .", "Il lit le journal ce matin .",
-          "Deux hommes marchent le long de la rivière .", "Une fille mange une pomme rouge .",
-          "Le soleil brille sur les montagnes .", "Nous allons à la plage demain .",
-          "Elle porte une grande robe bleue .", "Le garçon nage dans le lac .",
-          "Les oiseaux chantent dans les arbres .", "Mon frère travaille à la boulangerie ."]
 
 
 @pytest.mark.parametrize("case", [

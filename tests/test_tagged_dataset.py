@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import tfm
+from test_alignment_guided import prepared_toy
 from toy_languages import lexicon, write_corpus
 
 from tfm.data.dataset import load_split, read_prepare_info
@@ -36,16 +37,7 @@ SHARE = 0.3
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A toy aa -> cc dataset (cc reverses the word order), prepared, not yet aligned."""
-    root = tmp_path_factory.mktemp("tags")
-    prefix = write_corpus(root / "corpus", "train", 300, seed=3)
-    for args in [("train-tokenizer", "--train", str(prefix), "-s", "aa", "-t", "cc",
-                  "--vocab-size", "300", "-o", str(root / "tok.json")),
-                 ("prepare", "--train", str(prefix), "--valid", str(prefix), "-s", "aa",
-                  "-t", "cc", "--tokenizer", str(root / "tok.json"), "-o",
-                  str(root / "data"))]:
-        result = tfm(*args)
-        assert result.returncode == 0, result.stderr
-    return root / "data"
+    return prepared_toy(tmp_path_factory.mktemp("tags"), seed=3)
 
 
 @pytest.fixture(scope="module")
