@@ -284,11 +284,12 @@ def project(segment: Segment, passage: Passage, translations: Sequence[str],
             wanted["open", tag.ref], wanted["close", tag.ref] = _span(tag, source, target,
                                                                       links)
     _copied(segment, source, target, copied or [], wanted)
-    events = [(kind, t.ref) for kind, t in segment.pieces() if kind != "text"]
+    events = _following_words([(kind, t.ref) for kind, t in segment.pieces()
+                               if kind != "text"], wanted)
     wide = {t.ref for t in segment.tags if _kept_wide(t, source, target)}
     placed = _repair(events, wanted, len(target.text), wide)
     text, placed = _spaced(segment, source.text, target.text, events, placed)
-    return Segment(text, _tags(segment, placed))
+    return Segment(text, _tags(segment, placed, events))
 
 
 def _kept_wide(tag: Tag, source: _Side, target: _Side) -> bool:
@@ -376,14 +377,28 @@ def _span(tag: Tag, source: _Side, target: _Side, links: list[list[list[int]]]
             ends.append(span[1])
     if starts and ends:  # punctuation the tag left out of its edge words, left out again
         starts[0], ends[-1] = _trimmed(tag, source, target.text, min(starts), max(ends))
-    if source.inside(tag.start) is None:
+    if source.inside(tag.start) is None and not (starts and _within(tag, source, "start")):
         starts = [_gap_position(tag.start, source, target)]
-    if source.inside(tag.end) is None:
+    if source.inside(tag.end) is None and not (ends and _within(tag, source, "end")):
         ends = [_gap_position(tag.end, source, target)]
     if not starts or not ends:  # only whitespace or unaligned words: a point, widened later
         point = _point(tag.start, source, target, links)
         return min(starts, default=point), max(ends, default=point)
     return min(starts), max(ends)
+
+
+def _within(tag: Tag, source: _Side, edge: str) -> bool:
+    """Whether span ``tag``'s start (``edge`` "start") or end lies on the same edge of a
+    sentence that holds its other end strictly: the tag covers that sentence's first (or
+    last) words only, which the alignment places, wherever the translation puts them
+    ("<b>Yesterday</b> I saw it." -> "Ich sah es <b>gestern</b>."), not the translation's
+    first (or last) words."""
+    for start, end in source.bounds:
+        if edge == "start" and tag.start == start and start < tag.end < end:
+            return True
+        if edge == "end" and tag.end == end and start < tag.start < end:
+            return True
+    return False
 
 
 def _trimmed(tag: Tag, source: _Side, text: str, start: int, end: int) -> tuple[int, int]:
@@ -509,10 +524,34 @@ def _spaces(piece: str, side: int) -> bool:
     return len(edge) == 2 and edge.isspace()
 
 
+def _following_words(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int]
+                     ) -> list[tuple[str, int]]:
+    """The tags' events with the siblings under each holder in the order of where they want
+    to open in the target, each keeping what it holds: where the translation swaps the words
+    of two tags ("a <b>red</b> <i>car</i>" -> "ein <i>Auto</i>, <b>rot</b>"), the tags swap
+    with them, instead of one being squeezed to follow the other. The sort is stable: ties
+    and a monotone alignment keep the source's order. No recursion (nesting may be deep)."""
+    Event = tuple[str, int]
+    openings: list[Event] = []
+    levels: list[list[list[Event]]] = [[]]  # the top's blocks, then each open span's
+    for event in events:
+        if event[0] == "open":
+            openings.append(event)
+            levels.append([])
+            continue
+        if event[0] == "empty":
+            levels[-1].append([event])
+            continue
+        children = sorted(levels.pop(), key=lambda block: wanted[block[0]])
+        levels[-1].append([openings.pop(), *(e for block in children for e in block), event])
+    top = sorted(levels[0], key=lambda block: wanted[block[0]])
+    return [e for block in top for e in block]
+
+
 def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], length: int,
             wide: set[int]) -> dict[tuple[str, int], int]:
-    """The tags' edges, in the source's document order, made non-decreasing (so that they
-    nest as in the source) within the text; a span whose ref is in ``wide`` (see
+    """The tags' edges, in the order of ``events`` (the source's nesting, siblings where they
+    want to be), made non-decreasing (so that they nest as in the source) within the text; a span whose ref is in ``wide`` (see
     ``_kept_wide``) at least one character wide where the text has room."""
     placed = dict(wanted)
     previous = 0
@@ -530,14 +569,16 @@ def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], l
     return placed
 
 
-def _tags(segment: Segment, placed: dict[tuple[str, int], int]) -> tuple[Tag, ...]:
-    """The segment's tags at their placed edges, in their order: a span stays a span (paired)
+def _tags(segment: Segment, placed: dict[tuple[str, int], int], events: list[tuple[str, int]]
+          ) -> tuple[Tag, ...]:
+    """The segment's tags at their placed edges, in the order ``events`` opens them: a span stays a span (paired)
     where the translation left it no text, and a tag of no width on the edge of the span that
     held it in the source names that span as its parent, so that the source's nesting holds
     however many edges fall on one offset."""
     holder = holders(segment)
+    by_ref = {tag.ref: tag for tag in segment.tags}
     tags = []
-    for tag in segment.tags:
+    for tag in (by_ref[ref] for kind, ref in events if kind != "close"):
         start = placed["empty" if tag.empty else "open", tag.ref]
         end = start if tag.empty else placed["close", tag.ref]
         parent = holder[tag.ref]
