@@ -332,16 +332,46 @@ HUMAN = {"alt", "title", "placeholder", "aria-label", "lang",
 
 
 def _elements(root, skip: Callable[[object], bool] = lambda el: False) -> list:
-    """An element tree as (tag, attributes but the human ones), comments as their text."""
-    out = []
-    for el in root.iter():
-        if skip(el):
-            continue
-        if not isinstance(el.tag, str):
-            out.append(("comment", el.text))
-            continue
-        out.append((el.tag, sorted((k, v) for k, v in el.attrib.items() if k not in HUMAN)))
+    """An element tree as (tag, attributes but the human ones), comments as their text, in
+    ``_in_order``'s order."""
+    return [_unit(el) for el in _in_order(root) if not skip(el)]
+
+
+def _unit(el) -> tuple:
+    if not isinstance(el.tag, str):
+        return ("comment", el.text)
+    return (el.tag, sorted((k, v) for k, v in el.attrib.items() if k not in HUMAN))
+
+
+def _in_order(root) -> list:
+    """``root`` and what it holds in document order, except the children of an element with
+    text of its own (inline markup in a sentence), which come in the order of their markup
+    and of what they keep verbatim: a translation puts them where their words went ("a
+    <b>red</b> <i>car</i>" -> "ein <i>Auto</i>, <b>rot</b>"), and the tree is the same."""
+    out, stack = [], [root]
+    while stack:  # no recursion: a page may nest deep
+        el = stack.pop()
+        out.append(el)
+        children = list(el) if isinstance(el.tag, str) else []
+        if _mixed(el):
+            children.sort(key=_signature)
+        stack.extend(reversed(children))
     return out
+
+
+def _mixed(el) -> bool:
+    return isinstance(el.tag, str) and bool((el.text or "").strip() or any(
+        (c.tail or "").strip() for c in el))
+
+
+def _signature(el) -> str:
+    """What a translation leaves of an element: its markup, and the text it keeps verbatim."""
+    return repr([(_unit(e), "".join(e.itertext()) if _verbatim(e) else None)
+                 for e in _in_order(el)])
+
+
+def _verbatim(el) -> bool:
+    return isinstance(el.tag, str) and (_local(el) in VERBATIM or el.get("translate") == "no")
 
 
 def _html_tree(data: bytes):
@@ -356,12 +386,13 @@ def html_structure(data: bytes) -> list:
 
 def html_kept(data: bytes) -> list:
     """Scripts, styles, code and preformatted text, comments, URLs and other attributes."""
-    root = _html_tree(data).getroot()
-    kept = ["".join(el.itertext()) for el in root.iter("script", "style", "code", "pre")]
-    kept += [el.text for el in root.iter() if not isinstance(el.tag, str)]
-    kept += [v for el in root.iter() if isinstance(el.tag, str)
+    elements = _in_order(_html_tree(data).getroot())
+    kept = ["".join(el.itertext()) for el in elements
+            if el.tag in ("script", "style", "code", "pre")]
+    kept += [el.text for el in elements if not isinstance(el.tag, str)]
+    kept += [v for el in elements if isinstance(el.tag, str)
              for k, v in el.attrib.items() if k not in HUMAN]
-    kept += ["".join(el.itertext()) for el in root.iter() if el.get("translate") == "no"]
+    kept += ["".join(el.itertext()) for el in elements if el.get("translate") == "no"]
     return kept
 
 
@@ -373,11 +404,11 @@ def _markdown_tokens(data: bytes) -> list:
 
 def markdown_structure(data: bytes) -> list:
     """Block tokens and the inline markup inside them (not text, nor soft breaks: a
-    paragraph's wrapping is not its structure)."""
+    paragraph's wrapping is not its structure), the inline markup in ``_inline_order``."""
     out = []
     for token in _markdown_tokens(data):
         out.append((token.type, token.tag, token.nesting, token.markup, token.info))
-        out += [(c.type, c.tag, c.nesting, c.markup) for c in token.children or []
+        out += [(c.type, c.tag, c.nesting, c.markup) for c in _inline_order(token.children)
                 if c.type not in ("text", "softbreak")]
     return out
 
@@ -387,11 +418,40 @@ def markdown_kept(data: bytes) -> list:
     for token in _markdown_tokens(data):
         if token.type in ("fence", "code_block", "html_block"):
             kept.append(token.content)
-        for c in token.children or []:
+        for c in _inline_order(token.children):
             if c.type in ("code_inline", "html_inline"):
                 kept.append(c.content)
             kept += [v for k, v in (c.attrs or {}).items() if k in ("href", "src")]
     return kept
+
+
+def _inline_order(children) -> list:
+    """A paragraph's inline tokens with the markup at each level (an emphasis with what it
+    holds, a code span, a link) in the order of what a translation leaves of it (markup, code,
+    URLs), as ``_in_order`` orders inline elements; the text dropped."""
+    levels: list[list[list]] = [[]]
+    for token in children or []:
+        if token.type in ("text", "softbreak"):
+            continue
+        if token.nesting == 1:
+            levels.append([token])
+        elif token.nesting == -1 and len(levels) > 1:
+            opening, *inside = levels.pop()
+            inside.sort(key=_token_signature)
+            levels[-1].append([opening, *(t for block in inside for t in block), token])
+        else:
+            levels[-1].append([token])
+    while len(levels) > 1:  # an opening never closed: kept where it stood
+        block = levels.pop()
+        levels[-1].append(block[:1] + [t for b in block[1:] for t in b])
+    top = sorted(levels[0], key=_token_signature)
+    return [t for block in top for t in block]
+
+
+def _token_signature(block: list) -> str:
+    return repr([(t.type, t.tag, t.markup, t.content if t.type in ("code_inline",
+                  "html_inline") else None, sorted((k, v) for k, v in (t.attrs or {}).items()
+                                                    if k in ("href", "src"))) for t in block])
 
 
 def _timing_lines(data: bytes) -> list:
@@ -498,14 +558,15 @@ def dita_structure(data: bytes) -> list:
 
 
 CODE = {"codeblock", "codeph", "filepath", "cmdname", "varname", "userinput"}
+VERBATIM = CODE | {"script", "style", "code", "pre"}  # elements whose text is kept as it is
 
 
 def dita_kept(data: bytes) -> list:
-    root = _xml_root(data)
-    return (["".join(el.itertext()) for el in root.iter() if _local(el) in CODE]
-            + [v for el in root.iter() if isinstance(el.tag, str)
+    elements = _in_order(_xml_root(data))
+    return (["".join(el.itertext()) for el in elements if _local(el) in CODE]
+            + [v for el in elements if isinstance(el.tag, str)
                for k, v in el.attrib.items() if k not in HUMAN]
-            + [el.text for el in root.iter() if not isinstance(el.tag, str)])
+            + [el.text for el in elements if not isinstance(el.tag, str)])
 
 
 def _word(data: bytes):

@@ -131,3 +131,21 @@ def test_an_output_that_does_not_parse_fails():
     checked = failed("docx", source, source[:len(source) // 2])
     assert not checked.parsed and checked.structure[0] == 0
     assert not battery.check("xml", battery.dita_topic(), b"<task><title>").parsed
+
+
+def test_inline_elements_that_follow_their_words_keep_the_structure_but_not_across_parents():
+    page = b"<p>A <b>red</b> car and <code>x = 1</code> in the <i>park</i>.</p><p>Two.</p>"
+    swapped = b"<p>Im <i>Park</i> <code>x = 1</code> ein <b>rotes</b> Auto.</p><p>Zwei.</p>"
+    assert battery.check("html", page, swapped).ok
+    moved = b"<p>Im <i>Park</i> <code>x = 1</code> ein rotes Auto.</p><p><b>Zwei</b>.</p>"
+    assert failed("html", page, moved).structure[0] < len(battery.html_structure(page))
+    failed("html", page, swapped.replace(b"x = 1", b"x = 2"))
+    failed("html", page, b"<p>Zwei.</p>" + swapped.split(b"</p>")[0] + b"</p>")  # blocks
+
+
+def test_markdown_emphasis_and_code_that_follow_their_words_keep_the_structure():
+    readme = b"A **red** car and `x = 1` in the *park*.\n\nTwo.\n"
+    assert battery.check("markdown", readme,
+                         b"Im *Park* `x = 1` ein **rotes** Auto.\n\nZwei.\n").ok
+    failed("markdown", readme, b"Im *Park* `x = 2` ein **rotes** Auto.\n\nZwei.\n")
+    failed("markdown", readme, b"Im *Park* `x = 1` ein rotes Auto.\n\n**Zwei**.\n")

@@ -11,7 +11,7 @@ inline tags carried across by word alignment.
                    │
               project: each tag from its source span to the target (source characters ->
               source words -> alignment -> target words -> target characters), then repaired
-              so that tags stay well nested, in source order, none lost or duplicated
+              so that tags stay nested as in the source, none lost or duplicated
                    │
     Document.write(translated segments) -> bytes
 
@@ -21,8 +21,9 @@ word boundary beside its neighbour word's translation, spaced as in the source. 
 without a letter (a number, a price) is kept as it is, never sent to the model. Whitespace
 between sentences is copied, so a tag's edge that lies there maps exactly. Whatever the
 alignment says (crossing, garbage, none: an engine without attention), the result is a valid
-segment: the tags' edges, taken in the source's document order, are made non-decreasing in
-the target, which keeps the source's nesting.
+segment: the tags' edges, in the source's nesting with the siblings under each span in the
+order of where they want to open (they follow their words where a translation reorders
+them), are made non-decreasing in the target, which keeps the source's nesting.
 
 A model trained on tag-augmented data (its ModelInfo lists ``inline_tags``) is sent each
 sentence's inner tags as tag tokens (tfm.documents.tag_tokens); where its translation holds
