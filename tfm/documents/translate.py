@@ -552,8 +552,9 @@ def _following_words(events: list[tuple[str, int]], wanted: dict[tuple[str, int]
 def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], length: int,
             wide: set[int]) -> dict[tuple[str, int], int]:
     """The tags' edges, in the order of ``events`` (the source's nesting, siblings where they
-    want to be), made non-decreasing (so that they nest as in the source) within the text; a span whose ref is in ``wide`` (see
-    ``_kept_wide``) at least one character wide where the text has room."""
+    want to be), made non-decreasing (so that they nest as in the source) within the text;
+    a span whose ref is in ``wide`` (see ``_kept_wide``) at least one character wide where the
+    text has room."""
     placed = dict(wanted)
     previous = 0
     for kind, ref in events:  # forward: no edge before the one that came before it
@@ -572,10 +573,10 @@ def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], l
 
 def _tags(segment: Segment, placed: dict[tuple[str, int], int], events: list[tuple[str, int]]
           ) -> tuple[Tag, ...]:
-    """The segment's tags at their placed edges, in the order ``events`` opens them: a span stays a span (paired)
-    where the translation left it no text, and a tag of no width on the edge of the span that
-    held it in the source names that span as its parent, so that the source's nesting holds
-    however many edges fall on one offset."""
+    """The segment's tags at their placed edges, in the order ``events`` opens them: a span
+    stays a span (paired) where the translation left it no text, and a tag of no width on
+    the edge of the span that held it in the source names that span as its parent, so that
+    the source's nesting holds however many edges fall on one offset."""
     holder = holders(segment)
     by_ref = {tag.ref: tag for tag in segment.tags}
     tags = []
