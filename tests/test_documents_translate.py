@@ -87,6 +87,12 @@ def test_sibling_tags_follow_their_words_where_the_translation_reorders_them():
     assert [t.ref for t in result.tags] == [2, 3, 1]
 
 
+def test_a_tag_ending_a_sentence_covers_its_words_wherever_they_went():
+    source = Segment("He left yesterday.", (Tag(8, 18, 1),))  # "He left <1>yesterday.</1>"
+    result = translated(source, ["Gestern ging er."], [[(0, 2), (1, 1), (2, 0)]])
+    assert shown(result) == "<1>Gestern</1> ging er."
+
+
 def test_an_empty_translation_keeps_every_tag():
     result = translated(SOURCE, ["", ""], [[], []])
     assert sorted(t.ref for t in result.tags) == [1, 2, 3, 4]
