@@ -66,15 +66,15 @@ def test_an_unaligned_word_s_tag_is_placed_by_its_nearest_aligned_neighbour():
     assert shown(result) == "Der <1>Hund</1> schläft."
 
 
-def test_crossing_alignments_still_give_nested_tags():
+def test_crossing_alignments_still_give_nested_tags_in_source_order():
     source = Segment("A red dog and a blue cat.", (Tag(0, 9, 1), Tag(2, 5, 2), Tag(14, 24, 3)))
-    # The alignment crosses the two halves' words and puts the inner tag's word outside its
-    # parent's: the siblings follow where they start, the inner tag stays inside its parent.
+    # The alignment crosses the two halves' words (the siblings' target spans overlap) and
+    # puts the inner tag's word outside its parent's.
     result = translated(source, ["Eine blaue Katze und ein roter Hund."],
                         [[(0, 4), (1, 1), (2, 6), (3, 3), (4, 0), (5, 5), (6, 2)]])
-    assert [t.ref for t in result.tags] == [3, 1, 2]
-    three, one, two = result.tags
-    assert three.start < three.end <= one.start <= two.start < two.end <= one.end
+    assert [t.ref for t in result.tags] == [1, 2, 3]
+    one, two, three = result.tags
+    assert one.start <= two.start < two.end <= one.end <= three.start < three.end
 
 
 def test_sibling_tags_follow_their_words_where_the_translation_reorders_them():

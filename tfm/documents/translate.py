@@ -21,9 +21,9 @@ word boundary beside its neighbour word's translation, spaced as in the source. 
 without a letter (a number, a price) is kept as it is, never sent to the model. Whitespace
 between sentences is copied, so a tag's edge that lies there maps exactly. Whatever the
 alignment says (crossing, garbage, none: an engine without attention), the result is a valid
-segment: the tags' edges, in the source's nesting with the siblings under each span in the
-order of where they want to open (they follow their words where a translation reorders
-them), are made non-decreasing in the target, which keeps the source's nesting.
+segment: the tags' edges, in the source's nesting and order (but for a span whose words the
+translation clearly moved before a sibling's: it moves with them), are made non-decreasing in
+the target, which keeps the source's nesting.
 
 A model trained on tag-augmented data (its ModelInfo lists ``inline_tags``) is sent each
 sentence's inner tags as tag tokens (tfm.documents.tag_tokens); where its translation holds
@@ -527,26 +527,38 @@ def _spaces(piece: str, side: int) -> bool:
 
 def _following_words(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int]
                      ) -> list[tuple[str, int]]:
-    """The tags' events with the siblings under each holder in the order of where they want
-    to open in the target, each keeping what it holds: where the translation swaps the words
-    of two tags ("a <b>red</b> <i>car</i>" -> "ein <i>Auto</i>, <b>rot</b>"), the tags swap
-    with them, instead of one being squeezed to follow the other. The sort is stable: ties
-    and a monotone alignment keep the source's order. No recursion (nesting may be deep)."""
+    """The tags' events, each span keeping what it holds, with a span moved before an earlier
+    sibling span (under the same holder) where all of it wants to lie before that sibling
+    opens: where the translation swaps two tags' words ("<b>Two men</b> dance, with <i>a
+    crowd</i> looking on" -> "<i>Eine Menge</i> sieht <b>zwei Männern</b> zu"), the tags swap
+    with them instead of one being squeezed behind the other. Spans that overlap where they
+    want to be, and empty tags (which stay between the same siblings), keep the source's
+    order: on tfm's models, moving those follows alignment noise more often than the words
+    (docs/BENCHMARKS.md, "Inline tags"). No recursion (nesting may be deep)."""
     Event = tuple[str, int]
+
+    def ordered(blocks: list[list[Event]]) -> list[list[Event]]:
+        out: list[list[Event]] = []
+        for block in blocks:
+            k = len(out)
+            while k and block[0][0] == "open" == out[k - 1][0][0] and \
+                    wanted[block[-1]] < wanted[out[k - 1][0]]:
+                k -= 1
+            out.insert(k, block)
+        return out
+
     openings: list[Event] = []
     levels: list[list[list[Event]]] = [[]]  # the top's blocks, then each open span's
     for event in events:
         if event[0] == "open":
             openings.append(event)
             levels.append([])
-            continue
-        if event[0] == "empty":
+        elif event[0] == "empty":
             levels[-1].append([event])
-            continue
-        children = sorted(levels.pop(), key=lambda block: wanted[block[0]])
-        levels[-1].append([openings.pop(), *(e for block in children for e in block), event])
-    top = sorted(levels[0], key=lambda block: wanted[block[0]])
-    return [e for block in top for e in block]
+        else:
+            inside = ordered(levels.pop())
+            levels[-1].append([openings.pop(), *(e for block in inside for e in block), event])
+    return [e for block in ordered(levels[0]) for e in block]
 
 
 def _repair(events: list[tuple[str, int]], wanted: dict[tuple[str, int], int], length: int,
