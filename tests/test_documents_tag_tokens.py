@@ -170,6 +170,19 @@ def test_tags_a_model_adds_to_a_sentence_sent_without_any_are_taken_out():
     assert "THE DOG SLEEPS." in out and "x1" not in out
 
 
+def test_a_tag_token_s_string_in_the_text_is_the_text_s_own_kept_and_never_a_tag():
+    # A manual about tfm: "<g1>" is a word of its text. The sentence goes without tag tokens
+    # (the model could not tell which "<g1>" is the tag), its tag is placed by alignment,
+    # and the text's "<g1>" stays in the translation, where another sentence's is taken out.
+    translator = TagTranslator()
+    page = b"<p>The <b>dog</b> writes &lt;g1&gt; here. A <i>cat</i> sleeps.</p>"
+    out = _translate(translator, page)
+    sent = translator.calls[0][0]
+    assert sent == ["The dog writes <g1> here.", "A<g1> cat</g1> sleeps."]
+    assert "THE <b>DOG</b> WRITES &lt;g1&gt; HERE." in out
+    assert "A <i>CAT</i> SLEEPS." in out
+
+
 def test_every_other_model_is_sent_the_sentence_without_tokens():
     translator = UpperTranslator()
     out = _translate(translator)

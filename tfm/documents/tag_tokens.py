@@ -40,6 +40,8 @@ def mark(segment: Segment, start: int, sentence: str, inventory: Sequence[str]
     """``sentence`` (``segment.text[start:]``'s first ``len(sentence)`` characters) with the
     tokens of the tags inside it; None where none goes in, or they would not nest once moved
     to word edges, or there are more than the inventory holds."""
+    if literal(sentence, inventory):  # the text's own "<g1>" would read as a tag's token
+        return None
     end = start + len(sentence)
     words = [(start + m.start(), start + m.end()) for m in _WORD.finditer(sentence)]
     points: list[tuple[int, int, Event]] = []
@@ -58,6 +60,13 @@ def mark(segment: Segment, start: int, sentence: str, inventory: Sequence[str]
         position = point
     text.append(sentence[position - start:])
     return Marked("".join(text), tokens)
+
+
+def literal(sentence: str, inventory: Sequence[str]) -> tuple[str, ...]:
+    """The inventory's tokens that ``sentence`` holds as text ("the <x1/> element" in a
+    manual): the tokenizer reads them as the tokens, so the model copies them; they are
+    the text's own, kept in its translation and never taken for a tag."""
+    return tuple(token for token in inventory if token in sentence)
 
 
 def _inside(tag: Tag, start: int, end: int) -> bool:

@@ -45,7 +45,7 @@ from tfm.decoding.requests import prepare_request
 from tfm.decoding.translator import Translation, Translator
 from tfm.documents.formats import Document, language_tag
 from tfm.documents.segments import Segment, Tag, holders
-from tfm.documents.tag_tokens import Marked, clean_words, mark, read
+from tfm.documents.tag_tokens import Marked, clean_words, literal, mark, read
 
 _WORD = re.compile(r"\S+")
 _CLOSING = set(".,;:!?)]}»\"'…")  # after these no space is added behind an empty tag
@@ -172,16 +172,19 @@ class DocumentWork:
               ) -> tuple[str, Alignment | None, dict[tuple[str, int], int] | None]:
         """One sentence's translation as ``project`` takes it: its text, its alignment, and
         where its tag tokens landed (None: projected by the alignment instead). A model of
-        inline tags has its tag tokens taken out of every translation."""
+        inline tags has its tag tokens taken out of every translation, but those that the
+        sentence holds as text (``literal``): they are its words."""
         if result is None:
             return plain, _itself(plain), None
-        if not self.inline_tags:
+        inventory = tuple(t for t in self.inline_tags if t not in literal(plain,
+                                                                           self.inline_tags))
+        if not inventory:
             return result.text, text_alignment(result, sent), None
-        text, placed = read(result.text, self.inline_tags, marked)
+        text, placed = read(result.text, inventory, marked)
         self.fell_back += marked is not None and placed is None
         alignment = text_alignment(result, sent)
         if alignment is not None:
-            words = clean_words(result.text, self.inline_tags)
+            words = clean_words(result.text, inventory)
             alignment = [(i, words[j]) for i, j in alignment
                          if j < len(words) and words[j] is not None]
         return text, alignment, placed
