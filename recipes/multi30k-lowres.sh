@@ -22,7 +22,7 @@
 # synthetic TGT -> SRC pairs, a reverse model is trained on the 5,000 + them, its sampled
 # back-translations train iter1. SETTINGS="beam tagged" trains only those settings.
 # Each model is scored on val and test_2016_flickr (cased sacreBLEU and chrF, beam 5); the
-# scores are gathered in OUT_DIR/scores.tsv. Not yet measured: no figure of it is published.
+# scores are gathered in OUT_DIR/scores.tsv; the measured runs are in docs/BENCHMARKS.md.
 # Budget at the defaults on 2 CPU cores: 8 training runs of 10 minutes, 5 back-translations
 # of 24,000 sentences, 16 evaluations. Run again after an interruption, it goes on where it
 # stopped (recipes/lib.sh; tfm backtranslate keeps its finished chunks).

@@ -310,3 +310,22 @@ def test_the_students_recipe_distils_each_shape_from_one_teacher_translation(
         assert report["sets"]["test"]["sentences"] == 6
     model = json.loads((distill / "student-tiny-ssru" / "config.json").read_text())["model"]
     assert model["decoder_self_attention"] == "ssru"
+
+
+def test_the_back_translation_recipe_simulates_scarce_data_and_iterates(
+        multi30k_like, tmp_path, run_recipe):
+    out, english = tmp_path / "lowres", tmp_path / "more.en"
+    english.write_text("".join(f"{en}\n" for en, _ in PAIRS[:5]), encoding="utf-8")
+    train = len(PAIRS) * 3
+    run_recipe("multi30k-lowres.sh", str(multi30k_like), "en", "de", str(out), *TINY,
+               REAL="12", SETTINGS="tagged", SRC_MONO=str(english))
+    # 12 real pairs; the German of the rest as monolingual text, back-translated whole
+    assert len(lines(out / "corpus" / "real.en")) == 12
+    assert lines(out / "corpus" / "mono.de") == [de for _, de in (PAIRS * 3)[12:train]]
+    assert len(lines(out / "bt" / "beam.en")) == train - 12
+    assert len(lines(out / "bt" / "forward.de")) == 5  # the iteration's source-side text
+    rows = [line.split("\t") for line in lines(out / "scores.tsv")]
+    assert [(model, split) for model, split, _, _ in rows] == [
+        (model, split) for model in ("reverse", "base", "ceiling", "bt-tagged", "bt-iter1")
+        for split in ("val", "test_2016_flickr")]
+    assert all(float(bleu) >= 0 and float(chrf) >= 0 for _, _, bleu, chrf in rows)
