@@ -3,13 +3,13 @@ LibreTranslate's) applied to a tfm model's translations: its own code, with a tf
 its ``ITranslation`` interface, on the tagged test set (bench/tagged_testset.py) and on HTML
 files; scored as bench/tags_run.py scores tfm (bench/tags_score.py).
 
-    python3.11 -m venv /tmp/argos-venv
-    /tmp/argos-venv/bin/pip install --no-deps beautifulsoup4==4.9.3 soupsieve \
+    python3.11 -m venv runs/argos-venv
+    runs/argos-venv/bin/pip install --no-deps beautifulsoup4==4.9.3 soupsieve \
         argos-translate-files==1.4.4 argos-translate-lt==1.12.1 minisbd onnxruntime pysrt \
         chardet pymupdf     # what its modules import; not into tfm's own environment
     echo $PWD/.venv/lib/python3.11/site-packages > \
-        /tmp/argos-venv/lib/python3.11/site-packages/zz_tfm.pth   # tfm and torch, after Argos's
-    PYTHONPATH=$PWD /tmp/argos-venv/bin/python bench/tags_argos.py --model MODEL \
+        runs/argos-venv/lib/python3.11/site-packages/zz_tfm.pth   # tfm and torch, after Argos's
+    PYTHONPATH=$PWD runs/argos-venv/bin/python bench/tags_argos.py --model MODEL \
         [--set runs/tagged] [--out runs/tagged/MODEL_NAME] [--html FILE.html ...]
 
 A line of the test set is translated as Argos translates an HTML file
