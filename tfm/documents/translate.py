@@ -68,10 +68,11 @@ def translate_document(document: Document, translator: Translator, options: Sear
     target = (language.target if language else None) or model_target(translator)
     work = work or DocumentWork.of(document, split, language.source if language else None,
                                    target, inline_tags=model_inline_tags(translator))
-    results: list[Translation | None] = [None] * len(work.sentences)
+    sentences = work.sentences  # built anew at each access: once here, not once a sentence
+    results: list[Translation | None] = [None] * len(sentences)
     for chosen, with_tags in work.groups():
         wanted = work.options(options, with_tags, translator.supports_attention)
-        sources = prepare_request(translator, [work.sentences[i] for i in chosen], wanted,
+        sources = prepare_request(translator, [sentences[i] for i in chosen], wanted,
                                   None, glossary, language)
         for i, result in zip(chosen, translator.translate_prepared(sources, wanted, progress)):
             results[i] = result
@@ -133,8 +134,9 @@ class DocumentWork:
         is (``unsent``), as a model would only damage it."""
         tagged = [bool(segment.tags) for segment, p in zip(self.document.segments,
                                                            self.passages) for _ in p.sentences]
-        groups = [([i for i, t in enumerate(tagged) if t == want and _has_words(
-            self.sentences[i])], want) for want in (False, True)]
+        words = [_has_words(sentence) for sentence in self.sentences]
+        groups = [([i for i, t in enumerate(tagged) if t == want and words[i]], want)
+                  for want in (False, True)]
         return [(chosen, want) for chosen, want in groups if chosen]
 
     @property
@@ -176,8 +178,8 @@ class DocumentWork:
         sentence holds as text (``literal``): they are its words."""
         if result is None:
             return plain, _itself(plain), None
-        inventory = tuple(t for t in self.inline_tags if t not in literal(plain,
-                                                                           self.inline_tags))
+        own = literal(plain, self.inline_tags)
+        inventory = tuple(t for t in self.inline_tags if t not in own)
         if not inventory:
             return result.text, text_alignment(result, sent), None
         text, placed = read(result.text, inventory, marked)
