@@ -14,7 +14,8 @@
 # The extra options go to the teacher's `tfm train` and to each `tfm distill` (the student's
 # training and shape options: the recipe's own come first, these win).
 # STUDENTS: the shapes, a preset each, `+ssru` for an SSRU decoder (default
-#   "student-tiny+ssru student-6-1 student-12-1"); STUDENT_MINUTES: each student's training
+#   "student-tiny+ssru student-6-1 student-12-1"; a shape without an SSRU is also exported
+#   to CTranslate2 and measured there, with the teacher, where ctranslate2 is installed); STUDENT_MINUTES: each student's training
 #   (default 40); STUDENT_STEPS=N: N steps instead, on any device; TEACHER=DIR: distil this
 #   model directory instead of training the quick recipe's teacher.
 # Time budget, on 2 CPU cores, UNTESTED UNTIL MEASURED (estimates from the recipes' measured
@@ -52,7 +53,10 @@ student_budget=($(budget "${STUDENT_MINUTES:-40}" 166 "${STUDENT_STEPS:-}" "$@")
 for shape in ${STUDENTS:-student-tiny+ssru student-6-1 student-12-1}; do
     preset=${shape%+ssru}
     student=(--preset "$preset")
-    if [ "$preset" != "$shape" ]; then student+=(--decoder-self-attn ssru); fi
+    if [ "$preset" != "$shape" ]; then student+=(--decoder-self-attn ssru)
+    # CTranslate2 cannot run an SSRU decoder; the other shapes (and the teacher) are exported
+    # and measured in it too, where it is installed (the `export` extra).
+    elif python -c "import ctranslate2" 2>/dev/null; then student+=(--export ctranslate2); fi
     echo "== 2. the student $shape"
     # Run again, `tfm distill` skips what it finished and resumes what it did not.
     tfm distill --teacher "$teacher" --train "$data/train" --valid "$data/val" \

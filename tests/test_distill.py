@@ -155,8 +155,9 @@ def test_the_report_has_teacher_and_student_greedy_and_beam_on_val_and_test(dist
         part = report["sets"][name]
         assert part["sentences"] == 8
         seen = {(r["model"], r["precision"], r["shortlist"], r["search"]) for r in part["rows"]}
-        for model, precision, listed in (("teacher", "fp32", False), ("student", "fp32", False),
-                                         ("student", "int8", False), ("student", "int8", True)):
+        for model, precision, listed in (("teacher", "fp32", False), ("teacher", "int8", False),
+                                         ("student", "fp32", False), ("student", "int8", False),
+                                         ("student", "int8", True)):
             assert {(model, precision, listed, s) for s in ("greedy", "beam")} <= seen
         # Both models in CTranslate2 too, fp32 and int8: the student against the teacher as
         # the fastest runtime decodes it.
@@ -166,6 +167,13 @@ def test_the_report_has_teacher_and_student_greedy_and_beam_on_val_and_test(dist
                            for s in ("greedy", "beam")} if EXPORT else set())
         for row in part["rows"]:
             assert row["sentences_per_s"] > 0 and 0 <= row["bleu"] <= 100
+        # Each model's size on disk as deployed: here the student (2 + 1 layers) is the
+        # teacher (1 + 1) with one layer more; its shortlist adds to it where it is used.
+        disk = {(r["model"], r["engine"], r["shortlist"]): r["disk_mb"] for r in part["rows"]}
+        weights = (out / "student-tiny" / "model.safetensors").stat().st_size / 1e6
+        student = disk[("student", "tfm", False)]
+        assert student > max(disk[("teacher", "tfm", False)], weights)
+        assert disk[("student", "tfm", True)] > student
     assert report["deploy"]["tfm int8"]["bleu_change"] == pytest.approx(
         report["deploy"]["tfm int8"]["bleu"] - report["deploy"]["tfm fp32"]["bleu"], abs=0.02)
     assert "teacher" in done.stdout and "student" in done.stdout  # the printed table

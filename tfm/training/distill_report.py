@@ -1,7 +1,8 @@
 """What ``tfm distill`` reports: the teacher and its student decoding the same sentences,
 greedy and beam, each model as it may be deployed (the student in fp32, int8, int8 with its
 shortlist, its CTranslate2 export), with BLEU and chrF (tfm.decoding.scoring, sacrebleu's),
-sentences a second (the model's load excluded, and given apart) and the process's peak memory.
+sentences a second (the model's load excluded, and given apart), the process's peak memory
+and the model's size on disk.
 
 Kept cheap: the first ``sentences`` of each set, each model loaded once for both searches.
 The peak memory is the kernel's high-water mark of this process (VmHWM), reset before each
@@ -19,6 +20,8 @@ from typing import Any
 from tfm.data.corpus import CorpusSpec, iter_pairs
 
 __all__ = ["measure", "table_rows"]
+
+DEPLOYED = ("model.safetensors", "config.json", "tokenizer.json")  # a tfm model's own files
 
 
 def measure(teacher: Path, student: Path, sets: Sequence[tuple[str, CorpusSpec]], beam: int,
@@ -46,7 +49,8 @@ def _models(teacher: Path, student: Path, device: str, shortlist: bool, export: 
     models = [("teacher", teacher, "fp32", False, "tfm"), ("student", student, "fp32", False,
                                                            "tfm")]
     cpu = _on_cpu(device)
-    if cpu:  # tfm's int8 is a CPU path
+    if cpu:  # tfm's int8 is a CPU path; the teacher's too, its fastest mode in tfm
+        models.append(("teacher", teacher, "int8", False, "tfm"))
         models.append(("student", student, "int8", False, "tfm"))
         if shortlist:
             models.append(("student", student, "int8", True, "tfm"))
@@ -88,8 +92,22 @@ def _decode(label: str, path: Path, precision: str, listed: bool, engine: str, d
                      "sentences_per_s": round(len(sources) / max(seconds, 1e-9), 2),
                      "sentences_per_s_with_load": round(
                          len(sources) / max(seconds + load, 1e-9), 2),
-                     "load_s": round(load, 3), "peak_rss_mb": _peak_mb()})
+                     "load_s": round(load, 3), "peak_rss_mb": _peak_mb(),
+                     "disk_mb": _disk_mb(path, engine, listed)})
     return rows
+
+
+def _disk_mb(model_dir: Path, engine: str, listed: bool) -> float:
+    """What a deployment of the model takes on disk, in MB: a CTranslate2 export's files; a tfm
+    model's weights, config and tokenizer (and its shortlist where it is used), not a training
+    run's checkpoints and state beside them. tfm's int8 is made when the model loads: its size
+    is that of the saved weights."""
+    if engine == "ctranslate2":
+        files = [f for f in model_dir.iterdir() if f.is_file()]
+    else:
+        names = DEPLOYED + (("shortlist.safetensors",) if listed else ())
+        files = [model_dir / name for name in names if (model_dir / name).is_file()]
+    return round(sum(f.stat().st_size for f in files) / 1e6, 3)
 
 
 def _deployment(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -105,14 +123,15 @@ def _deployment(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def table_rows(report: dict[str, Any]) -> list[list[str]]:
     """The report as the rows of a printed table: set, model, how (engine, precision, ``+sl``
-    for the shortlist), search, BLEU, chrF, sentences/s, peak memory."""
+    for the shortlist), search, BLEU, chrF, sentences/s, peak memory, size on disk."""
     rows = []
     for name, part in report["sets"].items():
         for r in part["rows"]:
             how = r["engine"] + " " + r["precision"] + (" +sl" if r["shortlist"] else "")
             memory = "" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:,.0f}MB"
             rows.append([name, r["model"], how, f"{r['search']} {r['beam']}", f"{r['bleu']:.2f}",
-                         f"{r['chrf']:.2f}", f"{r['sentences_per_s']:,.1f}", memory])
+                         f"{r['chrf']:.2f}", f"{r['sentences_per_s']:,.1f}", memory,
+                         f"{r['disk_mb']:,.1f}MB"])
     return rows
 
 
