@@ -15,6 +15,7 @@ from toy_languages import write_corpus
 
 from tfm.config import ModelConfig, SearchOptions, TrainConfig
 from tfm.data.batching import alignment_targets, pad_pairs
+from tfm.decoding.lexical_alignment import LEXICON_FILE
 from tfm.data.tokenizer import BOS_ID, EOS_ID
 from tfm.decoding.search import greedy_search
 from tfm.model import Transformer
@@ -223,7 +224,11 @@ def test_a_guided_run_needs_tfm_align_first_then_saves_its_head(toy_data: Path,
                      "--format", "jsonl", stdin="pa ki\n")
     assert translated.returncode == 0, translated.stderr
     assert "alignment" in json.loads(translated.stdout)
-    page = tmp_path / "page.html"  # documents place inline tags by the guided head
+    # `tfm align` counted a lexicon of the corpus, which the model took along: it places a
+    # document's inline tags.
+    lexicon = (toy_data / LEXICON_FILE).read_bytes()
+    assert (tmp_path / "m1" / LEXICON_FILE).read_bytes() == lexicon
+    page = tmp_path / "page.html"
     page.write_text("<p>pa <b>ki</b> tu</p>\n", encoding="utf-8")
     tagged = tfm("translate", "--model", str(tmp_path / "m1"), "--input", str(page),
                  "--output", str(tmp_path / "out.html"))

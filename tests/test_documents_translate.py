@@ -12,10 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_document_segments import markup as shown  # <1>...</1> for a span, <3/> empty
+from test_lexical_alignment import counted  # a lexicon of a small hand-aligned corpus
 
 from tfm.config import SearchOptions
 from tfm.data.language_marks import LanguageMarking, ModelLanguages
 from tfm.data.sentences import split_sentences
+from tfm.decoding.lexical_alignment import Lexicon
 from tfm.decoding.translator import Source, Translation
 from tfm.documents.formats import Limits, format_for
 from tfm.documents.segments import Segment, Tag, holders
@@ -312,6 +314,46 @@ def test_only_the_sentences_of_tagged_segments_are_translated_with_attention():
     assert translate_document(doc, translator, SearchOptions()) == b"ok"
     assert translator.calls == [(["Plain text."], False), (["The dog sleeps."], True)]
     assert shown(doc.written[1]) == "THE <0>DOG</0> SLEEPS."
+
+
+@dataclass
+class ReorderingTranslator(UpperTranslator):
+    """Translates word by word into German and says the words in reversed order; its
+    attention, when asked for, is monotone: wrong for every word but the middle one."""
+
+    lexicon: Lexicon | None = None
+
+    def translate_prepared(self, sources, options, progress=None):
+        results = super().translate_prepared(sources, options, progress)
+        for result in results:
+            words = [WORD_BY_WORD[w] for w in result.source.split()]
+            result.hypotheses = [(" ".join(reversed(words)), -1.0)]
+        return results
+
+
+WORD_BY_WORD = {"The": "Der", "dog": "Hund", "sleeps": "schläft", "man": "Mann"}
+
+
+@pytest.mark.parametrize("lexicon", [False, True])
+def test_a_model_s_lexicon_places_the_tags_instead_of_its_attention(lexicon):
+    @dataclass
+    class Doc:
+        segments: list[Segment]
+        written: list[Segment] = field(default_factory=list)
+
+        def write(self, translations):
+            self.written = list(translations)
+            return b"ok"
+
+    doc = Doc([Segment("The dog sleeps", (Tag(0, 3, 0), Tag(8, 14, 1)))])
+    translator = ReorderingTranslator(lexicon=counted() if lexicon else None)
+    translate_document(doc, translator, SearchOptions())
+    if lexicon:  # the words counted together: no attention asked for
+        assert shown(doc.written[0]) == "<1>schläft</1> Hund <0>Der</0>"
+        assert translator.calls == [(["The dog sleeps"], False)]
+    else:
+        assert shown(doc.written[0]) == "<0>schläft</0> Hund <1>Der</1>"
+        assert translator.calls == [(["The dog sleeps"], True)]
 
 
 def test_a_real_model_s_alignment_places_every_tag(tmp_path, tokenizer):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import tfm
-from toy_languages import lexicon, write_corpus
+from toy_languages import lexicon, sentence, write_corpus
 
 from tfm.data.dataset import load_split
 from tfm.data.tokenizer import load_vocabularies
@@ -21,6 +21,7 @@ from tfm.data.word_alignment import (
     token_words,
     word_strings,
 )
+from tfm.decoding.lexical_alignment import LEXICON_FILE, Lexicon
 from tfm.errors import DataError, UsageError
 
 pytest.importorskip("eflomal")
@@ -122,3 +123,20 @@ def test_alignments_of_another_split_size_are_refused(aligned_toy: Path, tmp_pat
         load_token_alignments(alignment_path(aligned_toy, "train"), 3)
     with pytest.raises(UsageError, match="tfm align"):
         load_token_alignments(tmp_path / "none.align.npz", 3)
+
+
+def test_tfm_align_also_counts_a_lexicon_that_aligns_new_sentences(aligned_toy: Path) -> None:
+    """The lexicon beside the split (what `tfm train` copies into its model) aligns sentences
+    it never saw, concept to concept, though cc says them in reversed order."""
+    lexicon_file = aligned_toy / LEXICON_FILE
+    assert lexicon_file.is_file()
+    found = Lexicon.load(lexicon_file)
+    rng = random.Random(7)
+    right = total = 0
+    for _ in range(20):
+        concepts = rng.sample(range(len(lexicon("aa"))), rng.randint(3, 7))
+        source, target = sentence("aa", concepts).split(), sentence("cc", concepts).split()
+        for i, j in found.align(source, target):
+            right += concepts[i] == concepts[len(concepts) - 1 - j]
+            total += 1
+    assert total >= 20 * 3 and right / total > 0.9

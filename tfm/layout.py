@@ -17,6 +17,10 @@ its file names are spelt.
                                      (`tfm shortlist`, tfm.data.shortlist), for
                                      `translate --shortlist`; readers that do not know it
                                      ignore it
+    alignment_lexicon.json.gz        optional: the word alignments of the training corpus
+                                     counted (`tfm align`, tfm.decoding.lexical_alignment),
+                                     which place a document's inline tags; copied from the
+                                     prepared dataset by `tfm train`
     train_config.json                the TrainConfig of the run
     run.yaml                         the command's options resolved, a run config that
                                      repeats the run (`tfm train --config run.yaml`)

@@ -224,6 +224,8 @@ def align(
     For `tfm train --guided-alignment`.
     Both directions are aligned and symmetrised (grow-diag-final-and); the word alignments are
     mapped onto the tokens training reads and stored beside the split (<split>.align.npz).
+    Those of train are also counted into DATA/alignment_lexicon.json.gz, which `tfm train`
+    copies into the model: it places a document's inline tags by the words.
 
     With --tag-augment SHARE (after a plain `tfm align DATA`): a new dataset whose drawn rows
     carry inline-tag tokens (<g1>..</g1>, <x1/>) around a source span and its aligned target

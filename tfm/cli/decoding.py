@@ -432,6 +432,7 @@ def _translate_document(translator: Translator, options: SearchOptions, ask: _As
     from tfm.documents.translate import (
         DocumentWork,
         model_inline_tags,
+        model_lexicon,
         model_target,
         translate_document,
     )
@@ -452,7 +453,8 @@ def _translate_document(translator: Translator, options: SearchOptions, ask: _As
                          "--input-format text reads it as lines") from None
     work = DocumentWork.of(doc, ask.split, ask.language.source or translator.info.src_lang,
                            ask.language.target or model_target(translator),
-                           inline_tags=model_inline_tags(translator))
+                           inline_tags=model_inline_tags(translator),
+                           lexicon=model_lexicon(translator))
     try:
         with _translating(len(work.sentences), _search_name(options, engine)) as progress:
             written = translate_document(doc, translator, options, language=ask.language,

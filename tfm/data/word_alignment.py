@@ -199,6 +199,12 @@ def align_prepared(data_dir: Path, split: str = "train", iterations: int | None 
     tokens = [token_pairs(p, s[0], t[0]) for p, s, t in zip(word_pairs, src_words, tgt_words)]
     path = alignment_path(data_dir, split)
     save_token_alignments(path, tokens)
+    if split == "train":  # the lexicon that places a translation's tags (models copy it)
+        from tfm.decoding.lexical_alignment import LEXICON_FILE, Lexicon
+
+        Lexicon.count([src_side.text(w) for _, w in src_words],
+                      [tgt_side.text(w) for _, w in tgt_words],
+                      word_pairs).save(Path(data_dir) / LEXICON_FILE)
     return path
 
 
@@ -208,6 +214,20 @@ class WordSide:
     def __init__(self, tok: Any) -> None:
         self.symbols = [tok.id_to_token(i) or "" for i in range(tok.get_vocab_size())]
         self.special = special_ids(tok)
+        self.decoder = tok.decoder
+        self._texts: dict[str, str] = {}
+
+    def text(self, words: list[str]) -> list[str]:
+        """Words as ``words`` gives them (symbols joined) made text: byte-level BPE's bytes
+        decoded (each distinct word once)."""
+        if self.decoder is None:
+            return words
+        out = []
+        for word in words:
+            if word not in self._texts:
+                self._texts[word] = self.decoder.decode([word]).strip() or word
+            out.append(self._texts[word])
+        return out
 
     def words(self, ids: np.ndarray) -> tuple[list[int], list[str]]:
         """Each token's word (-1: special) and the words' text."""

@@ -117,6 +117,7 @@ class CTranslate2Translator(Translator):
         ct2 = require("ctranslate2", "export")
         self.workers = Workers(workers or 1, share_cpu_threads=False)
         self.path, self.exact = Path(path), exact
+        self.lexicon_dir = self.path
         path = Path(path)
         record = read_export_info(path)
         if record is None or record.get("format") != FORMAT:

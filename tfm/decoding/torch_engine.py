@@ -52,6 +52,7 @@ class TorchTranslator(Translator):
         self.device = resolve_device(device)
         self.workers = Workers.for_device(workers, self.device.type)  # before the model loads
         self.model, self.vocabs, self.info = load_model_dir(Path(model_dir), weights_file)
+        self.lexicon_dir = Path(model_dir)
         if ensemble:
             self.model = Ensemble([self.model, *(self._member(Path(model_dir), Path(d),
                                                               weights_file)

@@ -16,6 +16,8 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
 from typing import Any, Protocol
 
 from tfm.config import SearchOptions
@@ -28,6 +30,7 @@ from tfm.decoding.constraints import (
     TargetConstraints,
     compile_constraints,
 )
+from tfm.decoding.lexical_alignment import Lexicon, load_lexicon
 from tfm.decoding.mbr import mbr_order
 from tfm.decoding.rules import Hypothesis, length_limit
 from tfm.decoding.workers import Workers
@@ -117,6 +120,14 @@ class Translator(ABC):
     # Ranks each sentence's beam hypotheses anew (tfm.decoding.rerank); None: by their scores.
     reranker: Reranker | None = None
     _languages: ModelLanguages | None = None
+    lexicon_dir: Path | None = None  # the model directory whose alignment lexicon is read
+
+    @cached_property
+    def lexicon(self) -> Lexicon | None:
+        """The model's alignment lexicon (tfm.decoding.lexical_alignment), which places a
+        document's tags by its words instead of the attention; None: the model has none.
+        Read at first use: plain text never needs it."""
+        return None if self.lexicon_dir is None else load_lexicon(self.lexicon_dir)
 
     @abstractmethod
     def search(self, batch: list[list[int]], options: SearchOptions,

@@ -41,6 +41,7 @@ from tfm.data.language_marks import ResolvedLanguage
 from tfm.data.sentences import Passage, split_sentences
 from tfm.decoding.alignment import word_ids
 from tfm.decoding.glossary import Glossary
+from tfm.decoding.lexical_alignment import Lexicon
 from tfm.decoding.requests import prepare_request
 from tfm.decoding.translator import Translation, Translator
 from tfm.documents.formats import Document, language_tag
@@ -67,11 +68,12 @@ def translate_document(document: Document, translator: Translator, options: Sear
     names one."""
     target = (language.target if language else None) or model_target(translator)
     work = work or DocumentWork.of(document, split, language.source if language else None,
-                                   target, inline_tags=model_inline_tags(translator))
+                                   target, inline_tags=model_inline_tags(translator),
+                                   lexicon=model_lexicon(translator))
     sentences = work.sentences  # built anew at each access: once here, not once a sentence
     results: list[Translation | None] = [None] * len(sentences)
     for chosen, with_tags in work.groups():
-        wanted = work.options(options, with_tags, translator.supports_attention)
+        wanted = work.options(options, with_tags, needs_attention(translator))
         sources = prepare_request(translator, [sentences[i] for i in chosen], wanted,
                                   None, glossary, language)
         for i, result in zip(chosen, translator.translate_prepared(sources, wanted, progress)):
@@ -94,20 +96,25 @@ class DocumentWork:
     # sentence with the tokens of its tags (None: none sent; tfm.documents.tag_tokens).
     inline_tags: tuple[str, ...] = ()
     marked: list[Marked | None] = field(default_factory=list)
+    # The model's alignment lexicon (tfm.decoding.lexical_alignment), which aligns the words
+    # that place the tags instead of the engine's attention (None: the attention does).
+    lexicon: Lexicon | None = None
     # Of those sentences, how many the last ``write`` placed by alignment instead (a tag lost,
     # doubled or added by the model): for the bench (bench/tags_run.py).
     fell_back: int = 0
 
     @classmethod
     def of(cls, document: Document, split: bool = True, language: str | None = None,
-           target: str | None = None, inline_tags: Sequence[str] = ()) -> DocumentWork:
+           target: str | None = None, inline_tags: Sequence[str] = (),
+           lexicon: Lexicon | None = None) -> DocumentWork:
         """``document``'s segments cut into sentences (``split``: by ``language``'s rules;
         else each segment whole); ``target``: the language the file will name, if known;
         ``inline_tags``: the model's inline-tag tokens (``model_inline_tags``), with which
-        the tags inside a sentence are sent as tokens."""
+        the tags inside a sentence are sent as tokens; ``lexicon``: the model's
+        (``model_lexicon``), which aligns the words that place the tags."""
         work = cls(document, [split_sentences(s.text, language) if split else
                               Passage.whole(s.text) for s in document.segments], target,
-                   tuple(inline_tags))
+                   tuple(inline_tags), lexicon=lexicon)
         work.marked = [None] * len(work.plain)
         if work.inline_tags:
             work.marked = [mark(segment, start, sentence, work.inline_tags)
@@ -181,15 +188,37 @@ class DocumentWork:
         own = literal(plain, self.inline_tags)
         inventory = tuple(t for t in self.inline_tags if t not in own)
         if not inventory:
-            return result.text, text_alignment(result, sent), None
+            return result.text, self._alignment(result, sent, plain, result.text), None
         text, placed = read(result.text, inventory, marked)
         self.fell_back += marked is not None and placed is None
+        if self.lexicon is not None:
+            return text, self._alignment(result, sent, plain, text), placed
         alignment = text_alignment(result, sent)
         if alignment is not None:
             words = clean_words(result.text, inventory)
             alignment = [(i, words[j]) for i, j in alignment
                          if j < len(words) and words[j] is not None]
         return text, alignment, placed
+
+    def _alignment(self, result: Translation, sent: str, plain: str, text: str
+                   ) -> Alignment | None:
+        """The words of the sentence ``plain`` (sent as ``sent``) aligned to those of its
+        translation ``text``: by the lexicon where there is one, else by the engine."""
+        if self.lexicon is not None:
+            return self.lexicon.align(_WORD.findall(plain), _WORD.findall(text))
+        return text_alignment(result, sent)
+
+
+def model_lexicon(translator: Translator) -> Lexicon | None:
+    """The translator's alignment lexicon (tfm.decoding.lexical_alignment), None where its
+    model has none."""
+    return getattr(translator, "lexicon", None)
+
+
+def needs_attention(translator: Translator) -> bool:
+    """Whether the sentences with tags are decoded with attention, to align their words: where
+    the engine has it and the model no lexicon, which aligns them instead."""
+    return translator.supports_attention and model_lexicon(translator) is None
 
 
 def model_inline_tags(translator: Translator) -> tuple[str, ...]:

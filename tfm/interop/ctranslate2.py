@@ -38,6 +38,7 @@ from tfm.config import ModelConfig
 from tfm.data.language_marks import LanguageMarking
 from tfm.data.shortlist import Shortlist, read_shortlist
 from tfm.data.tokenizer import vocabulary_files
+from tfm.decoding.lexical_alignment import LEXICON_FILE
 from tfm.errors import ModelError, UsageError
 from tfm.extras import require
 from tfm.interop.common import staged_output, write_export_info
@@ -94,6 +95,8 @@ def export_ctranslate2(model_dir: Path, output: Path, quantization: str | None =
             (stage / VMAP_FILE).write_text(vmap, encoding="utf-8")
         for path in vocabulary_files(ModelDir(model_dir).tokenizer):
             shutil.copyfile(path, stage / path.name)
+        if (model_dir / LEXICON_FILE).is_file():  # it places documents' tags there too
+            shutil.copyfile(model_dir / LEXICON_FILE, stage / LEXICON_FILE)
         write_export_info(stage, FORMAT, model_dir, info,
                           quantization=quantization or "float32")
     return output

@@ -41,7 +41,13 @@ from tfm.decoding.glossary import Glossary
 from tfm.decoding.requests import constraint_record, prepare_request, translation_record
 from tfm.decoding.translator import Source, Translation, Translator
 from tfm.documents.formats import FORMATS, Document, Format, Limits, format_for
-from tfm.documents.translate import DocumentWork, model_inline_tags, model_target
+from tfm.documents.translate import (
+    DocumentWork,
+    model_inline_tags,
+    model_lexicon,
+    model_target,
+    needs_attention,
+)
 from tfm.errors import DataError, OptionError, UsageError
 from tfm.serve.batcher import Batcher, Job, QueueFull, ShuttingDown
 from tfm.serve.config import ServeConfig
@@ -316,7 +322,8 @@ class _Service:
         rules = language.source or self.translator.info.src_lang  # whose rules cut
         target = language.target or model_target(self.translator)  # what the files name
         tags = model_inline_tags(self.translator)  # a model that copies tag tokens
-        works = [DocumentWork.of(d, body.split, rules, target, tags) for d in documents]
+        lexicon = model_lexicon(self.translator)  # aligns the words that place the tags
+        works = [DocumentWork.of(d, body.split, rules, target, tags, lexicon) for d in documents]
         sentences = [s for w in works for s in w.sentences]
         if len(sentences) > self.config.max_sentences:
             raise ApiError(413, f"{len(sentences)} sentences are more than this server takes "
@@ -325,7 +332,7 @@ class _Service:
         self.progress.check(progress)  # again: no await from here to its count
         jobs = []
         for chosen, with_tags in _groups(works):
-            wanted = DocumentWork.options(options, with_tags, self.translator.supports_attention)
+            wanted = DocumentWork.options(options, with_tags, needs_attention(self.translator))
             try:
                 sources = prepare_request(self.translator, [sentences[i] for i in chosen],
                                           wanted, None, self.glossary if body.glossary else None,

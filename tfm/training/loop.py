@@ -51,6 +51,7 @@ from tfm.data.language_marks import ModelLanguages
 from tfm.data.sampling import direction_probabilities, epoch_rows
 from tfm.data.tokenizer import Vocabularies, load_vocabularies
 from tfm.data.word_alignment import alignment_path, load_token_alignments
+from tfm.decoding.lexical_alignment import LEXICON_FILE
 from tfm.device import (
     autocast,
     cpu_bf16_support,
@@ -251,7 +252,7 @@ class _Trainer:
                  dist: distributed.Distributed, device: torch.device,
                  reporter: TrainReporter, init_from: Path | None = None,
                  run_config: str | None = None) -> None:
-        self.output, self.files = output, ModelDir(output)
+        self.output, self.files, self.data_dir = output, ModelDir(output), data_dir
         self.config, self.run, self.resumed = start.config, start.run, start.saved is not None
         self.dist, self.device, self.reporter = dist, device, reporter
         self.precision = self._pick_precision()
@@ -422,6 +423,9 @@ class _Trainer:
         if run_config is not None:
             atomic_write_bytes(self.files.run_config, run_config.encode())
         save_model_dir(self.output, self.models.master, self.vocabs, self.info)
+        lexicon = self.data_dir / LEXICON_FILE  # from `tfm align`: it places documents' tags
+        if lexicon.is_file():
+            atomic_write_bytes(self.output / LEXICON_FILE, lexicon.read_bytes())
 
     def _record_config(self) -> None:
         """A resumed run's settings in train_config.json where the resume changed them (a
