@@ -260,10 +260,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/tagged"))
     parser.add_argument("--share", type=float, default=0.5, help="share of lines tagged")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--split", default="test_2016_flickr",
+                        help="the Multi30k split tagged (val: a set to choose methods on); "
+                        "its files are named test.* all the same")
     parser.add_argument("--reuse-alignment", action="store_true",
                         help="take OUT/test.align from an earlier run instead of aligning")
     args = parser.parse_args()
-    counts = build(args.data, args.out, args.share, args.seed, reuse=args.reuse_alignment)
+    counts = build(args.data, args.out, args.share, args.seed, args.split,
+                   reuse=args.reuse_alignment)
     print(f"{args.out}: {counts['lines']} lines, {counts['drawn']} drawn to be tagged, "
           f"{counts['tagged']} tagged "
           f"({counts['reordered']} whose reference puts the tags in another order)")

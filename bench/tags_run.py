@@ -14,7 +14,11 @@ small in-memory document.
 
 Methods:
 
-- ``attention``: projection by the model's cross-attention alignments (tfm's default today).
+- ``lexicon``: projection by the alignment lexicon the model directory carries (counted by
+  `tfm align` over its training corpus, tfm.decoding.lexical_alignment; tfm's default where
+  there is one), or the one given by ``--lexicon``; decoded without attention.
+- ``attention``: projection by the model's cross-attention alignments (tfm's default for a
+  model without a lexicon; the lexicon hidden).
 - ``position``: projection by relative word position, what an engine without attention gets
   (a CTranslate2 export): the floor any alignment must beat.
 - ``tokens``: for a model trained on tag-augmented data (`tfm align --tag-augment`; its
@@ -44,11 +48,13 @@ from pathlib import Path
 from tags_score import read, score
 from tfm.data.sentences import Passage
 from tfm.decoding.engines import load_translator
+from tfm.decoding.lexical_alignment import LEXICON_FILE, Lexicon
 from tfm.documents import inline
 from tfm.documents.segments import Segment
 from tfm.documents.translate import (
     DocumentWork,
     model_inline_tags,
+    model_lexicon,
     project,
     translate_document,
 )
@@ -69,28 +75,30 @@ class LinesDocument:
 
 
 def translate(translator, lines: list[str], beam: int | None, aligned: bool = True,
-              tokens: bool = False, counts: dict[str, int] | None = None
-              ) -> tuple[list[str], float]:
+              tokens: bool = False, counts: dict[str, int] | None = None,
+              lexicon: bool = False) -> tuple[list[str], float]:
     """``lines`` translated through the documents path, and the seconds it took;
+    ``lexicon``: tags placed by the translator's lexicon (else it is hidden);
     ``aligned=False``: the engine's attention hidden, so tags are placed by position;
     ``tokens``: the tags sent as the model's tag tokens (else its tokens are hidden), and
     ``counts`` given the lines sent with tag tokens (``sent``) and those whose tags the model
     lost, doubled or added, placed by attention instead (``fell_back``)."""
     options = translator.default_options(beam=beam)
-    saved = translator.supports_attention
+    saved, saved_lexicon = translator.supports_attention, model_lexicon(translator)
     translator.supports_attention = saved and aligned
+    translator.lexicon = saved_lexicon if lexicon else None
     try:
         start = time.perf_counter()
         document = LinesDocument(lines)
         work = DocumentWork.of(document, split=False, inline_tags=model_inline_tags(
-            translator) if tokens else ())
+            translator) if tokens else (), lexicon=translator.lexicon)
         out = translate_document(document, translator, options, split=False, work=work)
         seconds = time.perf_counter() - start
         if counts is not None:
             counts.update(sent=sum(m is not None for m in work.marked),
                           fell_back=work.fell_back)
     finally:
-        translator.supports_attention = saved
+        translator.supports_attention, translator.lexicon = saved, saved_lexicon
     return out.decode().splitlines(), seconds
 
 
@@ -123,10 +131,16 @@ def run_oracles(testset: Path, out: Path) -> dict[str, dict[str, float]]:
     return results
 
 
-def run(model: Path, testset: Path, out: Path, beam: int | None, methods: list[str]
-        ) -> dict[str, dict[str, float]]:
-    """Each method's scores (see the module), its hypotheses written under ``out``."""
+def run(model: Path, testset: Path, out: Path, beam: int | None, methods: list[str],
+        lexicon: Path | None = None) -> dict[str, dict[str, float]]:
+    """Each method's scores (see the module), its hypotheses written under ``out``;
+    ``lexicon``: an alignment lexicon file for the method lexicon, instead of the model's."""
     translator = load_translator(model)
+    if lexicon is not None:
+        translator.lexicon = Lexicon.load(lexicon)
+    if "lexicon" in methods and translator.lexicon is None:
+        raise SystemExit(f"{model}: no {LEXICON_FILE} (train it on data of `tfm align`, or "
+                         "give --lexicon) for the method lexicon")
     if "tokens" in methods and not model_inline_tags(translator):
         raise SystemExit(f"{model}: no inline-tag tokens (train it on data of `tfm align "
                          "--tag-augment`) for the method tokens")
@@ -140,7 +154,8 @@ def run(model: Path, testset: Path, out: Path, beam: int | None, methods: list[s
         counts: dict[str, int] = {}
         hyps, seconds = translate(translator, tagged, beam,
                                   aligned=method in ("attention", "tokens"),
-                                  tokens=method == "tokens", counts=counts)
+                                  tokens=method == "tokens", counts=counts,
+                                  lexicon=method == "lexicon")
         (out / f"hyp.{method}.de").write_text("".join(f"{h}\n" for h in hyps),
                                               encoding="utf-8")
         scores = score(hyps, ref, plain)
@@ -160,11 +175,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--beam", type=int)
     parser.add_argument("--methods", default="attention,position")
+    parser.add_argument("--lexicon", type=Path, help="an alignment lexicon (a dataset's "
+                        f"{LEXICON_FILE}) for the method lexicon, instead of the model's")
     args = parser.parse_args()
     out = args.out or args.testset / (args.model.name if args.model else "oracle")
     results = run_oracles(args.testset, out)
     if args.model is not None:
-        results.update(run(args.model, args.testset, out, args.beam, args.methods.split(",")))
+        results.update(run(args.model, args.testset, out, args.beam, args.methods.split(","),
+                           args.lexicon))
     (out / "scores.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     for method, s in results.items():
         speed = (f" {s['per_s']:.1f} vs {s['plain_per_s']:.1f} sent/s ({s['cost']:+.1f}%)"
