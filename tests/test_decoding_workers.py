@@ -183,3 +183,21 @@ def test_ctranslate2_gets_no_more_threads_than_the_cores_it_may_use(monkeypatch)
     # As for tfm's engine (workers.cpu_threads), OMP_NUM_THREADS bounds them too.
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert ctranslate2_engine._cpu_threads() == 1
+
+
+def test_closing_the_workers_gives_the_loading_thread_its_threads_back(
+        model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A teacher translates with two workers, then a student trains in the same thread: it
+    # must train on the threads it had, not on the one the workers left it.
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    torch.set_num_threads(3)
+    translator = load_translator(model_dir, "cpu", workers=2)
+    assert torch.get_num_threads() == 1
+    translator.translate(SENTENCES[:4], SearchOptions(beam=1, max_len_a=0.0, max_len_b=5))
+    translator.close()
+    assert torch.get_num_threads() == 3
+    # One worker decodes in this thread, and closing it changes nothing.
+    alone = load_translator(model_dir, "cpu", workers=1)
+    alone.translate(SENTENCES[:4], SearchOptions(beam=1, max_len_a=0.0, max_len_b=5))
+    alone.close()
+    assert torch.get_num_threads() == 3

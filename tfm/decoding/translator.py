@@ -154,6 +154,13 @@ class Translator(ABC):
     def workers(self, workers: Workers) -> None:
         self._workers = workers
 
+    def close(self) -> None:
+        """Done with decoding: the workers' threads stopped, and the thread that loaded the
+        model given back its CPU threads (Workers.close). The translator may decode again
+        (its workers start anew), as one loaded with one worker would."""
+        if self._workers is not None:
+            self._workers.close()
+
     def no_phrases(self) -> str:
         """Why an engine without ``supports_phrases`` refuses constraint phrases: the one
         wording, for a request (``prepare``) and for a search given them."""

@@ -63,10 +63,12 @@ class Workers:
             raise UsageError(f"--workers {count}: give 1 or more")
         self.count = count
         self._threads_each: int | None = None
+        self._callers_threads: int | None = None  # what the making thread had, for ``close``
         if count > 1 and share_cpu_threads:
             import torch
 
             self._threads_each = max(1, cpu_threads() // count)
+            self._callers_threads = torch.get_num_threads()
             torch.set_num_threads(1)
         self._executor: ThreadPoolExecutor | None = None
         self._mine = threading.local()  # set in the pool's threads
@@ -114,7 +116,15 @@ class Workers:
                 future.cancel()
 
     def close(self, **shutdown: Any) -> None:
-        """Stop the threads (``shutdown``: ThreadPoolExecutor.shutdown's arguments)."""
+        """Stop the threads (``shutdown``: ThreadPoolExecutor.shutdown's arguments) and, called
+        from the thread that made the pool, give it back the CPU threads it had: what the
+        process does next in it (a training after a teacher's translation, a model decoding
+        alone) runs on all of them, not on the one the pool left it."""
         if self._executor is not None:
             self._executor.shutdown(**shutdown)
             self._executor = None
+        if self._callers_threads is not None:
+            import torch
+
+            torch.set_num_threads(self._callers_threads)
+            self._callers_threads = None

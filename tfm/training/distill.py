@@ -309,9 +309,12 @@ def _teacher_translations(plan: _Plan, output: Path, config: DistillConfig,
         if progress is not None:
             progress("teacher", done[0], len(sources))
 
-    return translate_corpus(translator, sources, output / "teacher" / f"train.{plan.tgt}",
-                            plan.search, identity=plan.identity["teacher"], chunk=config.chunk,
-                            progress=advance)
+    try:
+        return translate_corpus(translator, sources, output / "teacher" / f"train.{plan.tgt}",
+                                plan.search, identity=plan.identity["teacher"],
+                                chunk=config.chunk, progress=advance)
+    finally:  # the student trains in this thread next: on all the CPU threads
+        translator.close()
 
 
 def filter_pairs(sources: Sequence[str], translations: Sequence[str], scores: Sequence[float],

@@ -76,7 +76,9 @@ def _decode(label: str, path: Path, precision: str, listed: bool, engine: str, d
 
     _reset_peak()
     start = time.perf_counter()
-    translator = load_translator(path, device, precision, workers=1, shortlist=listed)
+    # Each engine as `tfm translate` runs it: tfm's default decoding workers (two on a CPU of
+    # two threads or more), CTranslate2's own threads.
+    translator = load_translator(path, device, precision, shortlist=listed)
     load = time.perf_counter() - start
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     rows = []
@@ -94,6 +96,7 @@ def _decode(label: str, path: Path, precision: str, listed: bool, engine: str, d
                          len(sources) / max(seconds + load, 1e-9), 2),
                      "load_s": round(load, 3), "peak_rss_mb": _peak_mb(),
                      "disk_mb": _disk_mb(path, engine, listed)})
+    translator.close()  # this thread's CPU threads back, for the next model
     return rows
 
 
