@@ -43,26 +43,26 @@ def test_words_are_compared_in_lower_case_without_the_punctuation_at_their_edges
 def test_each_word_goes_to_the_word_it_was_counted_with_whatever_the_order():
     # A sentence the corpus never had, German putting the place first: the lexicon follows
     # the words, not the positions.
-    pairs = counted().align("The man sleeps in the garden .".split(),
-                            "Im Garten schläft der Mann .".split())
+    pairs = counted().align(["The", "man", "sleeps", "in", "the", "garden", "."],
+                            ["Im", "Garten", "schläft", "der", "Mann", "."])
     assert pairs == [(0, 3), (1, 4), (2, 2), (3, 0), (4, 0), (5, 1), (6, 5)]
 
 
 def test_a_word_the_corpus_never_saw_aligns_to_the_same_word():
-    pairs = counted().align("The dog sleeps in Berlin .".split(),
-                            "Der Hund schläft in Berlin .".split())
+    pairs = counted().align(["The", "dog", "sleeps", "in", "Berlin", "."],
+                            ["Der", "Hund", "schläft", "in", "Berlin", "."])
     assert (4, 4) in pairs
 
 
 def test_a_word_the_corpus_left_unlinked_stays_unlinked():
-    pairs = counted().align("The dog sleeps .".split(), "Der Hund schläft ja .".split())
+    pairs = counted().align(["The", "dog", "sleeps", "."], ["Der", "Hund", "schläft", "ja", "."])
     assert {(0, 0), (1, 1), (2, 2), (3, 4)} <= set(pairs)
     assert all(j != 3 for _, j in pairs)  # "ja"
 
 
 def test_an_empty_side_aligns_nothing():
-    assert counted().align([], "Der Hund".split()) == []
-    assert counted().align("The dog".split(), []) == []
+    assert counted().align([], ["Der", "Hund"]) == []
+    assert counted().align(["The", "dog"], []) == []
 
 
 def test_the_lexicon_saves_loads_and_aligns_the_same(tmp_path):
@@ -70,7 +70,7 @@ def test_the_lexicon_saves_loads_and_aligns_the_same(tmp_path):
     lexicon.save(tmp_path / LEXICON_FILE)
     assert (tmp_path / LEXICON_FILE).read_bytes() == lexicon.to_bytes()  # no timestamp inside
     loaded = load_lexicon(tmp_path)
-    sentence, translation = "A cat sleeps .".split(), "Eine Katze schläft .".split()
+    sentence, translation = ["A", "cat", "sleeps", "."], ["Eine", "Katze", "schläft", "."]
     assert loaded.align(sentence, translation) == lexicon.align(sentence, translation)
     assert load_lexicon(tmp_path / "elsewhere") is None
 
