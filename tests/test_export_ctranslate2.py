@@ -11,6 +11,7 @@ command line.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -288,6 +289,26 @@ def test_an_int8_export_loads_and_translates(joint_model, tmp_path) -> None:
                                                            ).stat().st_size
     results = translator.translate([s for s, _ in PAIRS[:4]], SearchOptions(beam=2))
     assert sum(r.text == t for r, (_, t) in zip(results, PAIRS[:4])) >= 2
+
+
+def test_a_model_s_alignment_lexicon_goes_with_its_export(joint_model, tmp_path) -> None:
+    # The lexicon places a document's tags by the words: an export translates documents as
+    # the model does, so it carries it (and a model without one exports without one).
+    from test_lexical_alignment import counted
+
+    from tfm.decoding.lexical_alignment import LEXICON_FILE
+
+    model, plain_export = joint_model
+    assert not (plain_export / LEXICON_FILE).exists()
+    assert load_translator(plain_export, "cpu").lexicon is None
+    with_lexicon = tmp_path / "model"
+    shutil.copytree(model, with_lexicon)
+    counted().save(with_lexicon / LEXICON_FILE)
+    export = export_ctranslate2(with_lexicon, tmp_path / "ct2")
+    assert (export / LEXICON_FILE).read_bytes() == (with_lexicon / LEXICON_FILE).read_bytes()
+    lexicon = load_translator(export, "cpu").lexicon
+    assert lexicon is not None and lexicon.align(["The", "dog"], ["Der", "Hund"]) == [(0, 0),
+                                                                                        (1, 1)]
 
 
 # --- the command line ----------------------------------------------------------------------------
