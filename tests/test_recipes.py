@@ -314,16 +314,19 @@ def test_the_students_recipe_distils_each_shape_from_one_teacher_translation(
 
 def test_the_back_translation_recipe_simulates_scarce_data_and_iterates(
         multi30k_like, tmp_path, run_recipe):
-    out, english = tmp_path / "lowres", tmp_path / "more.en"
-    english.write_text("".join(f"{en}\n" for en, _ in PAIRS[:5]), encoding="utf-8")
+    out = tmp_path / "lowres"
     train = len(PAIRS) * 3
+    half = 12 + (train - 12) // 2
     run_recipe("multi30k-lowres.sh", str(multi30k_like), "en", "de", str(out), *TINY,
-               REAL="12", SETTINGS="tagged", SRC_MONO=str(english))
-    # 12 real pairs; the German of the rest as monolingual text, back-translated whole
+               REAL="12", SETTINGS="tagged", SPLIT_MONO="1")
+    # 12 real pairs; of the rest, the first half's German and the second half's English as
+    # monolingual text: no sentence is read in both languages.
     assert len(lines(out / "corpus" / "real.en")) == 12
-    assert lines(out / "corpus" / "mono.de") == [de for _, de in (PAIRS * 3)[12:train]]
-    assert len(lines(out / "bt" / "beam.en")) == train - 12
-    assert len(lines(out / "bt" / "forward.de")) == 5  # the iteration's source-side text
+    assert lines(out / "corpus" / "mono.de") == [de for _, de in (PAIRS * 3)[12:half]]
+    assert lines(out / "corpus" / "mono.en") == [en for en, _ in (PAIRS * 3)[half:train]]
+    assert len(lines(out / "bt" / "beam.en")) == half - 12  # back-translated whole
+    # The iteration: the English text translated forward for the reverse model.
+    assert len(lines(out / "bt" / "forward.de")) == train - half
     rows = [line.split("\t") for line in lines(out / "scores.tsv")]
     assert [(model, split) for model, split, _, _ in rows] == [
         (model, split) for model in ("reverse", "base", "ceiling", "bt-tagged", "bt-iter1")
