@@ -93,8 +93,9 @@ class _Direction:
     def jump(self, distance: np.ndarray) -> np.ndarray:
         """log p(the next linked position is ``distance`` words on), smoothed."""
         total = sum(self.jumps.values()) + UNSEEN_JUMP * 100
-        counts = np.vectorize(lambda d: self.jumps.get(int(d), 0.0))(distance)
-        return np.log((counts + UNSEEN_JUMP) / total)
+        low, high = int(distance.min()), int(distance.max())
+        counts = np.array([self.jumps.get(d, 0.0) for d in range(low, high + 1)])
+        return np.log((counts[distance - low] + UNSEEN_JUMP) / total)
 
     def viterbi(self, given: list[str], emitted: list[str]) -> Pairs:
         """(given position, emitted position) of each emitted word linked by the most likely
