@@ -18,15 +18,14 @@
 #   to CTranslate2 and measured there, with the teacher, where ctranslate2 is installed); STUDENT_MINUTES: each student's training
 #   (default 40); STUDENT_STEPS=N: N steps instead, on any device; TEACHER=DIR: distil this
 #   model directory instead of training the quick recipe's teacher.
-# Time budget, on 2 CPU cores, UNTESTED UNTIL MEASURED (estimates from the recipes' measured
-# parts, not a run of this recipe): the teacher 45 minutes (recipes/multi30k.sh) and its
-# scoring; the training sources translated once, about 5 minutes (one `small` teacher, beam 5:
-# half the two-teacher ensemble's 8 minutes in recipes/multi30k-distill.sh); each student
-# STUDENT_MINUTES (3 x 40) and its report (a few minutes: 500 sentences of val and of test, 8
-# decodes each); about 3 hours 10 minutes in all. On a GPU (CUDA) each training run trains
-# the steps the reference CPU trains in its minutes (recipes/lib.sh, budget; for the students
-# the `small` model's rate a minute, not measured for them): minutes of GPU time, also
-# unmeasured. The measured table goes to docs/BENCHMARKS.md.
+# Time budget, on 2 CPU cores (measured on a slow AVX2-only AMD EPYC, docs/BENCHMARKS.md "Fast
+# students"): the teacher 45 minutes (recipes/multi30k.sh) and its scoring; the training
+# sources translated once, 8 minutes; each student STUDENT_MINUTES (3 x 40), its shortlist
+# and exports about a minute and its report 8 minutes; about 3 hours in all with the teacher,
+# 2 hours 20 minutes with TEACHER given. On a GPU (CUDA) each training run trains the steps
+# the reference CPU trains in its minutes (recipes/lib.sh, budget; for the students the
+# `small` model's rate a minute, not measured for them): minutes of GPU time, unmeasured.
+# Students start from the teacher's weights (tfm distill's default; --no-teacher-init: fresh).
 # Run again with the same arguments after an interruption, it goes on where it stopped: the
 # teacher kept (or its training resumed), the translations kept (a stopped translation from
 # its last chunk), a student's training from its last checkpoint, a finished student kept.
