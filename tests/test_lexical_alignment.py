@@ -75,8 +75,9 @@ def test_the_lexicon_saves_loads_and_aligns_the_same(tmp_path):
     assert load_lexicon(tmp_path / "elsewhere") is None
 
 
-@pytest.mark.parametrize("content", [b"not gzip", gzip.compress(b"{}"),
-                                     gzip.compress(b'{"format": 99}')])
+@pytest.mark.parametrize("content", [b"not gzip", gzip.compress(b"{}", mtime=0),
+                                     gzip.compress(b'{"format": 99}', mtime=0)],
+                         ids=["not-gzip", "no-format", "another-format"])
 def test_a_damaged_lexicon_is_refused_in_one_line(tmp_path, content):
     (tmp_path / LEXICON_FILE).write_bytes(content)
     with pytest.raises(ModelError, match=LEXICON_FILE):
