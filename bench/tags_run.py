@@ -15,7 +15,7 @@ small in-memory document.
 Methods:
 
 - ``lexicon``: projection by the alignment lexicon the model directory carries (counted by
-  `tfm align` over its training corpus, tfm.decoding.lexical_alignment; tfm's default where
+  `tfm align` over its training corpus, tfm.data.lexical_alignment; tfm's default where
   there is one), or the one given by ``--lexicon``; decoded without attention.
 - ``attention``: projection by the model's cross-attention alignments (tfm's default for a
   model without a lexicon; the lexicon hidden).
@@ -46,9 +46,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tags_score import read, score
+from tfm.data.lexical_alignment import LEXICON_FILE, Lexicon
 from tfm.data.sentences import Passage
 from tfm.decoding.engines import load_translator
-from tfm.decoding.lexical_alignment import LEXICON_FILE, Lexicon
 from tfm.documents import inline
 from tfm.documents.segments import Segment
 from tfm.documents.translate import (

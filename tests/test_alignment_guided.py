@@ -15,8 +15,8 @@ from toy_languages import write_corpus
 
 from tfm.config import ModelConfig, SearchOptions, TrainConfig
 from tfm.data.batching import alignment_targets, pad_pairs
+from tfm.data.lexical_alignment import LEXICON_FILE
 from tfm.data.tokenizer import BOS_ID, EOS_ID
-from tfm.decoding.lexical_alignment import LEXICON_FILE
 from tfm.decoding.search import greedy_search
 from tfm.model import Transformer
 from tfm.model.transformer import DecoderState

@@ -16,8 +16,8 @@ from test_lexical_alignment import counted  # a lexicon of a small hand-aligned 
 
 from tfm.config import SearchOptions
 from tfm.data.language_marks import LanguageMarking, ModelLanguages
+from tfm.data.lexical_alignment import Lexicon
 from tfm.data.sentences import split_sentences
-from tfm.decoding.lexical_alignment import Lexicon
 from tfm.decoding.translator import Source, Translation
 from tfm.documents.formats import Limits, format_for
 from tfm.documents.segments import Segment, Tag, holders

@@ -296,7 +296,7 @@ def test_a_model_s_alignment_lexicon_goes_with_its_export(joint_model, tmp_path)
     # the model does, so it carries it (and a model without one exports without one).
     from test_lexical_alignment import counted
 
-    from tfm.decoding.lexical_alignment import LEXICON_FILE
+    from tfm.data.lexical_alignment import LEXICON_FILE
 
     model, plain_export = joint_model
     assert not (plain_export / LEXICON_FILE).exists()

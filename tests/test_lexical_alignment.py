@@ -1,5 +1,5 @@
 """The alignment lexicon: a corpus's word alignments counted, and an HMM over the counts that
-aligns a sentence and its translation (tfm.decoding.lexical_alignment)."""
+aligns a sentence and its translation (tfm.data.lexical_alignment)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import gzip
 
 import pytest
 
-from tfm.decoding.lexical_alignment import LEXICON_FILE, Lexicon, key, load_lexicon
+from tfm.data.lexical_alignment import LEXICON_FILE, Lexicon, key, load_lexicon
 from tfm.errors import ModelError
 
 # A small en-de corpus aligned by hand: the counts the lexicon learns from.

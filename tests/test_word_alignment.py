@@ -11,6 +11,7 @@ from conftest import tfm
 from toy_languages import lexicon, sentence, write_corpus
 
 from tfm.data.dataset import load_split
+from tfm.data.lexical_alignment import LEXICON_FILE, Lexicon
 from tfm.data.tokenizer import load_vocabularies
 from tfm.data.word_alignment import (
     alignment_path,
@@ -21,7 +22,6 @@ from tfm.data.word_alignment import (
     token_words,
     word_strings,
 )
-from tfm.decoding.lexical_alignment import LEXICON_FILE, Lexicon
 from tfm.errors import DataError, UsageError
 
 pytest.importorskip("eflomal")

@@ -18,7 +18,7 @@ its file names are spelt.
                                      `translate --shortlist`; readers that do not know it
                                      ignore it
     alignment_lexicon.json.gz        optional: the word alignments of the training corpus
-                                     counted (`tfm align`, tfm.decoding.lexical_alignment),
+                                     counted (`tfm align`, tfm.data.lexical_alignment),
                                      which place a document's inline tags; copied from the
                                      prepared dataset by `tfm train`
     train_config.json                the TrainConfig of the run

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from tfm.atomic import atomic_write_bytes
+from tfm.data.lexical_alignment import LEXICON_FILE, Lexicon, grow_diag_final_and
 from tfm.errors import DataError, UsageError
 
 WORD_MARKS = ("Ġ", "▁")  # byte-level BPE's and SentencePiece's word-start symbols
@@ -59,35 +60,6 @@ def _read_links(path: Path) -> list[Pairs]:
     """A Pharaoh file ('i-j' pairs, one sentence a line) as lists of pairs."""
     return [[(int(i), int(j)) for i, j in (link.split("-") for link in line.split())]
             for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def grow_diag_final_and(forward: Pairs, reverse: Pairs, n_src: int, n_tgt: int) -> Pairs:
-    """The symmetrisation of Koehn et al. (2005): start from the intersection of the two
-    directions, grow it by union links next to an aligned point (diagonals included) that
-    align a so far unaligned word, then add union links whose both words are unaligned."""
-    union, alignment = set(forward) | set(reverse), set(forward) & set(reverse)
-    aligned_src = {i for i, _ in alignment}
-    aligned_tgt = {j for _, j in alignment}
-    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
-    grown = True
-    while grown:
-        grown = False
-        for i, j in sorted(alignment):
-            for di, dj in neighbours:
-                link = (i + di, j + dj)
-                if link in union and link not in alignment and (
-                        link[0] not in aligned_src or link[1] not in aligned_tgt):
-                    alignment.add(link)
-                    aligned_src.add(link[0])
-                    aligned_tgt.add(link[1])
-                    grown = True
-    for direction in (forward, reverse):  # final-and
-        for i, j in sorted(direction):
-            if i not in aligned_src and j not in aligned_tgt and 0 <= i < n_src and 0 <= j < n_tgt:
-                alignment.add((i, j))
-                aligned_src.add(i)
-                aligned_tgt.add(j)
-    return sorted(alignment)
 
 
 def token_words(symbols: Sequence[str], special: Sequence[bool]) -> list[int]:
@@ -200,8 +172,6 @@ def align_prepared(data_dir: Path, split: str = "train", iterations: int | None 
     path = alignment_path(data_dir, split)
     save_token_alignments(path, tokens)
     if split == "train":  # the lexicon that places a translation's tags (models copy it)
-        from tfm.decoding.lexical_alignment import LEXICON_FILE, Lexicon
-
         Lexicon.count([src_side.text(w) for _, w in src_words],
                       [tgt_side.text(w) for _, w in tgt_words],
                       word_pairs).save(Path(data_dir) / LEXICON_FILE)

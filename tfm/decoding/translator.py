@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from tfm.config import SearchOptions
 from tfm.data.language_marks import ModelLanguages, ResolvedLanguage
+from tfm.data.lexical_alignment import Lexicon, load_lexicon
 from tfm.data.tokenizer import Vocabularies, decode, encode_batch, text_normalizer
 from tfm.decoding.alignment import align_words
 from tfm.decoding.constraints import (
@@ -30,7 +31,6 @@ from tfm.decoding.constraints import (
     TargetConstraints,
     compile_constraints,
 )
-from tfm.decoding.lexical_alignment import Lexicon, load_lexicon
 from tfm.decoding.mbr import mbr_order
 from tfm.decoding.rules import Hypothesis, length_limit
 from tfm.decoding.workers import Workers
@@ -124,7 +124,7 @@ class Translator(ABC):
 
     @cached_property
     def lexicon(self) -> Lexicon | None:
-        """The model's alignment lexicon (tfm.decoding.lexical_alignment), which places a
+        """The model's alignment lexicon (tfm.data.lexical_alignment), which places a
         document's tags by its words instead of the attention; None: the model has none.
         Read at first use: plain text never needs it."""
         return None if self.lexicon_dir is None else load_lexicon(self.lexicon_dir)

@@ -38,10 +38,10 @@ from dataclasses import dataclass, field, replace
 
 from tfm.config import SearchOptions
 from tfm.data.language_marks import ResolvedLanguage
+from tfm.data.lexical_alignment import Lexicon
 from tfm.data.sentences import Passage, split_sentences
 from tfm.decoding.alignment import word_ids
 from tfm.decoding.glossary import Glossary
-from tfm.decoding.lexical_alignment import Lexicon
 from tfm.decoding.requests import prepare_request
 from tfm.decoding.translator import Translation, Translator
 from tfm.documents.formats import Document, language_tag
@@ -96,7 +96,7 @@ class DocumentWork:
     # sentence with the tokens of its tags (None: none sent; tfm.documents.tag_tokens).
     inline_tags: tuple[str, ...] = ()
     marked: list[Marked | None] = field(default_factory=list)
-    # The model's alignment lexicon (tfm.decoding.lexical_alignment), which aligns the words
+    # The model's alignment lexicon (tfm.data.lexical_alignment), which aligns the words
     # that place the tags instead of the engine's attention (None: the attention does).
     lexicon: Lexicon | None = None
     # Of those sentences, how many the last ``write`` placed by alignment instead (a tag lost,
@@ -210,7 +210,7 @@ class DocumentWork:
 
 
 def model_lexicon(translator: Translator) -> Lexicon | None:
-    """The translator's alignment lexicon (tfm.decoding.lexical_alignment), None where its
+    """The translator's alignment lexicon (tfm.data.lexical_alignment), None where its
     model has none."""
     return getattr(translator, "lexicon", None)
 

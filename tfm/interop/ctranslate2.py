@@ -36,9 +36,9 @@ from torch import nn
 from tfm.checkpoint import load_model_dir
 from tfm.config import ModelConfig
 from tfm.data.language_marks import LanguageMarking
+from tfm.data.lexical_alignment import LEXICON_FILE
 from tfm.data.shortlist import Shortlist, read_shortlist
 from tfm.data.tokenizer import vocabulary_files
-from tfm.decoding.lexical_alignment import LEXICON_FILE
 from tfm.errors import ModelError, UsageError
 from tfm.extras import require
 from tfm.interop.common import staged_output, write_export_info

@@ -48,10 +48,10 @@ from tfm.data.batching import Batch, collate, make_batches, shard
 from tfm.data.dataset import PrepareInfo, TokenizedSplit, load_split, read_prepare_info
 from tfm.data.directions import Direction
 from tfm.data.language_marks import ModelLanguages
+from tfm.data.lexical_alignment import LEXICON_FILE
 from tfm.data.sampling import direction_probabilities, epoch_rows
 from tfm.data.tokenizer import Vocabularies, load_vocabularies
 from tfm.data.word_alignment import alignment_path, load_token_alignments
-from tfm.decoding.lexical_alignment import LEXICON_FILE
 from tfm.device import (
     autocast,
     cpu_bf16_support,

@@ -37,6 +37,7 @@ TOP = 32  # targets kept for each source word (and sources for each target word)
 # (a name, a number) one link. Jumps never seen half a jump.
 UNSEEN, SAME, UNSEEN_JUMP = 1e-3, 1.0, 0.5
 Pairs = list[tuple[int, int]]
+__all__ = ["LEXICON_FILE", "Lexicon", "grow_diag_final_and", "key", "load_lexicon"]
 
 
 def key(word: str) -> str:
@@ -153,8 +154,6 @@ class Lexicon:
     def align(self, source: Sequence[str], target: Sequence[str]) -> Pairs:
         """(source word, target word) pairs of a sentence and its translation (whitespace
         words), sorted."""
-        from tfm.data.word_alignment import grow_diag_final_and
-
         src, tgt = [key(w) for w in source], [key(w) for w in target]
         forward = self.forward.viterbi(src, tgt)
         reverse = [(i, j) for j, i in self.reverse.viterbi(tgt, src)]
@@ -179,6 +178,35 @@ class Lexicon:
                        _Direction.from_json(data["reverse"]))
         except (OSError, EOFError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise ModelError(f"{path}: not an alignment lexicon ({e})") from e
+
+
+def grow_diag_final_and(forward: Pairs, reverse: Pairs, n_src: int, n_tgt: int) -> Pairs:
+    """The symmetrisation of Koehn et al. (2005): start from the intersection of the two
+    directions, grow it by union links next to an aligned point (diagonals included) that
+    align a so far unaligned word, then add union links whose both words are unaligned."""
+    union, alignment = set(forward) | set(reverse), set(forward) & set(reverse)
+    aligned_src = {i for i, _ in alignment}
+    aligned_tgt = {j for _, j in alignment}
+    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
+    grown = True
+    while grown:
+        grown = False
+        for i, j in sorted(alignment):
+            for di, dj in neighbours:
+                link = (i + di, j + dj)
+                if link in union and link not in alignment and (
+                        link[0] not in aligned_src or link[1] not in aligned_tgt):
+                    alignment.add(link)
+                    aligned_src.add(link[0])
+                    aligned_tgt.add(link[1])
+                    grown = True
+    for direction in (forward, reverse):  # final-and
+        for i, j in sorted(direction):
+            if i not in aligned_src and j not in aligned_tgt and 0 <= i < n_src and 0 <= j < n_tgt:
+                alignment.add((i, j))
+                aligned_src.add(i)
+                aligned_tgt.add(j)
+    return sorted(alignment)
 
 
 def load_lexicon(model_dir: Path) -> Lexicon | None:
