@@ -18,11 +18,10 @@
 #   to CTranslate2 and measured there, with the teacher, where ctranslate2 is installed); STUDENT_MINUTES: each student's training
 #   (default 40); STUDENT_STEPS=N: N steps instead, on any device; TEACHER=DIR: distil this
 #   model directory instead of training the quick recipe's teacher.
-# Time budget, on 2 CPU cores (measured on a slow AVX2-only AMD EPYC, docs/BENCHMARKS.md "Fast
-# students"): the teacher 45 minutes (recipes/multi30k.sh) and its scoring; the training
-# sources translated once, 8 minutes; each student STUDENT_MINUTES (3 x 40), its shortlist
-# and exports about a minute and its report 8 minutes; about 3 hours in all with the teacher,
-# 2 hours 20 minutes with TEACHER given. On a GPU (CUDA) each training run trains the steps
+# Time budget, on 2 CPU cores: the teacher 45 minutes (recipes/multi30k.sh) and its scoring;
+# the training sources translated once; each student STUDENT_MINUTES (3 x 40), its shortlist,
+# exports and report; about 3 hours in all with the teacher (the measured parts are in
+# docs/BENCHMARKS.md, "Fast students"). On a GPU (CUDA) each training run trains the steps
 # the reference CPU trains in its minutes (recipes/lib.sh, budget; for the students the
 # `small` model's rate a minute, not measured for them): minutes of GPU time, unmeasured.
 # Students start from the teacher's weights (tfm distill's default; --no-teacher-init: fresh).

@@ -215,6 +215,9 @@ def test_a_student_can_start_from_the_teachers_weights_of_its_shape(distilled, t
     assert provenance["init_from"] == str(out / "tiny-init.init")
     copied = json.loads((out / "stages.json").read_text())["tiny-init"]["init_from_teacher"]
     assert 0 < copied["copied"] < copied["of"]
+    # It is the default: the run without the option started its student so too.
+    default = json.loads((out / "stages.json").read_text())["student-tiny"]
+    assert default["init_from_teacher"] == copied
 
 
 def test_a_corpus_translation_killed_midway_goes_on_from_its_chunks(tmp_path, teacher):

@@ -240,6 +240,17 @@ def test_the_engine_s_alignment_is_read_as_words_of_the_text():
 # --- the whole pipeline, with a stand-in translator -------------------------------------------
 
 @dataclass
+class WrittenDoc:
+    """A document that keeps the segments it is written with."""
+
+    segments: list[Segment]
+    written: list[Segment] = field(default_factory=list)
+
+    def write(self, translations):
+        self.written = list(translations)
+        return b"ok"
+
+@dataclass
 class Marking:
     where: str = "none"
 
@@ -300,16 +311,7 @@ def test_a_sentence_without_a_letter_is_kept_as_it_is_and_never_sent():
 
 
 def test_only_the_sentences_of_tagged_segments_are_translated_with_attention():
-    @dataclass
-    class Doc:
-        segments: list[Segment]
-        written: list[Segment] = field(default_factory=list)
-
-        def write(self, translations):
-            self.written = list(translations)
-            return b"ok"
-
-    doc = Doc([Segment("Plain text."), Segment("The dog sleeps.", (Tag(4, 7, 0),))])
+    doc = WrittenDoc([Segment("Plain text."), Segment("The dog sleeps.", (Tag(4, 7, 0),))])
     translator = UpperTranslator()
     assert translate_document(doc, translator, SearchOptions()) == b"ok"
     assert translator.calls == [(["Plain text."], False), (["The dog sleeps."], True)]
@@ -336,16 +338,7 @@ WORD_BY_WORD = {"The": "Der", "dog": "Hund", "sleeps": "schläft", "man": "Mann"
 
 @pytest.mark.parametrize("lexicon", [False, True])
 def test_a_model_s_lexicon_places_the_tags_instead_of_its_attention(lexicon):
-    @dataclass
-    class Doc:
-        segments: list[Segment]
-        written: list[Segment] = field(default_factory=list)
-
-        def write(self, translations):
-            self.written = list(translations)
-            return b"ok"
-
-    doc = Doc([Segment("The dog sleeps", (Tag(0, 3, 0), Tag(8, 14, 1)))])
+    doc = WrittenDoc([Segment("The dog sleeps", (Tag(0, 3, 0), Tag(8, 14, 1)))])
     translator = ReorderingTranslator(lexicon=counted() if lexicon else None)
     translate_document(doc, translator, SearchOptions())
     if lexicon:  # the words counted together: no attention asked for
@@ -363,16 +356,7 @@ def test_a_real_model_s_alignment_places_every_tag(tmp_path, tokenizer):
 
     translator = load_translator(random_model_dir(tmp_path / "m", tokenizer), "cpu")
 
-    @dataclass
-    class Doc:
-        segments: list[Segment]
-        written: list[Segment] = field(default_factory=list)
-
-        def write(self, translations):
-            self.written = list(translations)
-            return b""
-
-    doc = Doc([SOURCE, Segment("A cat.", (Tag(2, 2, 0),))])
+    doc = WrittenDoc([SOURCE, Segment("A cat.", (Tag(2, 2, 0),))])
     translate_document(doc, translator, translator.default_options(beam=1))
     for before, after in zip(doc.segments, doc.written):
         after.check()

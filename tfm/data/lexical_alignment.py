@@ -7,8 +7,8 @@ how far the links jump, which words stay unlinked. A sentence and its translatio
 aligned by a hidden Markov model over those counts (Vogel et al., 1996, with the empty word of
 Och and Ney, 2003), decoded by Viterbi in both directions and symmetrised by
 grow-diag-final-and, as the training pairs were. It reads the model's words, not its
-attention: deterministic, a few milliseconds a sentence, and as good as the corpus's aligner
-is on the words the corpus has (docs/BENCHMARKS.md, "Tags placed by a lexicon").
+attention: deterministic, and as good as the corpus's aligner is on the words the corpus has
+(measured in docs/BENCHMARKS.md, "Tags placed by a lexicon").
 
 Words are the whitespace words of the texts, compared by ``key``: lower case, without the
 punctuation at their edges, so that "garden." and "Garden" are one word.

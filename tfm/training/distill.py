@@ -26,9 +26,8 @@ with the same arguments, where it stopped: the translation from its last chunk, 
 student's training from its last checkpoint (tfm.training.loop.resume).
 
 The student starts from the teacher's weights where a weight has the same name and shape
-(``init_from_teacher``, the default: ``_teacher_start``), else from fresh ones; on Multi30k
-the first gave a student-6-1 30.71 validation BLEU at step 1,000, the second 9.31
-(docs/BENCHMARKS.md, "Fast students").
+(``init_from_teacher``, the default: ``_teacher_start``), else from fresh ones; which
+learns faster is measured in docs/BENCHMARKS.md, "Fast students".
 """
 
 from __future__ import annotations
