@@ -33,6 +33,7 @@ import tempfile
 from pathlib import Path
 
 from tags_score import parse, structure
+from tfm.data.lexical_alignment import grow_diag_final
 
 _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 LINKS = ["https://example.com/dog", "page.html", "#top", "https://en.wikipedia.org/wiki/Berlin"]
@@ -52,31 +53,6 @@ def tokens(line: str) -> tuple[list[str], list[int]]:
             out.append(tok)
             owner.append(w)
     return out, owner
-
-
-def grow_diag_final(forward: set[tuple[int, int]], backward: set[tuple[int, int]]
-                    ) -> set[tuple[int, int]]:
-    """Koehn et al.'s grow-diag-final symmetrisation of two directional alignments (pairs of
-    source, target token indices)."""
-    links = forward & backward
-    union = forward | backward
-    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
-    added = True
-    while added:
-        added = False
-        for i, j in sorted(links):
-            for di, dj in neighbours:
-                pair = (i + di, j + dj)
-                if pair in union and pair not in links and (
-                        all(p[0] != pair[0] for p in links)
-                        or all(p[1] != pair[1] for p in links)):
-                    links.add(pair)
-                    added = True
-    for direction in (forward, backward):  # final: unaligned words take a union link
-        for pair in sorted(direction):
-            if all(p[0] != pair[0] for p in links) or all(p[1] != pair[1] for p in links):
-                links.add(pair)
-    return links
 
 
 def _pairs(line: str) -> set[tuple[int, int]]:
@@ -99,7 +75,8 @@ def align(sources: list[str], targets: list[str], extra_src: list[str],
         backward = rev.read_text(encoding="utf-8").splitlines()
     words = []
     for k in range(len(extra_src), len(src_tok)):
-        sym = grow_diag_final(_pairs(forward[k]), _pairs(backward[k]))
+        sym = grow_diag_final(_pairs(forward[k]), _pairs(backward[k]), len(src_tok[k][1]),
+                              len(tgt_tok[k][1]))
         words.append({(src_tok[k][1][i], tgt_tok[k][1][j]) for i, j in sym
                       if i < len(src_tok[k][1]) and j < len(tgt_tok[k][1])})
     return words

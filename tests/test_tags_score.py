@@ -95,14 +95,6 @@ def test_chrf_difference_against_the_translation_without_tags() -> None:
     assert got["chrf_delta"] > 0
 
 
-def test_grow_diag_final_keeps_the_intersection_and_grows_into_the_union() -> None:
-    forward = {(0, 0), (1, 1), (2, 3)}
-    backward = {(0, 0), (1, 1), (1, 2), (2, 3)}
-    links = testset.grow_diag_final(forward, backward)
-    assert links == {(0, 0), (1, 1), (1, 2), (2, 3)}
-    assert testset.grow_diag_final({(0, 0)}, {(1, 1)}) == {(0, 0), (1, 1)}
-
-
 def test_drawn_tags_render_well_nested_on_word_boundaries_and_project_by_alignment() -> None:
     rng = random.Random(3)
     words = ["A", "dog", "sleeps", "in", "the", "garden", "."]

@@ -11,7 +11,7 @@ from conftest import tfm
 from toy_languages import lexicon, sentence, write_corpus
 
 from tfm.data.dataset import load_split
-from tfm.data.lexical_alignment import LEXICON_FILE, Lexicon
+from tfm.data.lexical_alignment import LEXICON_FILE, Lexicon, grow_diag_final
 from tfm.data.tokenizer import load_vocabularies
 from tfm.data.word_alignment import (
     alignment_path,
@@ -54,6 +54,19 @@ def test_grow_diag_final_and_keeps_the_intersection_and_grows_next_to_it() -> No
     # (3,3): only in one direction, but both its words unaligned (final-and).
     assert got == [(0, 0), (1, 1), (1, 2), (3, 3)]
     assert grow_diag_final_and([(0, 1)], [(1, 0)], 2, 2) == [(0, 1), (1, 0)]
+
+
+def test_grow_diag_final_also_adds_union_links_with_one_unaligned_word() -> None:
+    forward = [(0, 0), (1, 1), (2, 3)]
+    reverse = [(0, 0), (1, 1), (1, 2), (2, 3)]
+    # (1,2) grows next to (1,1); final-and would add nothing more, and neither does final here.
+    assert grow_diag_final(forward, reverse, 3, 4) == [(0, 0), (1, 1), (1, 2), (2, 3)]
+    # (0,2) in one direction only, next to no aligned point: its target word is unaligned,
+    # its source word is not.
+    assert grow_diag_final([(0, 0), (0, 2)], [(0, 0)], 1, 3) == [(0, 0), (0, 2)]
+    assert grow_diag_final_and([(0, 0), (0, 2)], [(0, 0)], 1, 3) == [(0, 0)]
+    # The final step keeps to the sentences' words.
+    assert grow_diag_final([(0, 0), (0, 5)], [(0, 0)], 1, 3) == [(0, 0)]
 
 
 def test_tokens_group_into_words_and_special_tokens_are_none() -> None:

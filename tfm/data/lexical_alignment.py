@@ -37,7 +37,8 @@ TOP = 32  # targets kept for each source word (and sources for each target word)
 # (a name, a number) one link. Jumps never seen half a jump.
 UNSEEN, SAME, UNSEEN_JUMP = 1e-3, 1.0, 0.5
 Pairs = list[tuple[int, int]]
-__all__ = ["LEXICON_FILE", "Lexicon", "grow_diag_final_and", "key", "load_lexicon"]
+__all__ = ["LEXICON_FILE", "Lexicon", "grow_diag_final", "grow_diag_final_and", "key",
+           "load_lexicon"]
 
 
 def key(word: str) -> str:
@@ -184,6 +185,14 @@ def grow_diag_final_and(forward: Pairs, reverse: Pairs, n_src: int, n_tgt: int) 
     """The symmetrisation of Koehn et al. (2005): start from the intersection of the two
     directions, grow it by union links next to an aligned point (diagonals included) that
     align a so far unaligned word, then add union links whose both words are unaligned."""
+    return grow_diag_final(forward, reverse, n_src, n_tgt, final_and=True)
+
+
+def grow_diag_final(forward: Pairs, reverse: Pairs, n_src: int, n_tgt: int, *,
+                    final_and: bool = False) -> Pairs:
+    """Koehn et al.'s grow-diag-final: grow as grow-diag-final-and does, then add the union
+    links with at least one unaligned word (both unaligned with ``final_and``). Links outside
+    the ``n_src`` x ``n_tgt`` grid are never added by the final step."""
     union, alignment = set(forward) | set(reverse), set(forward) & set(reverse)
     aligned_src = {i for i, _ in alignment}
     aligned_tgt = {j for _, j in alignment}
@@ -200,9 +209,11 @@ def grow_diag_final_and(forward: Pairs, reverse: Pairs, n_src: int, n_tgt: int) 
                     aligned_src.add(link[0])
                     aligned_tgt.add(link[1])
                     grown = True
-    for direction in (forward, reverse):  # final-and
+    for direction in (forward, reverse):  # final: unaligned words take a union link
         for i, j in sorted(direction):
-            if i not in aligned_src and j not in aligned_tgt and 0 <= i < n_src and 0 <= j < n_tgt:
+            unaligned = ((i not in aligned_src and j not in aligned_tgt) if final_and
+                         else (i not in aligned_src or j not in aligned_tgt))
+            if unaligned and 0 <= i < n_src and 0 <= j < n_tgt:
                 alignment.add((i, j))
                 aligned_src.add(i)
                 aligned_tgt.add(j)
