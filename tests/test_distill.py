@@ -197,8 +197,9 @@ def test_a_second_student_reuses_the_teachers_translations(distilled, teacher, c
 def test_a_student_can_start_from_the_teachers_weights_of_its_shape(distilled, teacher,
                                                                      corpus):
     """--teacher-init: the student's weights that the teacher has (same name and shape:
-    here the embeddings and the first encoder and decoder layer) start as the teacher's, the
-    others (the second encoder layer) as `tfm train` draws them."""
+    here the embeddings and the first encoder and decoder layer) start as the teacher's; the
+    second encoder layer, beyond the teacher's depth, as `tfm train` draws it with its
+    residual branches' last projections zeroed."""
     from safetensors.torch import load_file
 
     out, _ = distilled
@@ -209,8 +210,10 @@ def test_a_student_can_start_from_the_teachers_weights_of_its_shape(distilled, t
     for name in ("src_embed.token.weight", "encoder_layers.0.ffn.fc1.weight",
                  "decoder_layers.0.encoder_attn.q_proj.weight"):
         assert start[name].equal(theirs[name]), name
-    assert "encoder_layers.1.ffn.fc1.weight" in start
     assert "encoder_layers.1.ffn.fc1.weight" not in theirs
+    assert start["encoder_layers.1.ffn.fc1.weight"].any()
+    assert not start["encoder_layers.1.ffn.fc2.weight"].any()
+    assert not start["encoder_layers.1.self_attn.out_proj.weight"].any()
     provenance = json.loads((out / "tiny-init" / "config.json").read_text())["provenance"]
     assert provenance["init_from"] == str(out / "tiny-init.init")
     copied = json.loads((out / "stages.json").read_text())["tiny-init"]["init_from_teacher"]
@@ -218,6 +221,35 @@ def test_a_student_can_start_from_the_teachers_weights_of_its_shape(distilled, t
     # It is the default: the run without the option started its student so too.
     default = json.loads((out / "stages.json").read_text())["student-tiny"]
     assert default["init_from_teacher"] == copied
+
+
+def test_a_layer_beyond_the_teachers_depth_starts_as_the_layernorm_of_the_layer_below():
+    # A 3-layer encoder started from a 1-layer teacher's: layers 1 and 2 add nothing to their
+    # input in either residual branch, so (post-norm) each returns its LayerNorms of the
+    # layer below's output, and the teacher's layer's output reaches the decoder renormalised.
+    import torch
+
+    from tfm.config import ModelConfig
+    from tfm.model import Transformer
+    from tfm.model.attention import padding_mask
+    from tfm.special_tokens import PAD_ID
+    from tfm.training.distill import teacher_start_weights
+
+    shape = dict(d_model=16, n_heads=2, d_ff=32, dropout=0.0, src_vocab_size=30,
+                 tgt_vocab_size=30, decoder_layers=1)
+    torch.manual_seed(0)
+    small = Transformer(ModelConfig(encoder_layers=1, **shape)).eval()
+    deep = Transformer(ModelConfig(encoder_layers=3, **shape)).eval()
+    state, copied = teacher_start_weights(deep.state_dict(), small.state_dict(), (1, 1))
+    deep.load_state_dict(state)
+    assert copied == len(small.state_dict())
+    src = torch.randint(4, 30, (2, 7))
+    with torch.no_grad():
+        x = small.encoder_layers[0](small.src_embed(src), padding_mask(src, PAD_ID))
+        for layer in deep.encoder_layers[1:]:  # LayerNorm after each branch, added nothing
+            for norm in (layer.self_attn_layer_norm, layer.final_layer_norm):
+                x = norm(x)
+        assert torch.allclose(deep.encode(src)[0], deep.encoder_norm(x), atol=1e-5)
 
 
 def test_a_corpus_translation_killed_midway_goes_on_from_its_chunks(tmp_path, teacher):

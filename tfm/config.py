@@ -524,7 +524,8 @@ class DistillConfig:
                                   panel="Filter")
     init_from_teacher: bool = option(
         True, "Start the student from the teacher's weights where a weight has the same name "
-        "and shape (embeddings, its first layers), else fresh (--no-teacher-init: all fresh).",
+        "and shape (embeddings, its first layers), its deeper layers as identities "
+        "(--no-teacher-init: all fresh).",
         flag=("--teacher-init", "--no-teacher-init"), panel="Student")
     shortlist: bool = option(True, "Build the student's vocabulary shortlist on the distilled "
                              "data and report it on val.", panel="Deploy")

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -431,10 +431,8 @@ def _train_student(plan: _Plan, data: Path, student: Path, reporter: Any) -> str
 
 def _teacher_start(plan: _Plan, student: Path) -> Path:
     """The student's initial weights as a model directory beside it (``NAME.init``): drawn as
-    `tfm train` draws them (its seed), then every weight of the same name and shape as one of
-    the teacher's replaced by the teacher's (the embeddings and output layer where the widths
-    agree, encoder and decoder layer i from the teacher's layer i where it has one and the
-    shapes agree; an SSRU layer's own weights stay fresh). The counts go to stages.json."""
+    `tfm train` draws them (its seed), then started from the teacher's
+    (``teacher_start_weights``). The counts go to stages.json."""
     import torch
 
     from tfm.checkpoint import load_model_dir, save_model_dir
@@ -449,14 +447,46 @@ def _teacher_start(plan: _Plan, student: Path) -> Path:
     model = Transformer(config)
     theirs = teacher.state_dict()
     mine = model.state_dict()
-    copied = [k for k, v in mine.items() if k in theirs and theirs[k].shape == v.shape]
-    model.load_state_dict({**mine, **{k: theirs[k] for k in copied}})
+    state, copied = teacher_start_weights(mine, theirs, (t.encoder_layers, t.decoder_layers))
+    model.load_state_dict(state)
     start = student.with_name(student.name + ".init")
     save_model_dir(start, model, vocabs, ModelInfo(config, src_lang=plan.src,
                                                    tgt_lang=plan.tgt))
     _record_stage(student.parent, student.name, "init_from_teacher",
-                  {"copied": len(copied), "of": len(mine)})
+                  {"copied": copied, "of": len(mine)})
     return start
+
+
+# The weights that end a layer's residual branches: zeroed, the branch adds nothing.
+BRANCH_OUTPUTS = (".self_attn.out_proj.", ".encoder_attn.out_proj.", ".ffn.fc2.")
+
+
+def teacher_start_weights(mine: Mapping[str, Any], theirs: Mapping[str, Any],
+                          teacher_layers: tuple[int, int]) -> tuple[dict[str, Any], int]:
+    """The student's drawn weights ``mine`` started from the teacher's ``theirs``, and how
+    many were copied: every weight of the same name and shape (the embeddings and output
+    layer, encoder and decoder layer i from the teacher's layer i). A layer beyond the
+    teacher's depth (a `student-6-1`'s encoder layers 3 to 5, from a 3 + 3 teacher) keeps its
+    drawn weights but starts as an identity: its residual branches' last projections are
+    zeroed (as Fixup, Zhang et al. 2019, starts every branch), so it passes its input on
+    through its LayerNorm and the teacher's layers below feed the decoder almost as in the
+    teacher. On Multi30k this trained faster than fresh layers or the teacher's stack
+    repeated (docs/BENCHMARKS.md, "Fast students"). An SSRU's own weights stay drawn."""
+    import torch
+
+    state = dict(mine)
+    copied = 0
+    for name, value in mine.items():
+        if name in theirs and theirs[name].shape == value.shape:
+            state[name] = theirs[name]
+            copied += 1
+    depth = {"encoder_layers": teacher_layers[0], "decoder_layers": teacher_layers[1]}
+    for name, value in mine.items():
+        stack, _, rest = name.partition(".")
+        if (stack in depth and int(rest.partition(".")[0]) >= depth[stack]
+                and any(part in name for part in BRANCH_OUTPUTS)):
+            state[name] = torch.zeros_like(value)
+    return state, copied
 
 
 def _stages(output: Path) -> dict[str, Any]:
