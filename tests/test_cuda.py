@@ -372,3 +372,108 @@ def test_a_decoder_side_language_token_and_the_levers_train_and_translate_on_a_g
         exact = sum(h == r for h, r in zip(hyps, refs)) / len(refs)
         assert exact >= 0.5, f"{direction}: exact match {exact:.2f}"
         assert not any(">>" in h for h in hyps)
+
+
+# --- this wave's paths: student shapes, tags placed by attention, back-translation ----------
+
+def test_tfm_distill_trains_an_ssru_student_on_a_gpu_that_decodes_there_as_on_the_cpu(
+        dataset: Path, tmp_path: Path) -> None:
+    # The whole command on the GPU: the teacher's beam translation of the sources, the
+    # student (an SSRU decoder, from the teacher's weights) trained in the precision auto
+    # picks, its shortlist and the report; the student's greedy and beam output on the GPU
+    # (step by step and CUDA graphs) is the CPU's.
+    train(dataset, tmp_path / "teacher", TINY, config(max_steps=40))
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for lang in ("en", "de"):
+        lines = (DEMO / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:60]
+        (corpus / f"train.{lang}").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    out = tmp_path / "run"
+    real_tfm("distill", "--teacher", str(tmp_path / "teacher"), "--train", str(corpus / "train"),
+             "--valid", str(DEMO / "valid"), "--test", str(DEMO / "test"), "-o", str(out),
+             "--chunk", "25", "--report-sentences", "8", "--d-model", "32", "--n-heads", "2",
+             "--d-ff", "64", "--encoder-layers", "2", "--decoder-layers", "1",
+             "--decoder-self-attn", "ssru", "--name", "student", "--max-steps", "30",
+             "--max-tokens", "512", "--warmup", "5", "--valid-every", "1000", "--save-every",
+             "10", "--precision", "auto", "--device", "cuda")
+    student = out / "student"
+    assert json.loads((student / "config.json").read_text())["model"][
+        "decoder_self_attention"] == "ssru"
+    assert json.loads((student / "train_config.json").read_text())["device"] == "cuda"
+    report = json.loads((out / "report-student.json").read_text())
+    assert all(row["sentences_per_s"] > 0 for part in report["sets"].values()
+               for row in part["rows"])
+    cpu = load_translator(student, "cpu")
+    for graphs in (True, False):
+        gpu = load_translator(student, "cuda", "fp32", cuda_graphs=graphs)
+        for beam in (1, 4):
+            options = cpu.default_options(beam=beam)
+            assert [t.text for t in gpu.translate(sources(), options)] == \
+                [t.text for t in cpu.translate(sources(), options)], (graphs, beam)
+
+
+def test_a_page_s_tags_are_placed_by_the_gpu_s_attention_as_by_the_cpu_s(
+        dataset: Path, tmp_path: Path) -> None:
+    # A model without an alignment lexicon places a document's inline tags by its
+    # cross-attention, returned by the GPU's search: the page is the CPU's, byte for byte.
+    train(dataset, tmp_path / "m", TINY, config(max_steps=40))
+    words = [s.rstrip(" .").split() for s in sources(6)]
+    page = tmp_path / "page.html"
+    page.write_text("<html><body>\n" + "".join(
+        f"<p>{' '.join(w[:1])} <b>{' '.join(w[1:3])}</b> {' '.join(w[3:-1])} "
+        f"<a href=\"#{k}\">{w[-1]}</a>.</p>\n" for k, w in enumerate(words) if len(w) > 4)
+        + "</body></html>\n", encoding="utf-8")
+    for device in ("cuda", "cpu"):
+        real_tfm("translate", "-m", str(tmp_path / "m"), "--device", device, "--precision",
+                 "fp32", "--input", str(page), "--output", str(tmp_path / f"{device}.html"))
+    on_gpu = (tmp_path / "cuda.html").read_text(encoding="utf-8")
+    assert on_gpu == (tmp_path / "cpu.html").read_text(encoding="utf-8")
+    assert on_gpu.count("<b>") == on_gpu.count("</b>") == page.read_text().count("<b>") > 0
+
+
+def back_translated(model: Path, mono: Path, out: Path, device: str, *more: str,
+                    launcher: tuple[str, ...] = ()) -> str:
+    """``tfm backtranslate`` of the English ``mono`` into German by the en->de ``model``
+    (the reverse model of a de->en run), run by ``launcher`` (torchrun) where given; the
+    synthetic German."""
+    args = ["backtranslate", "-i", str(mono), "--reverse-model", str(model), "--lang", "en",
+            "--into", "de", "--device", device, "-o", str(out), *more]
+    if launcher:
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", *launcher,
+                               "-m", "tfm", *args], capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+    else:
+        real_tfm(*args)
+    return out.with_name(out.name + ".de").read_text(encoding="utf-8")
+
+
+SAMPLED = ("--beam", "1", "--sampling-topk", "0", "--sampling-seed", "4")
+
+
+def test_back_translation_on_a_gpu_samples_reproducibly_and_beams_as_the_cpu(
+        dataset: Path, tmp_path: Path) -> None:
+    # Sampling draws from a generator of each sentence's own on the GPU: the same draws in
+    # other chunks and batches; beam search's corpus is the CPU's.
+    train(dataset, tmp_path / "m", TINY, config(max_steps=40))
+    mono = tmp_path / "mono.en"
+    mono.write_text("\n".join(sources(30)) + "\n", encoding="utf-8")
+    model = tmp_path / "m"
+    sampled = back_translated(model, mono, tmp_path / "s1", "cuda", *SAMPLED, "--chunk", "7")
+    assert back_translated(model, mono, tmp_path / "s2", "cuda", *SAMPLED, "--chunk", "4",
+                           "--batch-tokens", "64") == sampled
+    assert back_translated(model, mono, tmp_path / "b-gpu", "cuda", "--beam", "4") == \
+        back_translated(model, mono, tmp_path / "b-cpu", "cpu", "--beam", "4")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_two_processes_on_two_gpus_back_translate_what_one_does(dataset: Path,
+                                                                tmp_path: Path) -> None:
+    # torchrun, one process a GPU, over NCCL: each translates its share on cuda:LOCAL_RANK
+    # and rank 0 joins them in order into the one process's corpus.
+    train(dataset, tmp_path / "m", TINY, config(max_steps=40))
+    mono = tmp_path / "mono.en"
+    mono.write_text("\n".join(sources(30)) + "\n", encoding="utf-8")
+    one = back_translated(tmp_path / "m", mono, tmp_path / "one", "cuda", *SAMPLED)
+    two = back_translated(tmp_path / "m", mono, tmp_path / "two", "cuda", *SAMPLED,
+                          launcher=("--standalone", "--nproc_per_node=2"))
+    assert two == one

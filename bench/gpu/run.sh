@@ -5,8 +5,11 @@
 #
 #   tests     tests/test_cuda.py (CUDA graphs on and off; forced decoder starts in every path;
 #             imported MarianMT and NLLB-200 models translated and fine-tuned; a decoder-side
-#             language token trained with the multilingual levers; fp32 and bf16) and the
-#             CPU-side specifications of the graphs' search (tests/test_graphs.py)
+#             language token trained with the multilingual levers; fp32 and bf16; tfm distill
+#             with an SSRU student, tags placed by the attention, back-translation sampled and
+#             by beam, over NCCL where there are two GPUs), the SSRU decoder's searches
+#             (tests/test_students.py) and the CPU-side specifications of the graphs' search
+#             (tests/test_graphs.py)
 #   latency   bench/latency.py on .gpu/model: one sentence at a time, greedy and beam 5, step by
 #             step against CUDA graphs, p50/p90/p99 over 200 sentences of test_2016_flickr
 #   quick     recipes/multi30k.sh en→de as on the CPU, its steps those of the reference CPU
@@ -75,12 +78,13 @@ recipe() {
     pack_back "$1" "runs/gpu/$name"
 }
 
+ssru_on_gpu=test_an_ssru_model_decodes_on_a_gpu_as_on_the_cpu_in_both_searches
 for stage in "${@:-tests latency}"; do
     for stage in $stage; do
         echo "== $stage $(date -u '+%H:%M:%S')"
         case $stage in
             tests) python3 -m pytest -q -p no:cacheprovider -n 0 tests/test_cuda.py \
-                       tests/test_graphs.py ;;
+                       tests/test_graphs.py "tests/test_students.py::$ssru_on_gpu" ;;
             latency) python3 bench/latency.py .gpu/model "$DATA/test_2016_flickr.en.gz" \
                          --sentences "${SENTENCES:-200}" --precision fp32 \
                          --json "$OUT/latency.json" ;;

@@ -8,6 +8,7 @@ noised, with a report), made resumably in chunks and sharded over torchrun's pro
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -74,11 +75,13 @@ def backtranslate(
                          "text into the other language of the run")
     if not output.parent.is_dir():
         raise UsageError(f"--output {output}: the folder {output.parent} does not exist")
-    ready = open_backtranslation(input, reverse_model, lang, into, search, engine, tokenizer)
-    lines, options = ready.lines, ready.options
-    with _ranks(engine.device) as (rank, world, barrier), _locked(output, rank):
+    with _ranks(engine.device) as (rank, world, barrier, device):
+        # Under torchrun on CUDA each process decodes on its own GPU (cuda:LOCAL_RANK).
+        ready = open_backtranslation(input, reverse_model, lang, into, search,
+                                     replace(engine, device=device), tokenizer)
+        lines, options = ready.lines, ready.options
         total = len(share(len(lines), rank, world))
-        with progress_bar(total, options, rank) as progress:
+        with _locked(output, rank), progress_bar(total, options, rank) as progress:
             report = run_backtranslate(
                 ready.translator, lines, output, lang, into, options, config,
                 identity=ready.identity, rank=rank, world=world, barrier=barrier,
@@ -93,19 +96,17 @@ def backtranslate(
 
 @contextlib.contextmanager
 def _ranks(device: str) -> Any:
-    """(rank, world size, barrier) of this process: torchrun's (its process group joined),
-    or (0, 1, None) for a plain run."""
-    import torch
-
+    """(rank, world size, barrier, device) of this process: torchrun's (its process group
+    joined; on CUDA its device ``cuda:LOCAL_RANK``), or (0, 1, None, ``device``) for a plain
+    run."""
+    from tfm.device import resolve_device
     from tfm.training.distributed import barrier, launched_by_torchrun, process_group
 
     if launched_by_torchrun() is None:
-        yield 0, 1, None
+        yield 0, 1, None, device
         return
-    wanted = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                          "cpu" if device == "auto" else device)
-    with process_group(wanted) as (d, _):
-        yield d.rank, d.world_size, (lambda: barrier(d))
+    with process_group(resolve_device(device)) as (d, mine):
+        yield d.rank, d.world_size, (lambda: barrier(d)), (str(mine) if d.enabled else device)
 
 
 @contextlib.contextmanager
