@@ -174,3 +174,17 @@ EOF
 fi
 echo "== scores (model, split, BLEU, chrF): $out/scores.tsv"
 cat "$out/scores.tsv"
+# What each back-translated model recovers of the floor-to-ceiling gap, in BLEU:
+# (model - base) / (ceiling - base), per split (n/a where the ceiling is not
+# above the floor).
+python3 - "$out/scores.tsv" <<'EOF_PY'
+import sys
+rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1], encoding="utf-8")]
+bleu = {(model, split): float(score) for model, split, score, _ in rows}
+print("== recovered of the gap from base to ceiling (BLEU):")
+for (model, split), score in bleu.items():
+    if model.startswith("bt-") and ("base", split) in bleu and ("ceiling", split) in bleu:
+        floor, ceiling = bleu["base", split], bleu["ceiling", split]
+        share = f"{(score - floor) / (ceiling - floor):.0%}" if ceiling > floor else "n/a"
+        print(f"{model}\t{split}\t{share}")
+EOF_PY

@@ -317,8 +317,8 @@ def test_the_back_translation_recipe_simulates_scarce_data_and_iterates(
     out = tmp_path / "lowres"
     train = len(PAIRS) * 3
     half = 12 + (train - 12) // 2
-    run_recipe("multi30k-lowres.sh", str(multi30k_like), "en", "de", str(out), *TINY,
-               REAL="12", SETTINGS="tagged", SPLIT_MONO="1")
+    done = run_recipe("multi30k-lowres.sh", str(multi30k_like), "en", "de", str(out), *TINY,
+                      REAL="12", SETTINGS="tagged", SPLIT_MONO="1")
     # 12 real pairs; of the rest, the first half's German and the second half's English as
     # monolingual text: no sentence is read in both languages.
     assert len(lines(out / "corpus" / "real.en")) == 12
@@ -332,3 +332,14 @@ def test_the_back_translation_recipe_simulates_scarce_data_and_iterates(
         (model, split) for model in ("reverse", "base", "ceiling", "bt-tagged", "bt-iter1")
         for split in ("val", "test_2016_flickr")]
     assert all(float(bleu) >= 0 and float(chrf) >= 0 for _, _, bleu, chrf in rows)
+    # Each back-translated model's share of the gap from base to ceiling, from those scores.
+    bleu = {(model, split): float(score) for model, split, score, _ in rows}
+    recovered = done.stdout.split("== recovered of the gap from base to ceiling (BLEU):\n")[1]
+    expected = []
+    for model in ("bt-tagged", "bt-iter1"):
+        for split in ("val", "test_2016_flickr"):
+            floor, ceiling = bleu["base", split], bleu["ceiling", split]
+            share = (f"{(bleu[model, split] - floor) / (ceiling - floor):.0%}"
+                     if ceiling > floor else "n/a")
+            expected.append(f"{model}\t{split}\t{share}")
+    assert recovered.splitlines() == expected
