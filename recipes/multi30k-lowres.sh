@@ -23,7 +23,9 @@
 # back-translations train iter1. SPLIT_MONO=1 makes both monolingual sides of Multi30k
 # without a leak: of the other pairs, the first half's TGT side is the TGT text and the
 # second half's SRC side the SRC text (SRC_MONO), so no sentence is seen in both languages.
-# SETTINGS="beam tagged" trains only those settings.
+# SETTINGS="beam tagged" trains only those settings. UPSAMPLE=N writes the real pairs N times
+# beside the synthetic ones (the run config's `upsample`, as fairseq's --upsample-primary): the
+# models are then bt-SETTING-upN (and the iteration's), beside those of the plain ratio.
 # Each model is scored on val and test_2016_flickr (cased sacreBLEU and chrF, beam 5); the
 # scores are gathered in OUT_DIR/scores.tsv; the measured runs are in docs/BENCHMARKS.md.
 # Budget at the defaults on 2 CPU cores: 8 training runs of 10 minutes, 5 back-translations
@@ -38,6 +40,9 @@ shift $(( $# < 4 ? $# : 4 ))
 minutes=${MINUTES:-10}
 settings=${SETTINGS:-beam sample topk noise tagged}
 real=${REAL:-5000}
+upsample=${UPSAMPLE:-1}
+up=""  # the suffix of the back-translated models' names, where the real pairs are upsampled
+if [ "$upsample" != 1 ]; then up="-up$upsample"; fi
 
 source "$(dirname "$0")/lib.sh"
 
@@ -123,12 +128,13 @@ backtranslate() {
     fi
 }
 
-# train_with SETTING SYNTHETIC [TAG]: the 5,000 real + the synthetic pairs, trained and scored.
+# train_with SETTING SYNTHETIC [TAG]: the 5,000 real (UPSAMPLE times) + the synthetic pairs,
+# trained and scored as bt-SETTING (bt-SETTING-upN).
 train_with() {
-    local setting=$1 synthetic=$2 tag=${3:-}
+    local setting=$1$up synthetic=$2 tag=${3:-}
     cat > "$out/bt-$setting.yaml" <<EOF
 corpora:
-  - {train: $out/corpus/real, valid: $data/val, src_lang: $src, tgt_lang: $tgt}
+  - {train: $out/corpus/real, valid: $data/val, src_lang: $src, tgt_lang: $tgt${up:+, upsample: $upsample}}
   - {train: $synthetic, src_lang: $src, tgt_lang: $tgt, synthetic: true}
 EOF
     tfm prepare --config "$out/bt-$setting.yaml" --tokenizer "$out/tokenizer.json" \
@@ -152,25 +158,25 @@ for setting in $settings; do
 done
 
 # One iteration (Hoang et al., 2018), where source-language text is given.
-if [ -n "${SRC_MONO:-}" ] && [ -e "$out/bt-tagged.done" ]; then
-    if [ ! -e "$out/bt/forward.json" ]; then
-        tfm backtranslate --reverse-model "$out/bt-tagged" -i "$SRC_MONO" --lang "$src" \
-            --into "$tgt" -o "$out/bt/forward" --beam 1 --sampling-topk 0 --sampling-seed 2
+if [ -n "${SRC_MONO:-}" ] && [ -e "$out/bt-tagged$up.done" ]; then
+    if [ ! -e "$out/bt/forward$up.json" ]; then
+        tfm backtranslate --reverse-model "$out/bt-tagged$up" -i "$SRC_MONO" --lang "$src" \
+            --into "$tgt" -o "$out/bt/forward$up" --beam 1 --sampling-topk 0 --sampling-seed 2
     fi
-    cat > "$out/reverse-iter1.yaml" <<EOF
+    cat > "$out/reverse-iter1$up.yaml" <<EOF
 corpora:
-  - {train: $out/corpus/real, valid: $data/val, src_lang: $tgt, tgt_lang: $src}
-  - {train: $out/bt/forward, src_lang: $tgt, tgt_lang: $src, synthetic: true}
+  - {train: $out/corpus/real, valid: $data/val, src_lang: $tgt, tgt_lang: $src${up:+, upsample: $upsample}}
+  - {train: $out/bt/forward$up, src_lang: $tgt, tgt_lang: $src, synthetic: true}
 EOF
-    tfm prepare --config "$out/reverse-iter1.yaml" --tokenizer "$out/tokenizer.json" \
-        -o "$out/data-reverse-iter1"
-    train_model reverse-iter1 "$out/data-reverse-iter1"
-    if [ ! -e "$out/bt/iter1.json" ]; then
-        tfm backtranslate --reverse-model "$out/reverse-iter1" -i "$out/corpus/mono.$tgt" \
-            --lang "$tgt" --into "$src" -o "$out/bt/iter1" --beam 1 --sampling-topk 0 \
+    tfm prepare --config "$out/reverse-iter1$up.yaml" --tokenizer "$out/tokenizer.json" \
+        -o "$out/data-reverse-iter1$up"
+    train_model "reverse-iter1$up" "$out/data-reverse-iter1$up"
+    if [ ! -e "$out/bt/iter1$up.json" ]; then
+        tfm backtranslate --reverse-model "$out/reverse-iter1$up" -i "$out/corpus/mono.$tgt" \
+            --lang "$tgt" --into "$src" -o "$out/bt/iter1$up" --beam 1 --sampling-topk 0 \
             --sampling-seed 3
     fi
-    train_with iter1 "$out/bt/iter1" "<BT>"
+    train_with iter1 "$out/bt/iter1$up" "<BT>"
 fi
 echo "== scores (model, split, BLEU, chrF): $out/scores.tsv"
 cat "$out/scores.tsv"

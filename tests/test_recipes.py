@@ -343,3 +343,15 @@ def test_the_back_translation_recipe_simulates_scarce_data_and_iterates(
                      if ceiling > floor else "n/a")
             expected.append(f"{model}\t{split}\t{share}")
     assert recovered.splitlines() == expected
+    # UPSAMPLE=2: the real pairs twice beside the same synthetic ones, a model of its own; the
+    # models trained before are kept.
+    again = run_recipe("multi30k-lowres.sh", str(multi30k_like), "en", "de", str(out), *TINY,
+                       REAL="12", SETTINGS="tagged", UPSAMPLE="2")
+    assert "reverse: trained before" in again.stdout
+    from datasets import load_from_disk
+
+    pairs = {name: load_from_disk(str(out / f"data-{name}"))["train"].num_rows
+             for name in ("bt-tagged", "bt-tagged-up2")}
+    assert pairs["bt-tagged-up2"] - pairs["bt-tagged"] == 12  # the 12 real pairs once more
+    assert ("bt-tagged-up2", "test_2016_flickr") in [
+        tuple(line.split("\t")[:2]) for line in lines(out / "scores.tsv")]
