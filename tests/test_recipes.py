@@ -15,6 +15,7 @@ from pathlib import Path
 import forked
 import pytest
 from conftest import PAIRS, session_pids
+from datasets import load_from_disk
 
 ROOT = Path(__file__).resolve().parent.parent
 # A 1+1-layer model of d_model 32, a few steps: the recipes' own options come first, these win.
@@ -348,8 +349,6 @@ def test_the_back_translation_recipe_simulates_scarce_data_and_iterates(
     again = run_recipe("multi30k-lowres.sh", str(multi30k_like), "en", "de", str(out), *TINY,
                        REAL="12", SETTINGS="tagged", UPSAMPLE="2")
     assert "reverse: trained before" in again.stdout
-    from datasets import load_from_disk
-
     pairs = {name: load_from_disk(str(out / f"data-{name}"))["train"].num_rows
              for name in ("bt-tagged", "bt-tagged-up2")}
     assert pairs["bt-tagged-up2"] - pairs["bt-tagged"] == 12  # the 12 real pairs once more
