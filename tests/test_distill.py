@@ -179,6 +179,18 @@ def test_the_report_has_teacher_and_student_greedy_and_beam_on_val_and_test(dist
     assert "teacher" in done.stdout and "student" in done.stdout  # the printed table
 
 
+def test_the_report_decodes_the_whole_set_by_default(teacher, tmp_path):
+    """(The whole run above is told 8 sentences of 50.)"""
+    from tfm.data.corpus import CorpusSpec
+    from tfm.training.distill_report import measure
+
+    for lang in ("en", "de"):  # a set of 5 pairs
+        (tmp_path / f"valid.{lang}").write_text("\n".join(lines(DEMO / f"valid.{lang}")[:5]) + "\n",
+                                                encoding="utf-8")
+    valid = [("val", CorpusSpec((str(tmp_path / "valid"),), "en", "de"))]
+    assert measure(teacher, teacher, valid, 2, 0, "cpu")["sets"]["val"]["sentences"] == 5
+
+
 # --- the translations kept, and reused ------------------------------------------------------
 
 def test_a_second_student_reuses_the_teachers_translations(distilled, teacher, corpus):

@@ -530,8 +530,8 @@ class DistillConfig:
     shortlist: bool = option(True, "Build the student's vocabulary shortlist on the distilled "
                              "data and report it on val.", panel="Deploy")
     export: str | None = option(None, "Also export the student: ctranslate2.", panel="Deploy")
-    report_sentences: int = option(500, "Sentences of val (and test) the report decodes, from "
-                                   "the first.", min=1, panel="Report")
+    report_sentences: int = option(0, "Sentences of val (and test) the report decodes, from "
+                                   "the first (0: all of them).", min=0, panel="Report")
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -4,7 +4,7 @@ shortlist, its CTranslate2 export), with BLEU and chrF (tfm.decoding.scoring, sa
 sentences a second (the model's load excluded, and given apart), the process's peak memory
 and the model's size on disk.
 
-Kept cheap: the first ``sentences`` of each set, each model loaded once for both searches.
+The whole of each set, or its first ``sentences``; each model loaded once for both searches.
 The peak memory is the kernel's high-water mark of this process (VmHWM), reset before each
 model loads (Linux; elsewhere not reported): the Python process, torch included, while that
 model loaded and translated.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ def measure(teacher: Path, student: Path, sets: Sequence[tuple[str, CorpusSpec]]
     models = _models(teacher, student, device, shortlist, export, teacher_export)
     report: dict[str, Any] = {"beam": beam, "sets": {}}
     for name, spec in sets:
-        pairs = [p for _, p in zip(range(sentences), iter_pairs(spec))]
+        pairs = list(islice(iter_pairs(spec), sentences or None))  # 0: the whole set
         rows = []
         for label, path, precision, listed, engine in models:
             rows += _decode(label, path, precision, listed, engine, device, pairs, beam)
