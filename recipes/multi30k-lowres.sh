@@ -17,10 +17,11 @@
 #   bt-topk     ... by top-10 sampling (--beam 1 --sampling-topk 10)
 #   bt-noise    ... by beam search with Edunov et al.'s noise (--noise)
 #   bt-tagged   ... by beam search, the synthetic sources tagged <BT> (--synthetic-tag)
-# and, where SRC_MONO names a file of SRC-language text (Multi30k has none besides the pairs),
-# one iteration: the best forward model so far (bt-tagged) translates SRC_MONO into
-# synthetic TGT -> SRC pairs, a reverse model is trained on the 5,000 + them, its sampled
-# back-translations train iter1. SPLIT_MONO=1 makes both monolingual sides of Multi30k
+# and, where SRC_MONO names a file of SRC-language text (Multi30k has none besides the pairs)
+# and SETTINGS has beam, one iteration: bt-beam (beam back-translation measured best with this
+# little parallel text: docs/BENCHMARKS.md) translates SRC_MONO by beam 5 into synthetic
+# TGT -> SRC pairs, a reverse model is trained on the 5,000 + them, and its beam-5
+# back-translations train bt-iter1. SPLIT_MONO=1 makes both monolingual sides of Multi30k
 # without a leak: of the other pairs, the first half's TGT side is the TGT text and the
 # second half's SRC side the SRC text (SRC_MONO), so no sentence is seen in both languages.
 # SETTINGS="beam tagged" trains only those settings. UPSAMPLE=N writes the real pairs N times
@@ -157,11 +158,12 @@ for setting in $settings; do
     esac
 done
 
-# One iteration (Hoang et al., 2018), where source-language text is given.
-if [ -n "${SRC_MONO:-}" ] && [ -e "$out/bt-tagged$up.done" ]; then
+# One iteration (Hoang et al., 2018), where source-language text is given: bt-beam, the
+# best forward model at this scale, and beam search both ways.
+if [ -n "${SRC_MONO:-}" ] && [ -e "$out/bt-beam$up.done" ]; then
     if [ ! -e "$out/bt/forward$up.json" ]; then
-        tfm backtranslate --reverse-model "$out/bt-tagged$up" -i "$SRC_MONO" --lang "$src" \
-            --into "$tgt" -o "$out/bt/forward$up" --beam 1 --sampling-topk 0 --sampling-seed 2
+        tfm backtranslate --reverse-model "$out/bt-beam$up" -i "$SRC_MONO" --lang "$src" \
+            --into "$tgt" -o "$out/bt/forward$up" --beam 5
     fi
     cat > "$out/reverse-iter1$up.yaml" <<EOF
 corpora:
@@ -173,10 +175,9 @@ EOF
     train_model "reverse-iter1$up" "$out/data-reverse-iter1$up"
     if [ ! -e "$out/bt/iter1$up.json" ]; then
         tfm backtranslate --reverse-model "$out/reverse-iter1$up" -i "$out/corpus/mono.$tgt" \
-            --lang "$tgt" --into "$src" -o "$out/bt/iter1$up" --beam 1 --sampling-topk 0 \
-            --sampling-seed 3
+            --lang "$tgt" --into "$src" -o "$out/bt/iter1$up" --beam 5
     fi
-    train_with iter1 "$out/bt/iter1$up" "<BT>"
+    train_with iter1 "$out/bt/iter1$up"
 fi
 echo "== scores (model, split, BLEU, chrF): $out/scores.tsv"
 cat "$out/scores.tsv"

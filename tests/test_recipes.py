@@ -319,25 +319,29 @@ def test_the_back_translation_recipe_simulates_scarce_data_and_iterates(
     train = len(PAIRS) * 3
     half = 12 + (train - 12) // 2
     done = run_recipe("multi30k-lowres.sh", str(multi30k_like), "en", "de", str(out), *TINY,
-                      REAL="12", SETTINGS="tagged", SPLIT_MONO="1")
+                      REAL="12", SETTINGS="beam tagged", SPLIT_MONO="1")
     # 12 real pairs; of the rest, the first half's German and the second half's English as
     # monolingual text: no sentence is read in both languages.
     assert len(lines(out / "corpus" / "real.en")) == 12
     assert lines(out / "corpus" / "mono.de") == [de for _, de in (PAIRS * 3)[12:half]]
     assert lines(out / "corpus" / "mono.en") == [en for en, _ in (PAIRS * 3)[half:train]]
     assert len(lines(out / "bt" / "beam.en")) == half - 12  # back-translated whole
-    # The iteration: the English text translated forward for the reverse model.
+    # The iteration: the English text translated forward for the reverse model; both of its
+    # translations by beam 5, as bt-beam's.
     assert len(lines(out / "bt" / "forward.de")) == train - half
+    for made in ("beam", "forward", "iter1"):
+        assert json.loads((out / "bt" / f"{made}.json").read_text())["request"]["search"][
+            "beam"] == 5
     rows = [line.split("\t") for line in lines(out / "scores.tsv")]
+    models = ("reverse", "base", "ceiling", "bt-beam", "bt-tagged", "bt-iter1")
     assert [(model, split) for model, split, _, _ in rows] == [
-        (model, split) for model in ("reverse", "base", "ceiling", "bt-tagged", "bt-iter1")
-        for split in ("val", "test_2016_flickr")]
+        (model, split) for model in models for split in ("val", "test_2016_flickr")]
     assert all(float(bleu) >= 0 and float(chrf) >= 0 for _, _, bleu, chrf in rows)
     # Each back-translated model's share of the gap from base to ceiling, from those scores.
     bleu = {(model, split): float(score) for model, split, score, _ in rows}
     recovered = done.stdout.split("== recovered of the gap from base to ceiling (BLEU):\n")[1]
     expected = []
-    for model in ("bt-tagged", "bt-iter1"):
+    for model in models[3:]:
         for split in ("val", "test_2016_flickr"):
             floor, ceiling = bleu["base", split], bleu["ceiling", split]
             share = (f"{(bleu[model, split] - floor) / (ceiling - floor):.0%}"
@@ -347,10 +351,10 @@ def test_the_back_translation_recipe_simulates_scarce_data_and_iterates(
     # UPSAMPLE=2: the real pairs twice beside the same synthetic ones, a model of its own; the
     # models trained before are kept.
     again = run_recipe("multi30k-lowres.sh", str(multi30k_like), "en", "de", str(out), *TINY,
-                       REAL="12", SETTINGS="tagged", UPSAMPLE="2")
+                       REAL="12", SETTINGS="beam", UPSAMPLE="2")
     assert "reverse: trained before" in again.stdout
     pairs = {name: load_from_disk(str(out / f"data-{name}"))["train"].num_rows
-             for name in ("bt-tagged", "bt-tagged-up2")}
-    assert pairs["bt-tagged-up2"] - pairs["bt-tagged"] == 12  # the 12 real pairs once more
-    assert ("bt-tagged-up2", "test_2016_flickr") in [
+             for name in ("bt-beam", "bt-beam-up2")}
+    assert pairs["bt-beam-up2"] - pairs["bt-beam"] == 12  # the 12 real pairs once more
+    assert ("bt-beam-up2", "test_2016_flickr") in [
         tuple(line.split("\t")[:2]) for line in lines(out / "scores.tsv")]
