@@ -4,19 +4,15 @@ the same corpus lines. bench/ is not a package: the script is loaded from its fi
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "bt_sources.py"
+from bench_scripts import load
 
 
 def bt_sources() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_bt_sources", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("bt_sources")
 
 
 def test_each_line_finds_its_own_reference_in_order_past_the_real_pairs_and_a_dropped_line(

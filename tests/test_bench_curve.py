@@ -3,23 +3,18 @@ package: the script is loaded from its file."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_scripts import load
 from matplotlib.image import imread
 
 from tfm.plotting import DPI
 
-CURVE = Path(__file__).resolve().parent.parent / "bench" / "curve.py"
-
 
 def curve_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_curve", CURVE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("curve")
 
 
 def test_bleu_against_time_draws_one_line_per_run_through_its_points(tmp_path: Path) -> None:
