@@ -16,6 +16,7 @@ import signal
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import random_model_dir
 from conftest import tfm as run_tfm
 
@@ -143,7 +144,9 @@ def test_the_student_trains_on_the_pairs_the_filter_keeps(distilled, corpus):
     assert counts["kept"] == len(kept) and counts["dropped"] == dropped
     config = json.loads((out / "student-tiny" / "config.json").read_text())["model"]
     assert (config["encoder_layers"], config["decoder_layers"], config["d_model"]) == (2, 1, 32)
-    assert (out / "student-tiny" / "shortlist.safetensors").is_file()
+    deployed = Path(json.loads((out / "report-student-tiny.json").read_text())["student"]
+                    ["deployed"])  # the student's best model or its average, by val
+    assert (deployed / "shortlist.safetensors").is_file()
     tokenizer = (out / "data" / "tokenizer.json").read_text()
     assert tokenizer == (out / "student-tiny" / "tokenizer.json").read_text()
 
@@ -189,6 +192,80 @@ def test_the_report_decodes_the_whole_set_by_default(teacher, tmp_path):
                                                 encoding="utf-8")
     valid = [("val", CorpusSpec((str(tmp_path / "valid"),), "en", "de"))]
     assert measure(teacher, teacher, valid, 2, 0, "cpu")["sets"]["val"]["sentences"] == 5
+
+
+# --- the average of the last checkpoints, deployed where it scores higher on val -------------
+
+def test_the_students_last_checkpoints_are_averaged_and_the_better_on_val_deployed(distilled):
+    from safetensors.torch import load_file
+
+    from tfm.data.corpus import CorpusSpec, iter_pairs
+    from tfm.layout import ModelDir
+    from tfm.training.distill_report import greedy_bleu
+
+    out, done = distilled
+    student = out / "student-tiny"
+    average = json.loads((out / "stages.json").read_text())["student-tiny"]["average"]
+    assert average["steps"] == [2, 4]  # --average 5, and 2 checkpoints were kept (every 2 of 4)
+    mean = load_file(student / "averaged" / "model.safetensors")
+    two, four = (load_file(ModelDir(student).checkpoint(n)) for n in (2, 4))
+    name = "encoder_layers.0.ffn.fc1.weight"
+    assert torch.allclose(mean[name], (two[name] + four[name]) / 2, atol=1e-6)
+    # Each model's greedy BLEU on the report's 8 val sentences, as recorded; the higher wins.
+    pairs = list(iter_pairs(CorpusSpec((str(DEMO / "valid"),), "en", "de")))[:8]
+    bleu = average["val_bleu_greedy"]
+    assert bleu == {"model": greedy_bleu(student, pairs, "cpu"),
+                    "averaged": greedy_bleu(student / "averaged", pairs, "cpu")}
+    chosen = student / "averaged" if bleu["averaged"] > bleu["model"] else student
+    assert average["deployed"] == str(chosen) and f"{chosen} deployed" in done.stderr
+    report = json.loads((out / "report-student-tiny.json").read_text())
+    assert report["student"]["deployed"] == str(chosen)
+    assert report["student"]["average"] == average
+
+
+@pytest.mark.parametrize(("averaged", "model", "wins"), [(30.0, 20.0, True),
+                                                         (20.0, 20.0, False)])
+def test_the_average_replaces_the_model_only_where_its_val_bleu_is_higher(
+        distilled, tmp_path, monkeypatch, averaged, model, wins):
+    """And what was deployed of the other model before (its shortlist, export and report)
+    is made again of the average."""
+    from types import SimpleNamespace
+
+    from tfm.config import DistillConfig
+    from tfm.data.corpus import CorpusSpec
+    from tfm.training import distill_report
+    from tfm.training.distill import _averaged
+
+    out = tmp_path / "run"
+    shutil.copytree(distilled[0] / "student-tiny", out / "student-tiny")
+    before = {"trained": {"step": 4}, "shortlist": True, "export": "x", "report": {"sets": []}}
+    (out / "stages.json").write_text(json.dumps({"student-tiny": before}))
+    monkeypatch.setattr(distill_report, "greedy_bleu",
+                        lambda path, pairs, device: averaged if path.name == "averaged"
+                        else model)
+    plan = SimpleNamespace(corpora=SimpleNamespace(valid=CorpusSpec((str(DEMO / "valid"),),
+                                                                    "en", "de")),
+                           train=SimpleNamespace(device="cpu"))
+    student = out / "student-tiny"
+    deployed = _averaged(plan, out, DistillConfig(preset="student-tiny"), student, print)
+    assert deployed == (student / "averaged" if wins else student)
+    stages = json.loads((out / "stages.json").read_text())["student-tiny"]
+    assert set(stages) == ({"trained", "average"} if wins else {*before, "average"})
+    # Run again, the choice is kept, not made again.
+    monkeypatch.setattr(distill_report, "greedy_bleu", None)
+    assert _averaged(plan, out, DistillConfig(preset="student-tiny"), student, print) == deployed
+
+
+def test_average_0_deploys_the_students_best_model(distilled, tmp_path):
+    from tfm.config import DistillConfig
+    from tfm.training.distill import _averaged
+
+    out = tmp_path / "run"
+    shutil.copytree(distilled[0] / "student-tiny", out / "student-tiny", ignore=shutil.
+                    ignore_patterns("averaged"))
+    config = DistillConfig(preset="student-tiny", average=0)
+    assert _averaged(None, out, config, out / "student-tiny", print) == out / "student-tiny"
+    assert not (out / "student-tiny" / "averaged").exists()
 
 
 # --- the translations kept, and reused ------------------------------------------------------

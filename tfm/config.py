@@ -532,6 +532,9 @@ class DistillConfig:
         "and shape (embeddings, its first layers), its deeper layers as identities "
         "(--no-teacher-init: all fresh).",
         flag=("--teacher-init", "--no-teacher-init"), panel="Student")
+    average: int = option(5, "Average the student's last N checkpoints after its training and "
+                          "deploy the average where it scores a higher greedy BLEU on val than "
+                          "the student's best model (0: never).", min=0, panel="Deploy")
     shortlist: bool = option(True, "Build the student's vocabulary shortlist on the distilled "
                              "data and report it on val.", panel="Deploy")
     export: str | None = option(None, "Also export the student: ctranslate2.", panel="Deploy")

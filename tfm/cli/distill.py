@@ -57,7 +57,8 @@ def distill(
     """Distil a teacher into a small, fast student, resumably.
 
     The teacher translates its corpus's sources (beam; kept for every student of --output),
-    the pairs are filtered, the student trains on them, its shortlist is built, and a report
+    the pairs are filtered, the student trains on them, its last checkpoints are averaged
+    (kept where they score higher on val), its shortlist is built, and a report
     compares teacher and student on val (and --test): BLEU, chrF, sentences/s, memory.
     Stopped, the same command goes on where it stopped. In detail: docs/CLI.md#tfm-distill."""
     from tfm.data.corpus import CorpusSpec
@@ -78,7 +79,7 @@ def distill(
                   "checkpoint are kept. Run the same command again to go on.")
         raise typer.Exit(EXIT_INTERRUPTED)
     _print_report(result.report)
-    err.print(f"[green]Done[/]: the student {result.student}; the report "
+    err.print(f"[green]Done[/]: the student {result.deployed}; the report "
               f"{output}/report-{result.student.name}.json", highlight=False)
 
 

@@ -15,6 +15,8 @@ Translations' students are made).
     OUT/data/                   those pairs prepared with the teacher's tokenizer
     OUT/NAME/                   a student (NAME: the preset, -ssru for an SSRU decoder), a
                                 `tfm train` run directory; its vocabulary shortlist
+    OUT/NAME/averaged/          its last checkpoints averaged (--average N), deployed in
+                                place of its best model where it scores higher on val
     OUT/NAME-ctranslate2/       with export: the student as a CTranslate2 model
     OUT/teacher/ctranslate2/    with export: the teacher as one, for every student's report
     OUT/stages.json             each student's finished steps
@@ -36,6 +38,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +65,7 @@ class DistillResult:
     stopped: str  # why the student's training ended ("interrupted ..." for a stop)
     reused_translations: int  # sentences the teacher had translated before this run
     report: dict[str, Any] = field(default_factory=dict)  # empty while not finished
+    deployed: Path | None = None  # the student's model as deployed (None while not finished)
 
     @property
     def interrupted(self) -> bool:
@@ -111,10 +115,11 @@ def distill(teacher: Path, corpora: Corpora, output: Path, config: DistillConfig
     stopped = _train_student(plan, data, student, reporter)
     if stopped.startswith("interrupted"):
         return DistillResult(output, student, stopped, translations.reused)
-    _deploy(plan, output, config, data, student, say)
+    deployed = _averaged(plan, output, config, student, say)
+    _deploy(plan, output, config, data, student.name, deployed, say)
     say("5. the report: teacher and student on val" + (" and test" if corpora.test else ""))
-    report = _report(plan, output, config, student)
-    return DistillResult(output, student, stopped, translations.reused, report)
+    report = _report(plan, output, config, student.name, deployed)
+    return DistillResult(output, student, stopped, translations.reused, report, deployed)
 
 
 @dataclass
@@ -502,25 +507,62 @@ def _record_stage(output: Path, name: str, stage: str, value: Any) -> None:
     atomic_write_bytes(output / "stages.json", json.dumps(stages, indent=1).encode("utf-8"))
 
 
-def _deploy(plan: _Plan, output: Path, config: DistillConfig, data: Path, student: Path,
-            say: Callable[[str], None]) -> None:
-    """Step 4: the student's vocabulary shortlist, built on the distilled data (int8 needs no
-    calibration: its scales are the weights'; the report compares both with fp32 on val), and
-    the export asked for."""
+def _averaged(plan: _Plan, output: Path, config: DistillConfig, student: Path,
+              say: Callable[[str], None]) -> Path:
+    """Step 4a: the student's model to deploy. Its last ``config.average`` numbered
+    checkpoints (as many as it kept, two at least) averaged into NAME/averaged (`tfm
+    average`'s), deployed where their greedy BLEU on val (the report's sentences) is higher
+    than that of the student's best model by validation; else that model. Recorded in
+    stages.json; a shortlist, export and report made before of the other model are made
+    again."""
+    from tfm.training.average import average_checkpoints, numbered_checkpoints
+    from tfm.training.distill_report import greedy_bleu
+
     done = _stages(output).get(student.name, {})
+    if "average" in done:
+        return Path(done["average"]["deployed"])
+    last = min(config.average, len(numbered_checkpoints(student)))
+    if last < 2:
+        return student
+    averaged = average_checkpoints(student, last)
+    say(f"4. the last {last} checkpoints of {student.name} averaged (steps "
+        f"{', '.join(map(str, averaged.steps))}): {averaged.output}")
+    pairs = list(islice(iter_pairs(plan.corpora.valid), config.report_sentences or None))
+    bleu = {"model": greedy_bleu(student, pairs, plan.train.device),
+            "averaged": greedy_bleu(averaged.output, pairs, plan.train.device)}
+    deployed = averaged.output if bleu["averaged"] > bleu["model"] else student
+    say(f"   val BLEU, greedy: the average {bleu['averaged']:.2f}, the best model "
+        f"{bleu['model']:.2f}: {deployed} deployed")
+    stages = _stages(output)
+    mine = stages.setdefault(student.name, {})
+    if deployed != student:  # what was deployed before the average, if anything, was not it
+        for stage in ("shortlist", "export", "report"):
+            mine.pop(stage, None)
+    mine["average"] = {"steps": averaged.steps, "val_bleu_greedy": bleu,
+                       "sentences": len(pairs), "deployed": str(deployed)}
+    atomic_write_bytes(output / "stages.json", json.dumps(stages, indent=1).encode("utf-8"))
+    return deployed
+
+
+def _deploy(plan: _Plan, output: Path, config: DistillConfig, data: Path, name: str,
+            deployed: Path, say: Callable[[str], None]) -> None:
+    """Step 4: the deployed student's vocabulary shortlist, built on the distilled data (int8
+    needs no calibration: its scales are the weights'; the report compares both with fp32 on
+    val), and the export asked for."""
+    done = _stages(output).get(name, {})
     if config.shortlist and "shortlist" not in done:
         from tfm.decoding.shortlist import make_shortlist
 
-        say(f"4. the shortlist of {student.name}")
-        make_shortlist(data, student)
-        _record_stage(output, student.name, "shortlist", True)
+        say(f"4. the shortlist of {deployed}")
+        make_shortlist(data, deployed)
+        _record_stage(output, name, "shortlist", True)
     if config.export == "ctranslate2" and "export" not in done:
         from tfm.interop.ctranslate2 import export_ctranslate2
 
-        target = output / f"{student.name}-ctranslate2"
-        say(f"4. {student.name} exported to CTranslate2: {target}")
-        export_ctranslate2(student, target, None, True)
-        _record_stage(output, student.name, "export", str(target))
+        target = output / f"{name}-ctranslate2"
+        say(f"4. {deployed} exported to CTranslate2: {target}")
+        export_ctranslate2(deployed, target, None, True)
+        _record_stage(output, name, "export", str(target))
     if config.export == "ctranslate2" and "export" not in _stages(output).get("teacher", {}):
         _export_teacher(plan.teacher, output / "teacher" / "ctranslate2", say)
         _record_stage(output, "teacher", "export", str(output / "teacher" / "ctranslate2"))
@@ -535,13 +577,14 @@ def _export_teacher(teacher: Path, target: Path, say: Callable[[str], None]) -> 
     export_ctranslate2(teacher, target, None, True)
 
 
-def _report(plan: _Plan, output: Path, config: DistillConfig, student: Path) -> dict[str, Any]:
-    """Step 5: OUT/report-NAME.json (see tfm.training.distill_report), kept where it was made
-    before of the same sets and sentences."""
+def _report(plan: _Plan, output: Path, config: DistillConfig, name: str,
+            student: Path) -> dict[str, Any]:
+    """Step 5: OUT/report-NAME.json (see tfm.training.distill_report) of the deployed
+    ``student``, kept where it was made before of the same sets and sentences."""
     from tfm.training.distill_report import measure
 
-    stages = _stages(output).get(student.name, {})
-    path = output / f"report-{student.name}.json"
+    stages = _stages(output).get(name, {})
+    path = output / f"report-{name}.json"
     sets = [("val", plan.corpora.valid)] + ([("test", plan.corpora.test)]
                                             if plan.corpora.test else [])
     if stages.get("report") == {"sets": [n for n, _ in sets],
@@ -551,10 +594,11 @@ def _report(plan: _Plan, output: Path, config: DistillConfig, student: Path) -> 
                      plan.train.device, shortlist="shortlist" in stages,
                      export=stages.get("export"),
                      teacher_export=_stages(output).get("teacher", {}).get("export"))
-    report["student"] = {"name": student.name, "preset": plan.preset,
-                         "model": asdict(plan.student), **stages.get("trained", {})}
+    report["student"] = {"name": name, "preset": plan.preset, "deployed": str(student),
+                         "model": asdict(plan.student), **stages.get("trained", {}),
+                         **({"average": stages["average"]} if "average" in stages else {})}
     report["filter"] = json.loads((output / "corpus" / "filter.json").read_text("utf-8"))
     atomic_write_bytes(path, json.dumps(report, indent=1).encode("utf-8"))
-    _record_stage(output, student.name, "report", {"sets": [n for n, _ in sets],
-                                                   "sentences": config.report_sentences})
+    _record_stage(output, name, "report", {"sets": [n for n, _ in sets],
+                                           "sentences": config.report_sentences})
     return report

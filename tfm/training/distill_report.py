@@ -20,7 +20,7 @@ from typing import Any
 
 from tfm.data.corpus import CorpusSpec, iter_pairs
 
-__all__ = ["measure", "table_rows"]
+__all__ = ["greedy_bleu", "measure", "table_rows"]
 
 DEPLOYED = ("model.safetensors", "config.json", "tokenizer.json")  # a tfm model's own files
 
@@ -99,6 +99,21 @@ def _decode(label: str, path: Path, precision: str, listed: bool, engine: str, d
                      "disk_mb": _disk_mb(path, engine, listed)})
     translator.close()  # this thread's CPU threads back, for the next model
     return rows
+
+
+def greedy_bleu(model_dir: Path, pairs: list[tuple[str, str]], device: str) -> float:
+    """The BLEU of the model's greedy translations of the sources of ``pairs`` in fp32, as
+    `tfm translate` decodes them, against their references."""
+    from tfm.decoding.engines import load_translator
+    from tfm.decoding.scoring import score
+
+    translator = load_translator(model_dir, device, "fp32")
+    try:
+        hypotheses = [t.text for t in translator.translate(
+            [s for s, _ in pairs], translator.default_options(beam=1))]
+    finally:
+        translator.close()
+    return round(score("bleu", hypotheses, [t for _, t in pairs]).score, 2)
 
 
 def _disk_mb(model_dir: Path, engine: str, listed: bool) -> float:
