@@ -268,6 +268,17 @@ def test_average_0_deploys_the_students_best_model(distilled, tmp_path):
     assert not (out / "student-tiny" / "averaged").exists()
 
 
+def test_the_report_is_measured_apart_from_what_the_run_held_before():
+    """The report's peak memory is each model's as a deployment loads it: measured in a fresh
+    process, not in the one whose training (here a held buffer) left memory resident."""
+    from tfm.training.distill import _apart
+    from tfm.training.distill_report import _peak_mb
+
+    held = b"x" * (400 << 20)  # resident: 400 MB
+    assert _apart(_peak_mb) < _peak_mb() - 300
+    del held
+
+
 # --- the translations kept, and reused ------------------------------------------------------
 
 def test_a_second_student_reuses_the_teachers_translations(distilled, teacher, corpus):

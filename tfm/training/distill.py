@@ -590,10 +590,10 @@ def _report(plan: _Plan, output: Path, config: DistillConfig, name: str,
     if stages.get("report") == {"sets": [n for n, _ in sets],
                                 "sentences": config.report_sentences} and path.exists():
         return json.loads(path.read_text(encoding="utf-8"))
-    report = measure(plan.teacher, student, sets, plan.search.beam, config.report_sentences,
-                     plan.train.device, shortlist="shortlist" in stages,
-                     export=stages.get("export"),
-                     teacher_export=_stages(output).get("teacher", {}).get("export"))
+    report = _apart(measure, plan.teacher, student, sets, plan.search.beam,
+                    config.report_sentences, plan.train.device, shortlist="shortlist" in stages,
+                    export=stages.get("export"),
+                    teacher_export=_stages(output).get("teacher", {}).get("export"))
     report["student"] = {"name": name, "preset": plan.preset, "deployed": str(student),
                          "model": asdict(plan.student), **stages.get("trained", {}),
                          **({"average": stages["average"]} if "average" in stages else {})}
@@ -602,3 +602,14 @@ def _report(plan: _Plan, output: Path, config: DistillConfig, name: str,
     _record_stage(output, name, "report", {"sets": [n for n, _ in sets],
                                            "sentences": config.report_sentences})
     return report
+
+
+def _apart(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)`` in a fresh Python process: the report's peak memory is
+    then each model's as a deployment loads it, not what the student's training left in this
+    process (several GB after a long run, which no trimming gives back)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(function, *args, **kwargs).result()

@@ -7,7 +7,8 @@ and the model's size on disk.
 The whole of each set, or its first ``sentences``; each model loaded once for both searches.
 The peak memory is the kernel's high-water mark of this process (VmHWM), reset before each
 model loads (Linux; elsewhere not reported): the Python process, torch included, while that
-model loaded and translated.
+model loaded and translated. `tfm distill` measures in a fresh process (``_apart``), where
+nothing but the report has run.
 """
 
 from __future__ import annotations
