@@ -501,9 +501,14 @@ def _stages(output: Path) -> dict[str, Any]:
         return {}
 
 
-def _record_stage(output: Path, name: str, stage: str, value: Any) -> None:
+def _record_stage(output: Path, name: str, stage: str, value: Any,
+                  forget: Sequence[str] = ()) -> None:
+    """``stage`` of student ``name`` recorded as done, and the stages ``forget`` as not."""
     stages = _stages(output)
-    stages.setdefault(name, {})[stage] = value
+    mine = stages.setdefault(name, {})
+    for earlier in forget:
+        mine.pop(earlier, None)
+    mine[stage] = value
     atomic_write_bytes(output / "stages.json", json.dumps(stages, indent=1).encode("utf-8"))
 
 
@@ -533,14 +538,11 @@ def _averaged(plan: _Plan, output: Path, config: DistillConfig, student: Path,
     deployed = averaged.output if bleu["averaged"] > bleu["model"] else student
     say(f"   val BLEU, greedy: the average {bleu['averaged']:.2f}, the best model "
         f"{bleu['model']:.2f}: {deployed} deployed")
-    stages = _stages(output)
-    mine = stages.setdefault(student.name, {})
-    if deployed != student:  # what was deployed before the average, if anything, was not it
-        for stage in ("shortlist", "export", "report"):
-            mine.pop(stage, None)
-    mine["average"] = {"steps": averaged.steps, "val_bleu_greedy": bleu,
-                       "sentences": len(pairs), "deployed": str(deployed)}
-    atomic_write_bytes(output / "stages.json", json.dumps(stages, indent=1).encode("utf-8"))
+    # What was deployed before the average, if anything, was not it: made again.
+    _record_stage(output, student.name, "average",
+                  {"steps": averaged.steps, "val_bleu_greedy": bleu, "sentences": len(pairs),
+                   "deployed": str(deployed)},
+                  forget=("shortlist", "export", "report") if deployed != student else ())
     return deployed
 
 
