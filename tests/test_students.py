@@ -42,7 +42,8 @@ def ssru_model(seed: int = 0, norm_first: bool = False, double: bool = True,
 # --- the presets -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("preset, encoder, decoder, d_model, d_ff", [
-    ("student-3-1", 3, 1, 256, 1024), ("student-6-1", 6, 1, 256, 1024),
+    ("student-3-1", 3, 1, 256, 1024), ("student-3-2", 3, 2, 256, 1024),
+    ("student-6-1", 6, 1, 256, 1024),
     ("student-12-1", 12, 1, 256, 1024),
     ("student-tiny", 6, 2, 256, 1536)])
 def test_student_presets_have_a_deep_encoder_and_a_shallow_decoder(preset, encoder, decoder,

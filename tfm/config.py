@@ -194,6 +194,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # encoder's share of greedy decoding is large and a deeper one costs more than it gives.
     "student-3-1": dict(d_model=256, n_heads=4, encoder_layers=3, decoder_layers=1, d_ff=1024,
                         dropout=0.1),
+    # `small`'s encoder and two decoder layers: with --decoder-self-attn ssru the closest to
+    # the teacher of the fast students in both Multi30k directions (docs/CLI.md, "Students").
+    "student-3-2": dict(d_model=256, n_heads=4, encoder_layers=3, decoder_layers=2, d_ff=1024,
+                        dropout=0.1),
     # Firefox Translations' (Bergamot's) tiny11 student: 6 + 2 layers, 8 heads, FFN 1536. Its
     # decoder's self-attention is an SSRU there: add --decoder-self-attn ssru.
     "student-tiny": dict(d_model=256, n_heads=8, encoder_layers=6, decoder_layers=2,
@@ -508,8 +512,8 @@ class DistillConfig:
     """What ``tfm distill`` does besides the student's training options (TrainConfig) and
     shape (ModelConfig): the teacher's search, the filter, the deployment and the report."""
 
-    preset: str = option("student-tiny", "The student's shape: student-3-1, student-6-1, "
-                         "student-12-1, student-tiny (or any `tfm train` preset).",
+    preset: str = option("student-tiny", "The student's shape: student-3-1, student-3-2, "
+                         "student-6-1, student-12-1, student-tiny (or any `tfm train` preset).",
                          panel="Student")
     name: str | None = option(None, "The student's directory in --output.", option="--name",
                               shown_default="the preset, -ssru with an SSRU decoder",

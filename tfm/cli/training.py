@@ -33,7 +33,7 @@ def train(
     ] = Path("model"),
     preset: Annotated[Optional[str], typer.Option(
         "--preset", help="Model size: base (the paper's), big, small, tiny; students to "
-        "distil into (shallow decoder): student-3-1, student-6-1, student-12-1, "
+        "distil into (shallow decoder): student-3-1, student-3-2, student-6-1, student-12-1, "
         "student-tiny."
         + default_note("small"), rich_help_panel="Model")] = None,
     resume: Annotated[bool, typer.Option(
