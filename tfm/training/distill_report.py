@@ -39,7 +39,8 @@ def measure(teacher: Path, student: Path, sets: Sequence[tuple[str, CorpusSpec]]
         pairs = list(islice(iter_pairs(spec), sentences or None))  # 0: the whole set
         rows = []
         for label, path, precision, listed, engine in models:
-            rows += _decode(label, path, precision, listed, engine, device, pairs, beam)
+            rows += decode_rows(label, path, precision, listed, engine, device, pairs,
+                                (1, beam) if beam > 1 else (1,))
         report["sets"][name] = {"sentences": len(pairs), "rows": rows}
     report["deploy"] = _deployment(report["sets"][sets[0][0]]["rows"])
     return report
@@ -69,10 +70,11 @@ def _on_cpu(device: str) -> bool:
     return resolve_device(device).type == "cpu"
 
 
-def _decode(label: str, path: Path, precision: str, listed: bool, engine: str, device: str,
-            pairs: list[tuple[str, str]], beam: int) -> list[dict[str, Any]]:
-    """One model loaded, then the sources decoded greedy and with ``beam`` (beam 1: greedy
-    alone): a row each."""
+def decode_rows(label: str, path: Path, precision: str, listed: bool, engine: str,
+                device: str, pairs: list[tuple[str, str]],
+                beams: Sequence[int]) -> list[dict[str, Any]]:
+    """One model loaded, then the sources decoded with each beam of ``beams`` (1: greedy): a
+    row each, its BLEU, chrF and sentences/s with the load excluded and included."""
     from tfm.decoding.engines import load_translator
     from tfm.decoding.scoring import score
 
@@ -84,7 +86,8 @@ def _decode(label: str, path: Path, precision: str, listed: bool, engine: str, d
     load = time.perf_counter() - start
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     rows = []
-    for search, size in (("greedy", 1), ("beam", beam))[:1 if beam == 1 else 2]:
+    for size in beams:
+        search = "greedy" if size == 1 else "beam"
         options = translator.default_options(beam=size)
         start = time.perf_counter()
         hypotheses = [t.text for t in translator.translate(sources, options)]
