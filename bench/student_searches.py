@@ -8,10 +8,11 @@ search of the student meets which of the fast-students goals (docs/BENCHMARKS.md
 `tfm distill`'s report decodes the student greedy and at the teacher's beam; this decodes it
 (int8 with its shortlist where it has one, as it is deployed on a CPU) at every beam of
 --beams, and the teacher at beam 5 in each of its modes: tfm fp32 and int8, and CTranslate2
-fp32 and int8 from the export `tfm distill` made (where it did). Each model is loaded once
-and decodes the whole of val and test in turn, as the report does (tfm.training.
-distill_report.decode_rows: model load excluded and included). For every student row: BLEU
-against the teacher's tfm fp32 beam 5 (the recipe's search), and its speed against the
+fp32 and int8 from the export `tfm distill` made (where it did). For each set (the whole of
+val, then of test) each model is loaded and decodes it at each of its beams, as the report
+does (tfm.training.distill_report.decode_rows: model load excluded and included). For every student row: BLEU
+(cased sacreBLEU; the papers' lc-tok beside it where sacremoses is installed) against the
+teacher's tfm fp32 beam 5 (the recipe's search), and its speed against the
 teacher's fastest beam-5 mode in tfm and in CTranslate2. Writes the JSON, then prints the
 Markdown table. Run it alone: the speeds are only comparable within one run.
 """
@@ -75,7 +76,8 @@ def main() -> None:
         rows = []
         for label, path, precision, listed, engine in models(args.distill, args.student, teacher):
             beams = args.beams if label == "student" else [5]
-            rows += decode_rows(label, path, precision, listed, engine, args.device, pairs, beams)
+            rows += decode_rows(label, path, precision, listed, engine, args.device, pairs,
+                                beams, args.tgt)
         result["sets"][name] = {"sentences": len(pairs), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
@@ -101,9 +103,9 @@ def table(rows: list[dict]) -> str:
                      r["precision"] == "fp32")
     fastest = {engine: max((r["sentences_per_s"] for r in teacher if r["engine"] == engine),
                            default=None) for engine in ("tfm", "ctranslate2")}
-    lines = ["| model | engine, precision | search | BLEU | chrF | sent/s | with load | "
+    lines = ["| model | engine, precision | search | BLEU | lc-tok | chrF | sent/s | with load | "
              "BLEU - teacher | x tfm teacher | x CTranslate2 teacher |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         how = ("tfm" if r["engine"] == "tfm" else "CTranslate2") + " " + r["precision"] + (
             " + shortlist" if r["shortlist"] else "")
@@ -113,7 +115,9 @@ def table(rows: list[dict]) -> str:
             extra = [f"{r['bleu'] - reference:+.2f}"] + [
                 f"{r['sentences_per_s'] / fastest[e]:.2f}x" if fastest[e] else "-"
                 for e in ("tfm", "ctranslate2")]
-        lines.append(f"| {r['model']} | {how} | {search} | {r['bleu']:.2f} | {r['chrf']:.2f} | "
+        lc_tok = "-" if r.get("bleu_lc_tok") is None else f"{r['bleu_lc_tok']:.2f}"
+        lines.append(f"| {r['model']} | {how} | {search} | {r['bleu']:.2f} | {lc_tok} | "
+                     f"{r['chrf']:.2f} | "
                      f"{r['sentences_per_s']:.1f} | {r['sentences_per_s_with_load']:.1f} | "
                      + " | ".join(extra) + " |")
     return "\n".join(lines)

@@ -29,6 +29,7 @@ DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
 PAIRS = 60  # of the demo corpus's training pairs: the distill runs' corpus
 # The whole run exports the student (and the teacher) to CTranslate2 where it is installed.
 EXPORT = ("--export", "ctranslate2") if importlib.util.find_spec("ctranslate2") else ()
+MOSES = importlib.util.find_spec("sacremoses") is not None  # the papers' lc-tok BLEU
 # The student: tiny, a few steps, a checkpoint every 2 (a killed run resumes from one).
 STUDENT = ("--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--encoder-layers", "2",
            "--decoder-layers", "1", "--max-steps", "4", "--max-tokens", "512", "--warmup", "2",
@@ -170,6 +171,9 @@ def test_the_report_has_teacher_and_student_greedy_and_beam_on_val_and_test(dist
                            for s in ("greedy", "beam")} if EXPORT else set())
         for row in part["rows"]:
             assert row["sentences_per_s"] > 0 and 0 <= row["bleu"] <= 100
+            # The Multi30k papers' lowercased, tokenized BLEU beside sacreBLEU's, where it
+            # can be computed.
+            assert (0 <= row["bleu_lc_tok"] <= 100) if MOSES else row["bleu_lc_tok"] is None
         # Each model's size on disk as deployed: here the student (2 + 1 layers) is the
         # teacher (1 + 1) with one layer more; its shortlist adds to it where it is used.
         disk = {(r["model"], r["engine"], r["shortlist"]): r["disk_mb"] for r in part["rows"]}
@@ -192,6 +196,20 @@ def test_the_report_decodes_the_whole_set_by_default(teacher, tmp_path):
                                                 encoding="utf-8")
     valid = [("val", CorpusSpec((str(tmp_path / "valid"),), "en", "de"))]
     assert measure(teacher, teacher, valid, 2, 0, "cpu")["sets"]["val"]["sentences"] == 5
+
+
+def test_the_reports_lc_tok_bleu_is_the_papers_and_needs_the_target_language():
+    from tfm.training.distill_report import _lc_tok
+
+    hypotheses, references = ["Ein Hund läuft , schnell."], ["ein Hund läuft, schnell."]
+    assert _lc_tok(hypotheses, references, None) is None
+    if MOSES:
+        from tfm.decoding.scoring import bleu_lc_tok
+
+        # Case and the comma's spacing are the tokenizer's business: the same tokens, 100.
+        assert _lc_tok(hypotheses, references, "de") == 100.0
+        assert _lc_tok(["Eine Katze ."], references, "de") == round(
+            bleu_lc_tok(["Eine Katze ."], references, "de").score, 2)
 
 
 # --- the average of the last checkpoints, deployed where it scores higher on val -------------

@@ -132,8 +132,8 @@ def _print_report(report: dict[str, Any]) -> None:
     from tfm.training.distill_report import table_rows
 
     table = Table(title="teacher and student", title_justify="left")
-    for column in ("set", "model", "engine", "search", "BLEU", "chrF", "sent/s", "peak",
-                   "disk"):
+    for column in ("set", "model", "engine", "search", "BLEU", "lc-tok", "chrF", "sent/s",
+                   "peak", "disk"):
         table.add_column(column, justify="left" if column in ("set", "model", "engine",
                                                               "search") else "right")
     for row in table_rows(report):

@@ -1,6 +1,7 @@
 """What ``tfm distill`` reports: the teacher and its student decoding the same sentences,
 greedy and beam, each model as it may be deployed (the student in fp32, int8, int8 with its
-shortlist, its CTranslate2 export), with BLEU and chrF (tfm.decoding.scoring, sacrebleu's),
+shortlist, its CTranslate2 export), with BLEU and chrF (tfm.decoding.scoring, sacrebleu's;
+the papers' lc-tok BLEU too where sacremoses is installed, the `moses` extra),
 sentences a second (the model's load excluded, and given apart), the process's peak memory
 and the model's size on disk.
 
@@ -40,7 +41,7 @@ def measure(teacher: Path, student: Path, sets: Sequence[tuple[str, CorpusSpec]]
         rows = []
         for label, path, precision, listed, engine in models:
             rows += decode_rows(label, path, precision, listed, engine, device, pairs,
-                                (1, beam) if beam > 1 else (1,))
+                                (1, beam) if beam > 1 else (1,), spec.tgt_lang)
         report["sets"][name] = {"sentences": len(pairs), "rows": rows}
     report["deploy"] = _deployment(report["sets"][sets[0][0]]["rows"])
     return report
@@ -71,10 +72,11 @@ def _on_cpu(device: str) -> bool:
 
 
 def decode_rows(label: str, path: Path, precision: str, listed: bool, engine: str,
-                device: str, pairs: list[tuple[str, str]],
-                beams: Sequence[int]) -> list[dict[str, Any]]:
+                device: str, pairs: list[tuple[str, str]], beams: Sequence[int],
+                lang: str | None = None) -> list[dict[str, Any]]:
     """One model loaded, then the sources decoded with each beam of ``beams`` (1: greedy): a
-    row each, its BLEU, chrF and sentences/s with the load excluded and included."""
+    row each, its BLEU, chrF and sentences/s with the load excluded and included; with the
+    target language ``lang`` and sacremoses installed, its lc-tok BLEU (else None)."""
     from tfm.decoding.engines import load_translator
     from tfm.decoding.scoring import score
 
@@ -95,6 +97,7 @@ def decode_rows(label: str, path: Path, precision: str, listed: bool, engine: st
         rows.append({"model": label, "engine": engine, "precision": precision,
                      "shortlist": listed, "search": search, "beam": size,
                      "bleu": round(score("bleu", hypotheses, references).score, 2),
+                     "bleu_lc_tok": _lc_tok(hypotheses, references, lang),
                      "chrf": round(score("chrf", hypotheses, references).score, 2),
                      "sentences_per_s": round(len(sources) / max(seconds, 1e-9), 2),
                      "sentences_per_s_with_load": round(
@@ -103,6 +106,17 @@ def decode_rows(label: str, path: Path, precision: str, listed: bool, engine: st
                      "disk_mb": _disk_mb(path, engine, listed)})
     translator.close()  # this thread's CPU threads back, for the next model
     return rows
+
+
+def _lc_tok(hypotheses: list[str], references: list[str], lang: str | None) -> float | None:
+    """The Multi30k papers' lowercased, Moses-tokenized BLEU, where it can be computed."""
+    from importlib.util import find_spec
+
+    if lang is None or find_spec("sacremoses") is None:
+        return None
+    from tfm.decoding.scoring import bleu_lc_tok
+
+    return round(bleu_lc_tok(hypotheses, references, lang).score, 2)
 
 
 def greedy_bleu(model_dir: Path, pairs: list[tuple[str, str]], device: str) -> float:
@@ -146,16 +160,22 @@ def _deployment(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def table_rows(report: dict[str, Any]) -> list[list[str]]:
     """The report as the rows of a printed table: set, model, how (engine, precision, ``+sl``
-    for the shortlist), search, BLEU, chrF, sentences/s, peak memory, size on disk."""
+    for the shortlist), search, BLEU, lc-tok BLEU, chrF, sentences/s, peak memory, size on
+    disk."""
     rows = []
     for name, part in report["sets"].items():
         for r in part["rows"]:
             how = r["engine"] + " " + r["precision"] + (" +sl" if r["shortlist"] else "")
             memory = "" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:,.0f}MB"
             rows.append([name, r["model"], how, f"{r['search']} {r['beam']}", f"{r['bleu']:.2f}",
-                         f"{r['chrf']:.2f}", f"{r['sentences_per_s']:,.1f}", memory,
+                         _or_blank(r.get("bleu_lc_tok")), f"{r['chrf']:.2f}",
+                         f"{r['sentences_per_s']:,.1f}", memory,
                          f"{r['disk_mb']:,.1f}MB"])
     return rows
+
+
+def _or_blank(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
 
 
 def _reset_peak() -> None:
