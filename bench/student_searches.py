@@ -10,10 +10,10 @@ search of the student meets which of the fast-students goals (docs/BENCHMARKS.md
 --beams, and the teacher at beam 5 in each of its modes: tfm fp32 and int8, and CTranslate2
 fp32 and int8 from the export `tfm distill` made (where it did). For each set (the whole of
 val, then of test) each model is loaded and decodes it at each of its beams, as the report
-does (tfm.training.distill_report.decode_rows: model load excluded and included). For every student row: BLEU
-(cased sacreBLEU; the papers' lc-tok beside it where sacremoses is installed) against the
-teacher's tfm fp32 beam 5 (the recipe's search), and its speed against the
-teacher's fastest beam-5 mode in tfm and in CTranslate2. Writes the JSON, then prints the
+does (tfm.training.distill_report.decode_rows: model load excluded and included). For every
+student row: BLEU (cased sacreBLEU; the papers' lc-tok beside it where sacremoses is
+installed) against the teacher's tfm fp32 beam 5 (the recipe's search), and its speed against
+the teacher's fastest beam-5 mode in tfm and in CTranslate2. Writes the JSON, then prints the
 Markdown table. Run it alone: the speeds are only comparable within one run.
 """
 
