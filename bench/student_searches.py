@@ -31,18 +31,23 @@ sys.path.insert(0, str(ROOT))
 SETS = ("val", "test_2016_flickr")
 
 
-def models(distill: Path, student: str, teacher: Path) -> list[tuple[str, Path, str, bool, str]]:
-    """(label, directory, precision, shortlist, engine): the teacher's modes, then the student
-    as deployed (its averaged weights where `tfm distill` deployed those)."""
+def models(distill: Path, student: str, teacher: Path, device: str
+           ) -> list[tuple[str, Path, str, bool, str]]:
+    """(label, directory, precision, shortlist, engine): the report's (tfm.training.
+    distill_report), less the student's forms other than its deployed one: its averaged
+    weights where `tfm distill` deployed those, in int8 with its shortlist (on a CPU)."""
+    from tfm.training.distill_report import _models
+
     stages = json.loads((distill / "stages.json").read_text())
-    rows = [("teacher", teacher, "fp32", False, "tfm"), ("teacher", teacher, "int8", False, "tfm")]
-    export = stages.get("teacher", {}).get("export")
-    if export and Path(export).is_dir():
-        rows += [("teacher", Path(export), p, False, "ctranslate2") for p in ("fp32", "int8")]
     deployed = Path(stages.get(student, {}).get("average", {}).get("deployed")
                     or distill / student)
     listed = (deployed / "shortlist.safetensors").is_file()
-    return rows + [("student", deployed, "int8", listed, "tfm")]
+    export = stages.get("teacher", {}).get("export")
+    every = _models(teacher, deployed, device, listed, None,
+                    export if export and Path(export).is_dir() else None)
+    int8 = any(precision == "int8" for label, _, precision, _, _ in every if label == "student")
+    return [m for m in every if m[0] == "teacher" or m[2:4] == ("int8" if int8 else "fp32",
+                                                                 listed and int8)]
 
 
 def main() -> None:
@@ -74,7 +79,8 @@ def main() -> None:
                            str(args.data / f"{name}.{args.tgt}.gz")), args.src, args.tgt)
         pairs = list(islice(iter_pairs(spec), args.limit or None))
         rows = []
-        for label, path, precision, listed, engine in models(args.distill, args.student, teacher):
+        for label, path, precision, listed, engine in models(args.distill, args.student,
+                                                             teacher, args.device):
             beams = args.beams if label == "student" else [5]
             rows += decode_rows(label, path, precision, listed, engine, args.device, pairs,
                                 beams, args.tgt)
