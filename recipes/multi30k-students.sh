@@ -14,9 +14,10 @@
 # The extra options go to the teacher's `tfm train` and to each `tfm distill` (the student's
 # training and shape options: the recipe's own come first, these win).
 # STUDENTS: the shapes, a preset each, `+ssru` for an SSRU decoder (default
-#   "student-3-2+ssru student-3-1 student-tiny+ssru": the closest to the teacher at 4x its
-#   speed, the fastest, the closest; a shape without an SSRU is also exported to CTranslate2
-#   and measured there, with the teacher, where ctranslate2 is installed); STUDENT_MINUTES:
+#   "student-3-2+ssru student-3-1 student-tiny+ssru": fast and close to the teacher, the
+#   fastest, the closest (docs/BENCHMARKS.md, "Fast students"); a shape without an SSRU is
+#   also exported to CTranslate2 and measured there, with the teacher, where ctranslate2 is
+#   installed); STUDENT_MINUTES:
 #   each student's training (default 40); STUDENT_STEPS=N: N steps instead, on any device;
 #   TEACHER=DIR: distil this model directory instead of training the quick recipe's teacher.
 #   (student-6-1 and student-12-1 are not among the defaults: in en->de both were slower than
