@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -183,7 +184,9 @@ def test_the_report_has_teacher_and_student_greedy_and_beam_on_val_and_test(dist
         assert disk[("student", "tfm", True)] > student
     assert report["deploy"]["tfm int8"]["bleu_change"] == pytest.approx(
         report["deploy"]["tfm int8"]["bleu"] - report["deploy"]["tfm fp32"]["bleu"], abs=0.02)
-    assert "teacher" in done.stdout and "student" in done.stdout  # the printed table
+    # The printed table, into a pipe at its natural width: each row on a line, nothing cut.
+    assert re.search(r"│ val +│ teacher +│ tfm fp32 +│ greedy +│", done.stdout)
+    assert re.search(r"│ test +│ student +│ tfm int8 \+sl +│ beam 2 +│", done.stdout)
 
 
 def test_the_report_decodes_the_whole_set_by_default(teacher, tmp_path):

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from tfm.cli.app import app, err, out, writing_into
@@ -138,4 +139,5 @@ def _print_report(report: dict[str, Any]) -> None:
                                                               "search") else "right")
     for row in table_rows(report):
         table.add_row(*row)
-    out.print(table)
+    # Into a file or a pipe (a recipe's log) at its natural width, not squeezed into 80 columns.
+    (out if out.is_terminal else Console(file=out.file, width=132)).print(table)

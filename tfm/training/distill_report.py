@@ -167,7 +167,8 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
         for r in part["rows"]:
             how = r["engine"] + " " + r["precision"] + (" +sl" if r["shortlist"] else "")
             memory = "" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:,.0f}MB"
-            rows.append([name, r["model"], how, f"{r['search']} {r['beam']}", f"{r['bleu']:.2f}",
+            search = "greedy" if r["beam"] == 1 else f"beam {r['beam']}"
+            rows.append([name, r["model"], how, search, f"{r['bleu']:.2f}",
                          _or_blank(r.get("bleu_lc_tok")), f"{r['chrf']:.2f}",
                          f"{r['sentences_per_s']:,.1f}", memory,
                          f"{r['disk_mb']:,.1f}MB"])
